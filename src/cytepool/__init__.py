@@ -1,0 +1,17 @@
+"""cytepool: pseudobulk cubes between the single-cell tools you already use.
+
+A cube holds, for every group (cell type) x sample x feature (gene), additive layers of
+sums over pooled cells, the number of cells per profile, an optional normalization, three
+id-keyed tables and provenance records. See :class:`cytepool.Cube`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("cytepool")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,35 @@
+"""Exceptions raised by cytepool.
+
+Every exception also subclasses the builtin it refines, so ``except ValueError`` keeps
+working for callers that do not know cytepool's own types.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConstraintError",
+    "CytepoolError",
+    "FormatError",
+    "StoreChangedError",
+    "UnsupportedFeatureError",
+]
+
+
+class CytepoolError(Exception):
+    """Base class of every exception cytepool raises on purpose."""
+
+
+class FormatError(CytepoolError, ValueError):
+    """A file or store is invalid, corrupt or not what it claims to be."""
+
+
+class UnsupportedFeatureError(FormatError):
+    """A store uses a valid feature that cytepool does not implement."""
+
+
+class StoreChangedError(CytepoolError, RuntimeError):
+    """A store was replaced on disk while it was being read."""
+
+
+class ConstraintError(CytepoolError, ValueError):
+    """A value breaks a constraint of the cube (negative, non-finite, ...)."""
