@@ -14,4 +14,7 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+from cytepool.cube import Cube, Normalization, Provenance, add, concat
+from cytepool.pooling import from_cells
+
+__all__ = ["Cube", "Normalization", "Provenance", "__version__", "add", "concat", "from_cells"]

@@ -1,0 +1,409 @@
+"""Benchmark cube files: write_cube / read_cube against zarr-python on the same arrays.
+
+A cube of 12 groups x 48 samples x 30,000 features with int32 "counts" (negative-binomial)
+and "detected" layers, for gzip level 4 and zstd level 3:
+
+* write: ``write_cube`` (tables, cells, both layers, digests of every group, atomic rename)
+  vs zarr-python writing the two layers with the same chunks and codec;
+* read: ``read_cube`` + ``to_numpy`` of both layers (every group's digest verified) vs
+  zarr-python reading the two arrays;
+* selection: ``read_cube(path).select(groups=[one], features=[50 genes]).profiles(...)``
+  vs zarr-python's ``open_group`` + ``oindex``, with and without opening the file, and the
+  number of chunk files opened (counted by wrapping ``os.open`` and ``open``), which must equal
+  the number of chunks holding the selection;
+* peak memory of writing, each in a fresh process: extra peak RSS (the peak ``VmHWM``, reset
+  through ``/proc/self/clear_refs`` just before the write, minus the RSS then; Linux) and
+  tracemalloc's peak, for a cube held in memory and for a cube read lazily from a cube file,
+  vs zarr-python writing the arrays from memory.
+
+Usage::
+
+    .venv/bin/python benchmarks/cube_io.py              # 5 repeats
+    .venv/bin/python benchmarks/cube_io.py --quick      # a small smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CODECS = (("gzip", 4), ("zstd", 3))
+SHAPE = (12, 48, 30_000)
+N_GENES = 50
+
+
+def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
+    """A cube with negative-binomial int32 counts and a detected layer."""
+    import pandas as pd
+
+    from cytepool import Cube
+
+    n_groups, n_samples, n_features = shape
+    rng = np.random.default_rng(seed)
+    gene_mean = np.exp(rng.normal(-0.5, 1.8, size=n_features)).clip(max=5_000)
+    cells = rng.integers(20, 400, size=(n_groups, n_samples))
+    counts = np.empty(shape, dtype=np.int32)
+    detected = np.empty(shape, dtype=np.int32)
+    for g in range(n_groups):
+        mean = cells[g][:, None] / 100 * gene_mean[None, :]
+        counts[g] = rng.negative_binomial(2.0, 2.0 / (2.0 + mean))
+        detected[g] = np.minimum(counts[g], cells[g][:, None])
+    return Cube(
+        {"counts": counts, "detected": detected},
+        samples=pd.DataFrame(
+            {
+                "sample_id": [f"sample{i:02d}" for i in range(n_samples)],
+                "donor": [f"donor{i // 4}" for i in range(n_samples)],
+            }
+        ),
+        groups=pd.DataFrame({"group_id": [f"celltype{i:02d}" for i in range(n_groups)]}),
+        features=pd.DataFrame(
+            {
+                "feature_id": [f"ENSG{i:011d}" for i in range(n_features)],
+                "symbol": [f"GENE{i}" for i in range(n_features)],
+            }
+        ),
+        cells=cells,
+    )
+
+
+def timed(function: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    result = function()
+    seconds = time.perf_counter() - start
+    del result
+    return seconds
+
+
+def median_time(function: Callable[[], object], repeats: int) -> float:
+    return statistics.median(timed(function) for _ in range(repeats))
+
+
+def zarr_codec(compression: str, level: int) -> Any:
+    import zarr.codecs
+
+    if compression == "gzip":
+        return zarr.codecs.GzipCodec(level=level)
+    return zarr.codecs.ZstdCodec(level=level, checksum=True)
+
+
+def zarr_write(cube: Any, path: Path, compression: str, level: int, chunks: tuple) -> None:
+    import zarr
+
+    if path.exists():
+        shutil.rmtree(path)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    for name in cube.layers:
+        data = cube.to_numpy(name)
+        array = root.create_array(
+            name,
+            shape=data.shape,
+            chunks=chunks,
+            dtype=data.dtype,
+            compressors=[zarr_codec(compression, level)],
+            fill_value=0,
+        )
+        array[...] = data
+
+
+def zarr_read(path: Path, names: list[str]) -> list[np.ndarray]:
+    import zarr
+
+    root = zarr.open_group(path, mode="r", zarr_format=3)
+    return [root[name][...] for name in names]
+
+
+def cube_write(cube: Any, path: Path, compression: str, level: int) -> None:
+    from cytepool.io import write_cube
+
+    write_cube(cube, path, compression=compression, level=level, overwrite=True)
+
+
+def cube_read(path: Path) -> list[np.ndarray]:
+    from cytepool.io import read_cube
+
+    cube = read_cube(path)
+    return [cube.to_numpy(name) for name in cube.layers]
+
+
+class OpenCounter:
+    """Record the paths opened through os.open and builtins.open while active."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def __enter__(self) -> OpenCounter:
+        self._os_open, self._open = os.open, builtins.open
+
+        def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+            self.paths.append(os.fsdecode(path))
+            return self._os_open(path, *args, **kwargs)
+
+        def builtin_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(file, str | bytes | os.PathLike):
+                self.paths.append(os.fsdecode(file))
+            return self._open(file, *args, **kwargs)
+
+        os.open, builtins.open = os_open, builtin_open  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.open, builtins.open = self._os_open, self._open  # type: ignore[assignment]
+
+    def chunks_under(self, directory: Path) -> set[str]:
+        prefix = os.fspath(directory / "c") + os.sep
+        return {path for path in self.paths if path.startswith(prefix)}
+
+
+def selection_read(path: Path, group: str, genes: list[str]) -> np.ndarray:
+    from cytepool.io import read_cube
+
+    return read_cube(path).select(groups=[group], features=genes).profiles(group)
+
+
+def bench_write_read(
+    cube: Any, base: Path, compression: str, level: int, chunks: tuple, repeats: int
+) -> tuple[tuple, tuple]:
+    from cytepool.io import read_cube
+
+    ours, theirs = base / f"{compression}.cube.zarr", base / f"{compression}.zarr"
+    names = list(cube.layers)
+    t_write = median_time(lambda: cube_write(cube, ours, compression, level), repeats)
+    t_zwrite = median_time(lambda: zarr_write(cube, theirs, compression, level, chunks), repeats)
+    t_read = median_time(lambda: cube_read(ours), repeats)
+    t_zread = median_time(lambda: zarr_read(theirs, names), repeats)
+    for got, want in zip(cube_read(ours), zarr_read(theirs, names), strict=True):
+        np.testing.assert_array_equal(got, want)
+    if read_cube(ours).fingerprint != cube.fingerprint:
+        raise SystemExit("the fingerprint changed")
+    size = directory_bytes(ours)
+    zsize = sum(directory_bytes(theirs / name) for name in names)
+    codec = f"{compression} {level}"
+    return (codec, "write", t_write, t_zwrite, size, zsize), (
+        codec,
+        "read",
+        t_read,
+        t_zread,
+        None,
+        None,
+    )
+
+
+def bench_selection(
+    cube: Any, base: Path, compression: str, level: int, chunks: tuple, repeats: int
+) -> tuple:
+    """Read one group and 50 genes; count the chunk files opened."""
+    import zarr
+
+    from cytepool.io import read_cube
+
+    ours, theirs = base / f"{compression}.cube.zarr", base / f"{compression}.zarr"
+    n_groups, n_samples, n_features = cube.shape
+    position = n_groups // 2
+    group = f"celltype{position:02d}"
+    genes_at = np.sort(np.random.default_rng(7).choice(n_features, N_GENES, replace=False))
+    genes = [f"ENSG{i:011d}" for i in genes_at]
+    expected = cube.to_numpy("counts")[position][:, genes_at]
+    with OpenCounter() as counter:
+        got = selection_read(ours, group, genes)
+    np.testing.assert_array_equal(got, expected)
+    opened = counter.chunks_under(ours / "layers" / "counts")
+    other = {path for path in counter.paths if f"{os.sep}detected{os.sep}c{os.sep}" in path}
+    holding = {(s // chunks[1], f // chunks[2]) for s in range(n_samples) for f in genes_at}
+    if len(opened) != len(holding) or other:
+        raise SystemExit(f"opened {len(opened)} chunk files, expected {len(holding)}")
+    t_select = median_time(lambda: selection_read(ours, group, genes), repeats)
+    opened_cube = read_cube(ours)
+    t_select_opened = median_time(
+        lambda: opened_cube.select(groups=[group], features=genes).profiles(group), repeats
+    )
+
+    def zarr_open_and_read() -> np.ndarray:
+        array = zarr.open_group(theirs, mode="r", zarr_format=3)["counts"]
+        return array.oindex[position, :, genes_at]
+
+    np.testing.assert_array_equal(zarr_open_and_read(), expected)
+    t_zselect = median_time(zarr_open_and_read, repeats)
+    zarray = zarr.open_group(theirs, mode="r", zarr_format=3)["counts"]
+    t_zselect_opened = median_time(lambda: zarray.oindex[position, :, genes_at], repeats)
+    codec = f"{compression} {level}"
+    return (
+        (codec, "open + select + read", t_select, t_zselect, len(opened), len(holding)),
+        (codec, "select + read, opened", t_select_opened, t_zselect_opened, None, None),
+    )
+
+
+MEMORY_SCRIPT = """
+import json, sys, tracemalloc
+from pathlib import Path
+sys.path.insert(0, {bench_dir!r})
+import numpy as np
+import cube_io
+
+def status_kib(key):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+kind, source, target = sys.argv[1], sys.argv[2], sys.argv[3]
+shape = tuple(json.loads(sys.argv[4]))
+if kind == "lazy":
+    from cytepool.io import read_cube
+    cube = read_cube(source)
+else:
+    cube = cube_io.make_cube(shape)
+    if kind == "zarr-python":
+        layers = {{name: cube.to_numpy(name) for name in cube.layers}}
+import zarr, cytepool.io  # imports done before measuring
+before = status_kib("VmRSS")
+Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+tracemalloc.start()
+if kind == "zarr-python":
+    root = zarr.open_group(target, mode="w", zarr_format=3)
+    for name, data in layers.items():
+        array = root.create_array(name, shape=data.shape, chunks=tuple(json.loads(sys.argv[5])),
+                                  dtype=data.dtype, compressors=[cube_io.zarr_codec("gzip", 4)],
+                                  fill_value=0)
+        array[...] = data
+else:
+    cytepool.io.write_cube(cube, target, compression="gzip", level=4)
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+extra = (status_kib("VmHWM") - before) * 1024
+print(json.dumps({{"rss_extra": extra, "traced_peak": peak}}))
+"""
+
+
+def memory_of(kind: str, source: Path, target: Path, shape: tuple, chunks: tuple) -> dict:
+    if target.exists():
+        shutil.rmtree(target)
+    script = MEMORY_SCRIPT.format(bench_dir=str(Path(__file__).parent))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            kind,
+            str(source),
+            str(target),
+            json.dumps(shape),
+            json.dumps(chunks),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write the stores")
+    args = parser.parse_args()
+    shape = (3, 8, 2000) if args.quick else SHAPE
+    repeats = 2 if args.quick else args.repeats
+
+    from cytepool.io import cubes
+
+    cube = make_cube(shape)
+    n_groups, n_samples, n_features = shape
+    chunks = cubes._layer_chunks(shape, 4)
+    group_bytes = n_samples * n_features * 4
+
+    rows = []
+    selection_rows = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as directory:
+        base = Path(directory)
+        for compression, level in CODECS:
+            row_write, row_read = bench_write_read(cube, base, compression, level, chunks, repeats)
+            rows += [row_write, row_read]
+            selection_rows += bench_selection(cube, base, compression, level, chunks, repeats * 4)
+
+        lazy_source = base / "gzip.cube.zarr"
+        memory = {
+            "write_cube, cube in memory": memory_of(
+                "memory", lazy_source, base / "m1.cube.zarr", shape, chunks
+            ),
+            "write_cube, cube read lazily from a cube file": memory_of(
+                "lazy", lazy_source, base / "m2.cube.zarr", shape, chunks
+            ),
+            "zarr-python, arrays in memory": memory_of(
+                "zarr-python", lazy_source, base / "m3.zarr", shape, chunks
+            ),
+        }
+
+    print(f"## Cube files: {n_groups} groups x {n_samples} samples x {n_features:,} features\n")
+    print(
+        f"int32 layers counts + detected ({mib(2 * np.prod(shape) * 4)} in memory), chunks "
+        f"{chunks}; medians of {repeats} runs; {platform.python_version()}, "
+        f"{platform.machine()}, warm page cache.\n"
+    )
+    print("| codec | operation | cytepool | zarr-python | ratio | cube file | zarr arrays |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for codec, operation, ours_t, theirs_t, size, zsize in rows:
+        sizes = f"{mib(size)} | {mib(zsize)}" if size else "|"
+        print(
+            f"| {codec} | {operation} | {ours_t * 1000:.0f} ms | {theirs_t * 1000:.0f} ms "
+            f"| {ours_t / theirs_t:.2f} | {sizes} |"
+        )
+    print(
+        "\nwrite_cube also writes the tables and cells, hashes every group and renames the store "
+        "into place; read_cube + to_numpy reads the tables and verifies every group's digest.\n"
+    )
+    print(f"### Selection: one group, {N_GENES} random genes, layer counts\n")
+    print(
+        "cytepool: `read_cube(path)` (attributes, tables and cells read and verified), "
+        "`.select(groups=[g], features=genes).profiles(g)`; zarr-python: `open_group(path)` "
+        "and `oindex[g, :, positions]`. Chunk files opened by the first cytepool read, counted "
+        "by wrapping `os.open` and `open`.\n"
+    )
+    print(
+        "| codec | operation | cytepool | zarr-python | ratio "
+        "| chunk files opened | chunks holding the selection |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for codec, operation, ours_t, theirs_t, opened, holding in selection_rows:
+        counts = f"{opened} | {holding}" if opened is not None else "|"
+        print(
+            f"| {codec} | {operation} | {ours_t * 1000:.1f} ms | {theirs_t * 1000:.1f} ms "
+            f"| {ours_t / theirs_t:.2f} | {counts} |"
+        )
+    print(f"\n### Peak memory of writing (gzip 4), one group of one layer = {mib(group_bytes)}\n")
+    print("| writer | extra peak RSS | tracemalloc peak | in groups |")
+    print("|---|---:|---:|---:|")
+    for name, numbers in memory.items():
+        print(
+            f"| {name} | {mib(numbers['rss_extra'])} | {mib(numbers['traced_peak'])} "
+            f"| {numbers['traced_peak'] / group_bytes:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

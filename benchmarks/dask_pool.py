@@ -1,0 +1,251 @@
+"""Benchmark: pool a zarr AnnData on dask (issue 8, item 5).
+
+The counts (whole numbers as float32 CSR, ~5% nonzero, 24 samples x 12 groups, cells in random
+order; the generator of ``benchmarks/pooling.py``) are written once, block by block, as a zarr
+AnnData. Each case then runs in a fresh process and pools them with ``from_cells``:
+
+- ``memory``: X read whole into a scipy CSR matrix first (untimed), with 1 and 2 threads;
+- ``threads``: X opened lazily (``anndata.experimental.read_elem_lazy``, CSR chunks of
+  ``--chunk-rows`` rows) and pooled on dask's threaded scheduler with 1 and 2 workers;
+- ``cluster``: the same on a ``dask.distributed`` ``LocalCluster`` of 1 and 2 worker processes
+  (one thread each).
+
+The lazy cases read and decompress X as they go; the memory cases do not. Peak memory is
+``ru_maxrss`` after minus before the call: of the process for memory and threads, of each worker
+process for the cluster (the largest worker). Every case must give the same fingerprint. Prints a
+markdown table with time, throughput per core and its ratio to the in-memory single-thread path.
+
+Run: ``.venv/bin/python benchmarks/dask_pool.py`` (``--help`` for the size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pooling import cell_labels, csr_rows, obs
+
+CASES = ("memory-1", "memory-2", "threads-1", "threads-2", "cluster-1", "cluster-2")
+
+
+def generate(directory: Path, args: argparse.Namespace) -> Path:
+    """Write the zarr AnnData once, X appended block by block (never whole in memory)."""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+    import zarr
+    from anndata.io import sparse_dataset, write_elem
+
+    name = f"dask-pool-{args.cells}x{args.genes}-d{args.density}-seed{args.seed}.zarr"
+    path = directory / name
+    if (path / "done").exists():
+        return path
+    s, g = cell_labels(args)
+    var = pd.DataFrame(index=[f"gene{j}" for j in range(args.genes)])
+    ad.settings.zarr_write_format = 3
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    write_elem(root, "/", ad.AnnData(obs=obs(s, g), var=var))
+    for i, (data, indices, counts) in enumerate(csr_rows(args)):
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        block = sp.csr_matrix((data, indices, indptr), shape=(len(counts), args.genes))
+        if i == 0:
+            write_elem(root, "X", block)
+        else:
+            sparse_dataset(root["X"]).append(block)
+    (path / "done").touch()
+    return path
+
+
+def open_lazy(path: Path, chunk_rows: int) -> tuple[Any, Any, Any]:
+    import zarr
+    from anndata.experimental import read_elem_lazy
+    from anndata.io import read_elem
+
+    root = zarr.open_group(path, mode="r")
+    frame = read_elem(root["obs"])
+    n_genes = root["X"].attrs["shape"][1]
+    x = read_elem_lazy(root["X"], chunks=(chunk_rows, n_genes))
+    return x, frame["sample"], frame["group"]
+
+
+def maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def pool(x: Any, s: Any, g: Any) -> str:
+    import cytepool
+
+    return cytepool.from_cells(x, sample_labels=s, group_labels=g).fingerprint
+
+
+def warm_up() -> None:
+    """Imports and the kernels (from numba's cache), on a few cells of the same types."""
+    import scipy.sparse as sp
+
+    x = sp.random(40, 10, density=0.3, format="csr", dtype=np.float32, random_state=0)
+    x.data[:] = 1
+    pool(x, ["a", "b"] * 20, ["g"] * 40)
+
+
+def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:
+    kind, n = case.split("-")
+    workers = int(n)
+    x, s, g = open_lazy(path, chunk_rows)
+    chunk = x.blocks[0].compute()
+    chunk_bytes = chunk.data.nbytes + chunk.indices.nbytes + chunk.indptr.nbytes
+    warm_up()
+    if kind == "memory":
+        return run_memory(x, s, g, workers, chunk_bytes)
+    if kind == "threads":
+        return run_threads(x, s, g, workers, chunk_bytes)
+    return run_cluster(x, s, g, workers, chunk_bytes)
+
+
+def run_memory(x: Any, s: Any, g: Any, threads: int, chunk_bytes: int) -> dict[str, Any]:
+    import numba
+
+    x = x.compute()
+    numba.set_num_threads(threads)
+    before = maxrss()
+    start = time.perf_counter()
+    fingerprint = pool(x, s, g)
+    seconds = time.perf_counter() - start
+    return record(seconds, maxrss() - before, fingerprint, threads, chunk_bytes)
+
+
+def run_threads(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[str, Any]:
+    import dask
+
+    before = maxrss()
+    start = time.perf_counter()
+    with dask.config.set(scheduler="threads", num_workers=workers):
+        fingerprint = pool(x, s, g)
+    seconds = time.perf_counter() - start
+    return record(seconds, maxrss() - before, fingerprint, workers, chunk_bytes)
+
+
+def run_cluster(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[str, Any]:
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.run(warm_up)
+        before = client.run(maxrss)
+        start = time.perf_counter()
+        fingerprint = pool(x, s, g)
+        seconds = time.perf_counter() - start
+        after = client.run(maxrss)
+    peak = max(after[w] - before[w] for w in after)
+    return record(seconds, peak, fingerprint, workers, chunk_bytes)
+
+
+def record(seconds: float, peak: int, fingerprint: str, cores: int, chunk: int) -> dict[str, Any]:
+    return {
+        "seconds": seconds,
+        "peak": peak,
+        "fingerprint": fingerprint,
+        "cores": cores,
+        "chunk": chunk,
+    }
+
+
+def table(results: dict[str, list[dict[str, Any]]], cells: int) -> str:
+    def per_core(runs: list[dict[str, Any]]) -> float:
+        return cells / statistics.median(r["seconds"] for r in runs) / runs[0]["cores"]
+
+    base = per_core(results["memory-1"]) if "memory-1" in results else None
+    chunk = next(iter(results.values()))[0]["chunk"]
+    lines = [
+        f"One CSR chunk: {chunk / 2**20:,.0f} MiB decompressed.",
+        "",
+        "| case | cores | median s | cells/s per core | ÷ in-memory 1 core | peak memory (per worker) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for case, runs in results.items():
+        kind = {"memory": "in memory", "threads": "dask threads", "cluster": "LocalCluster"}
+        name = kind[case.split("-")[0]]
+        seconds = statistics.median(r["seconds"] for r in runs)
+        peak = statistics.median(r["peak"] for r in runs)
+        ratio = f"{base / per_core(runs):.2f}" if base else "–"
+        lines.append(
+            f"| {name} | {runs[0]['cores']} | {seconds:.2f} | {per_core(runs):,.0f} | {ratio} "
+            f"| {peak / 2**20:,.0f} MiB ({peak / chunk:.1f} chunks) |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", type=int, default=1_000_000)
+    parser.add_argument("--genes", type=int, default=20_000)
+    parser.add_argument("--density", type=float, default=0.05)
+    parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--groups", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk-rows", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cases", default=",".join(CASES), help="from: " + ", ".join(CASES))
+    parser.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "cytepool-bench"
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.path, args.chunk_rows)))
+        return 0
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {unknown}")
+    args.cache.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's and anndata's notes on future defaults
+        path = generate(args.cache, args)
+    print(f"data: {path} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    results: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
+    for _ in range(args.repeats):
+        for case in cases:
+            command = [sys.executable, __file__, "--worker", case, "--path", str(path)]
+            command += ["--chunk-rows", str(args.chunk_rows)]
+            env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"{case} failed:\n{done.stderr[-3000:]}")
+            results[case].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(case, results[case][-1]["seconds"], file=sys.stderr)
+    fingerprints = {r["fingerprint"] for runs in results.values() for r in runs}
+    if len(fingerprints) != 1:
+        raise AssertionError(f"the cases gave {len(fingerprints)} different fingerprints")
+    command = "python benchmarks/dask_pool.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    print(
+        f"`{command.strip()}` — {args.cells:,} cells × {args.genes:,} genes, density "
+        f"{args.density}, chunks of {args.chunk_rows:,} rows, {args.repeats} runs each, "
+        f"{os.cpu_count()} CPUs; every case gave the same fingerprint\n"
+    )
+    print(table(results, args.cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

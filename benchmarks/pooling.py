@@ -1,0 +1,432 @@
+"""Benchmark: pool cells into pseudobulk profiles (issue 4, item 7).
+
+200,000 cells x 20,000 genes, ~5% nonzero, whole-number counts stored as float32 CSR, 24 samples x
+12 groups, cells in random order. Compared, each in a fresh process:
+
+- ``from_cells``: cytepool, with numba's default thread count and with one thread;
+- ``scanpy 1.11``: ``sc.get.aggregate(adata, by=["group", "sample"], func="sum")`` from this venv;
+- ``scanpy 1.12``: the same from a Python 3.12 venv (scanpy >= 1.12 needs it), made on first use in
+  ``benchmarks/.venv-scanpy112`` from pyenv's 3.12;
+- ``decoupler``: ``dc.pp.pseudobulk(adata, sample_col="sample", groups_col="group", mode="sum")``;
+- two floors, one thread each (numba): one pass reading ``X.data`` and ``X.indices``, and one pass
+  that also adds each value into its output row (rows visited in profile order, sorted beforehand).
+
+Each process loads X, warms up on a tiny matrix of the same types (imports, numba compilation),
+then times one call. Memory is ``ru_maxrss`` after the call minus ``ru_maxrss`` before it (X
+loaded, warm-up done). The sums of every case are asserted equal to ``from_cells``'s. The data
+are generated once into a cache directory (uncompressed ``.npy``, so loading makes no copy).
+
+Run: ``.venv/bin/python benchmarks/pooling.py`` (``--help`` for the size and the cases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+VENV_112 = HERE / ".venv-scanpy112"
+CASES = (
+    "from_cells",
+    "from_cells-1-thread",
+    "scanpy-1.12",
+    "scanpy-1.11",
+    "decoupler",
+    "read-floor",
+    "scatter-floor",
+)
+LABELS = {
+    "from_cells": "cytepool from_cells",
+    "from_cells-1-thread": "cytepool from_cells, 1 thread",
+    "scanpy-1.12": "scanpy {version} (Python 3.12)",
+    "scanpy-1.11": "scanpy {version}",
+    "decoupler": "decoupler {version} pseudobulk",
+    "read-floor": "floor: read X.data, X.indices (1 thread)",
+    "scatter-floor": "floor: scatter into output rows (1 thread)",
+}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def csr_rows(args: argparse.Namespace) -> Iterator[tuple[Any, Any, Any]]:
+    """The counts in blocks of rows: (data, indices, nonzeros per row), float32 whole numbers."""
+    rng = np.random.default_rng(args.seed)
+    n_cells, n_genes = args.cells, args.genes
+    step = max(1, 10_000_000 // n_genes)
+    for start in range(0, n_cells, step):
+        stop = min(start + step, n_cells)
+        size = (stop - start) * n_genes
+        # Gaps between nonzeros are geometric: each position is nonzero with p = density.
+        gaps = rng.geometric(args.density, int(size * args.density * 1.1) + 100)
+        where = np.cumsum(gaps) - 1
+        where = where[where < size]
+        rows = where // n_genes
+        indices = (where - rows * n_genes).astype(np.int32)
+        data = rng.geometric(0.3, where.size).astype(np.float32)  # whole numbers >= 1
+        yield data, indices, np.bincount(rows, minlength=stop - start)
+
+
+def cell_labels(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Sample and group codes of the cells, in random order."""
+    rng = np.random.default_rng([args.seed, 1])
+    s = rng.integers(0, args.samples, args.cells).astype(np.int16)
+    return s, rng.integers(0, args.groups, args.cells).astype(np.int16)
+
+
+def generate(directory: Path, args: argparse.Namespace) -> Path:
+    """Write the CSR parts and the labels as .npy files once; return the directory."""
+    name = (
+        f"pooling-{args.cells}x{args.genes}-d{args.density}-{args.samples}x{args.groups}"
+        f"-seed{args.seed}"
+    )
+    path = directory / name
+    if (path / "done").exists():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    data, indices, counts = zip(*csr_rows(args), strict=True)
+    indptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
+    np.save(path / "data.npy", np.concatenate(data))
+    np.save(path / "indices.npy", np.concatenate(indices))
+    np.save(path / "indptr.npy", indptr.astype(np.int32 if indptr[-1] < 2**31 else np.int64))
+    s, g = cell_labels(args)
+    np.save(path / "sample.npy", s)
+    np.save(path / "group.npy", g)
+    (path / "meta.json").write_text(json.dumps(vars(args), default=str))
+    (path / "done").touch()
+    return path
+
+
+def load(path: Path) -> tuple[Any, Any, Any, int]:
+    """X (scipy CSR if scipy is importable, else the parts), sample and group codes, n_genes."""
+    n_genes = int(json.loads((path / "meta.json").read_text())["genes"])
+    parts = [np.load(path / f"{name}.npy") for name in ("data", "indices", "indptr")]
+    s, g = np.load(path / "sample.npy"), np.load(path / "group.npy")
+    return parts, s, g, n_genes
+
+
+def csr(parts: list[Any], n_genes: int) -> Any:
+    import scipy.sparse as sp
+
+    data, indices, indptr = parts
+    return sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, n_genes))
+
+
+def tiny(parts: list[Any], s: Any, g: Any, n_genes: int) -> tuple[list[Any], Any, Any]:
+    """The first rows of the data, same types: for the warm-up."""
+    data, indices, indptr = parts
+    n = min(50, len(indptr) - 1)
+    end = indptr[n]
+    return [data[:end], indices[:end], indptr[: n + 1]], s[:n], g[:n]
+
+
+def obs(s: Any, g: Any) -> Any:
+    import pandas as pd
+
+    samples = [f"s{i:02d}" for i in range(int(s.max()) + 1)]
+    groups = [f"g{i:02d}" for i in range(int(g.max()) + 1)]
+    frame = pd.DataFrame(
+        {
+            "sample": pd.Categorical.from_codes(s, categories=samples),
+            "group": pd.Categorical.from_codes(g, categories=groups),
+        }
+    )
+    frame.index = frame.index.astype(str)
+    return frame
+
+
+def canonical(obs_frame: Any, sums: Any, s: Any, g: Any, n_genes: int) -> np.ndarray:
+    """Sums as (group, sample, gene) in code order from a result's obs and matrix."""
+    out = np.zeros((int(g.max()) + 1, int(s.max()) + 1, n_genes))
+    dense = sums.toarray() if hasattr(sums, "toarray") else np.asarray(sums)
+    for i, (sample, group) in enumerate(zip(obs_frame["sample"], obs_frame["group"], strict=True)):
+        out[int(group[1:]), int(sample[1:])] = dense[i]
+    return out
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def run_from_cells(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    import cytepool
+
+    frame = obs(s, g)
+    x = csr(parts, n_genes)
+    cube = cytepool.from_cells(x, sample_labels=frame["sample"], group_labels=frame["group"])
+    return cube.to_numpy("counts")
+
+
+def run_from_cells_1_thread(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    import numba
+
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return run_from_cells(parts, s, g, n_genes)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def run_scanpy(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    import anndata as ad
+    import scanpy as sc
+
+    frame = obs(s, g)
+    adata = ad.AnnData(csr(parts, n_genes), obs=frame)
+    result = sc.get.aggregate(adata, by=["group", "sample"], func="sum")
+    return canonical(result.obs, result.layers["sum"], s, g, n_genes)
+
+
+def run_decoupler(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    import anndata as ad
+    import decoupler as dc
+
+    adata = ad.AnnData(csr(parts, n_genes), obs=obs(s, g))
+    result = dc.pp.pseudobulk(adata, sample_col="sample", groups_col="group", mode="sum")
+    return canonical(result.obs, result.X, s, g, n_genes)
+
+
+def _read(data: Any, indices: Any) -> Any:
+    total, columns = 0.0, 0
+    for k in range(data.shape[0]):
+        total += data[k]
+        columns += indices[k]
+    return total, columns
+
+
+def _scatter(data: Any, indices: Any, indptr: Any, rows: Any, starts: Any, out: Any) -> None:
+    for p in range(starts.shape[0] - 1):
+        row = out[p]
+        for i in range(starts[p], starts[p + 1]):
+            r = rows[i]
+            values = data[indptr[r] : indptr[r + 1]]
+            columns = indices[indptr[r] : indptr[r + 1]]
+            for k in range(values.shape[0]):
+                row[np.uint64(columns[k])] += values[k]
+
+
+def _floor_kernels() -> tuple[Any, Any]:
+    """The floors, compiled by numba (imported here: the 3.12 venv need not have it)."""
+    import numba
+
+    return numba.njit(_read), numba.njit(_scatter)  # compiled in the warm-up, untimed
+
+
+def run_read_floor(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    read, _ = _floor_kernels()
+    read(parts[0], parts[1])
+
+
+def prepare_scatter_floor(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    """The rows sorted by profile (untimed: part of what the floor leaves out)."""
+    profiles = g.astype(np.int64) * (int(s.max()) + 1) + s
+    rows = np.argsort(profiles, kind="stable")
+    starts = np.searchsorted(profiles[rows], np.arange((int(g.max()) + 1) * (int(s.max()) + 1) + 1))
+    return rows, starts
+
+
+def run_scatter_floor(parts: list[Any], s: Any, g: Any, n_genes: int, prepared: Any) -> Any:
+    _, scatter = _floor_kernels()
+    rows, starts = prepared
+    out = np.zeros((len(starts) - 1, n_genes))
+    scatter(parts[0], parts[1], parts[2], rows, starts, out)
+    return out.reshape(int(g.max()) + 1, int(s.max()) + 1, n_genes)
+
+
+RUNNERS = {
+    "from_cells": run_from_cells,
+    "from_cells-1-thread": run_from_cells_1_thread,
+    "scanpy-1.12": run_scanpy,
+    "scanpy-1.11": run_scanpy,
+    "decoupler": run_decoupler,
+    "read-floor": run_read_floor,
+    "scatter-floor": run_scatter_floor,
+}
+VERSIONS = {"scanpy-1.12": "scanpy", "scanpy-1.11": "scanpy", "decoupler": "decoupler"}
+
+
+def maxrss() -> int:
+    """Peak resident memory of this process so far, in bytes (Linux: ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def worker(case: str, data_dir: Path, result: Path | None) -> dict[str, Any]:
+    """Load, warm up, time one call; save the sums to ``result`` (.npy) if given."""
+    from importlib.metadata import version
+
+    parts, s, g, n_genes = load(data_dir)
+    run = RUNNERS[case]
+    extra: tuple[Any, ...] = ()
+    small = tiny(parts, s, g, n_genes)
+    if case == "scatter-floor":
+        extra = (prepare_scatter_floor(parts, s, g, n_genes),)
+        run(*small, n_genes, prepare_scatter_floor(*small, n_genes))
+    else:
+        run(*small, n_genes)
+    before = maxrss()
+    start = time.perf_counter()
+    sums = run(parts, s, g, n_genes, *extra)
+    seconds = time.perf_counter() - start
+    peak = maxrss() - before
+    if result is not None and sums is not None:
+        np.save(result, np.asarray(sums))
+    package = VERSIONS.get(case)
+    return {
+        "seconds": seconds,
+        "extra": peak,
+        "x_bytes": sum(p.nbytes for p in parts),
+        "version": version(package) if package else "",
+        "python": sys.version.split()[0],
+    }
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def python_for(case: str) -> str | None:
+    """The interpreter of a case; None if it cannot be had (scanpy 1.12 without Python 3.12)."""
+    if case != "scanpy-1.12":
+        return sys.executable
+    python = VENV_112 / "bin" / "python"
+    if python.exists():
+        return str(python)
+    try:
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    base = sorted(Path(root.stdout.strip(), "versions").glob("3.12*/bin/python"))
+    if not base:
+        return None
+    print(f"creating {VENV_112} with scanpy>=1.12 (once)", file=sys.stderr)
+    subprocess.run([str(base[-1]), "-m", "venv", str(VENV_112)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "scanpy>=1.12"], check=True)
+    return str(python)
+
+
+def measure(case: str, data_dir: Path, work: Path, repeat: int, in_process: bool) -> dict[str, Any]:
+    result = work / f"{case}.npy" if repeat == 0 else None
+    if in_process and case == "scanpy-1.12":
+        return {"skipped": "needs its own Python 3.12 process"}
+    if in_process:
+        record = worker(case, data_dir, result)
+        record["extra"] = None  # one process for all cases: its peak says nothing per case
+        return record
+    python = python_for(case)
+    if python is None:
+        return {"skipped": "no Python 3.12 (pyenv) for scanpy 1.12"}
+    command = [python, __file__, "--worker", case, "--data", str(data_dir)]
+    command += ["--result", str(result)] if result else []
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{case} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(results: dict[str, list[dict[str, Any]]], equal: dict[str, str]) -> str:
+    base = statistics.median(r["seconds"] for r in results["from_cells"])
+    x_bytes = results["from_cells"][0]["x_bytes"]
+    lines = [
+        f"X: {x_bytes / 2**30:.2f} GiB (CSR: float32 data, int32 indices)",
+        "",
+        "| case | median s | × from_cells | extra memory | % of X | sums |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for case, runs in results.items():
+        if "skipped" in runs[0]:
+            lines.append(f"| {case} | skipped: {runs[0]['skipped']} | | | | |")
+            continue
+        label = LABELS[case].format(version=runs[0]["version"])
+        seconds = statistics.median(r["seconds"] for r in runs)
+        extras = [r["extra"] for r in runs if r["extra"] is not None]
+        memory = statistics.median(extras) if extras else None
+        mem = "–" if memory is None else f"{memory / 2**20:,.0f} MiB"
+        share = "–" if memory is None else f"{100 * memory / x_bytes:.1f}%"
+        lines.append(
+            f"| {label} | {seconds:.3f} | {seconds / base:.2f} | {mem} | {share} | {equal[case]} |"
+        )
+    return "\n".join(lines)
+
+
+def compare(case: str, work: Path, reference: np.ndarray) -> str:
+    path = work / f"{case}.npy"
+    if not path.exists():
+        return "–"
+    sums = np.load(path)
+    if not np.array_equal(sums, reference):
+        raise AssertionError(f"{case}: the sums differ from from_cells's")
+    return "equal"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", type=int, default=200_000)
+    parser.add_argument("--genes", type=int, default=20_000)
+    parser.add_argument("--density", type=float, default=0.05)
+    parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--groups", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help="comma-separated, from: " + ", ".join(CASES)
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "cytepool-bench"
+    )
+    parser.add_argument("--in-process", action="store_true", help="no fresh processes (smoke test)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.data, args.result)))
+        return 0
+    cases = ["from_cells", *(c for c in args.cases.split(",") if c != "from_cells")]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {unknown}")
+    options = {
+        k: v
+        for k, v in vars(args).items()
+        if k in ("cells", "genes", "density", "samples", "groups", "seed")
+    }
+    data_dir = generate(args.cache, argparse.Namespace(**options))
+    work = Path(tempfile.mkdtemp(prefix="pooling-", dir=args.cache))
+    try:
+        results = {case: [] for case in cases}
+        for repeat in range(args.repeats):
+            for case in cases:
+                results[case].append(measure(case, data_dir, work, repeat, args.in_process))
+        reference = np.load(work / "from_cells.npy")
+        if reference.dtype != np.int64:
+            raise AssertionError(f"from_cells gave {reference.dtype} sums, expected int64")
+        equal = {case: compare(case, work, reference) for case in cases}
+        equal["from_cells"] = "int64"
+    finally:
+        shutil.rmtree(work)
+    command = "python benchmarks/pooling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(
+        f"`{command.strip()}` — {args.cells:,} cells × {args.genes:,} genes, density {args.density}, "
+        f"{args.samples} samples × {args.groups} groups, {args.repeats} runs each, "
+        f"{os.cpu_count()} CPUs\n"
+    )
+    print(table(results, equal))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,615 @@
+"""Canonical per-part digests of a cube and the fingerprint built from them.
+
+A cube's fingerprint is a SHA-256 that depends on its content only: the three tables, the
+cell numbers, the normalization, the layer names, their data types and their values. It
+does not depend on memory layout, byte order, the table backend (pandas, polars, pyarrow),
+chunking, compression or whether a layer is lazy. It is built from per-part digests -- one
+per table, one for the cells, one for the normalization and one per (layer, group) -- so a
+cube file can store them, give the fingerprint without reading its layers and verify each
+group when it is read whole. The byte encodings are specified in ``docs/cube.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool.errors import FormatError
+
+if TYPE_CHECKING:
+    from cytepool.cube import Normalization
+
+__all__ = [
+    "LAYER_DTYPES",
+    "TABLE_NAMES",
+    "Digests",
+    "cells_digest",
+    "group_digest",
+    "normalization_digest",
+    "table_digest",
+]
+
+#: The data types a layer may have, by name.
+LAYER_DTYPES: Mapping[str, np.dtype[Any]] = {
+    name: np.dtype(name) for name in ("int32", "int64", "uint32", "uint64", "float32", "float64")
+}
+
+#: The names of the three tables, in the order the fingerprint uses them.
+TABLE_NAMES = ("samples", "groups", "features")
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
+_TIME_UNITS = ("s", "ms", "us", "ns")
+_PIECE_BYTES = 1 << 20
+
+
+def _u64(value: int) -> bytes:
+    return struct.pack("<Q", value)
+
+
+def _text(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _u64(len(data)) + data
+
+
+# --------------------------------------------------------------------------- layers, cells
+
+
+def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
+    """Return ``dtype`` as a native numpy dtype if a layer may have it, else raise TypeError."""
+    try:
+        found = np.dtype(dtype)
+    except TypeError:
+        found = None
+    if found is None or found.newbyteorder("=").name not in LAYER_DTYPES:
+        msg = f"{what}: expected a data type among {', '.join(LAYER_DTYPES)}, found {dtype!r}"
+        raise TypeError(msg)
+    return LAYER_DTYPES[found.newbyteorder("=").name]
+
+
+def group_digest(dtype: Any, block: Any) -> str:
+    """Digest of one group of a layer: its samples x features matrix.
+
+    Parameters
+    ----------
+    dtype
+        The layer's data type (int32, int64, uint32, uint64, float32 or float64).
+    block
+        A 2-D array ``(n_samples, n_features)`` of that data type, in any byte order or
+        memory layout.
+
+    Returns
+    -------
+    str
+        The lowercase hex SHA-256 of the canonical encoding (see ``docs/cube.md``).
+
+    Raises
+    ------
+    TypeError
+        If ``dtype`` is not a layer data type or ``block`` has another data type.
+    ValueError
+        If ``block`` is not 2-D.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cytepool.fingerprint import group_digest
+    >>> a = np.array([[1, 2], [3, 4]], dtype="int32")
+    >>> group_digest("int32", a) == group_digest("int32", np.asfortranarray(a))
+    True
+    >>> group_digest("int32", a) == group_digest("int64", a.astype("int64"))
+    False
+    """
+    dt = layer_dtype(dtype)
+    arr = np.asarray(block)
+    if arr.ndim != 2:
+        msg = f"group block: expected a 2-D (samples, features) array, found shape {arr.shape}"
+        raise ValueError(msg)
+    if arr.dtype.newbyteorder("=") != dt:
+        msg = f"group block: expected data type {dt.name}, found {arr.dtype}"
+        raise TypeError(msg)
+    h = hashlib.sha256(b"cytepool.group/1\0")
+    h.update(_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
+    rows = max(1, _PIECE_BYTES // max(1, arr.shape[1] * dt.itemsize))
+    for start in range(0, arr.shape[0], rows):  # in pieces: little memory beyond the block
+        piece = arr[start : start + rows]
+        if dt.kind == "f":
+            piece = piece + dt.type(0)  # -0.0 -> +0.0
+        h.update(np.ascontiguousarray(piece, dtype=dt.newbyteorder("<")).data)
+    return h.hexdigest()
+
+
+def cells_digest(cells: Any) -> str:
+    """Digest of the cell numbers, an integer array ``(n_groups, n_samples)``.
+
+    The values are encoded as int64, whatever the integer type given.
+
+    Raises
+    ------
+    TypeError
+        If ``cells`` is not an integer array.
+    ValueError
+        If ``cells`` is not 2-D or holds a value int64 cannot hold.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cytepool.fingerprint import cells_digest
+    >>> cells_digest(np.array([[1, 0]], dtype="int32")) == cells_digest([[1, 0]])
+    True
+    """
+    arr = np.asarray(cells)
+    if arr.dtype.kind not in "iu":
+        msg = f"cells: expected an integer array, found data type {arr.dtype}"
+        raise TypeError(msg)
+    if arr.ndim != 2:
+        msg = f"cells: expected a 2-D (groups, samples) array, found shape {arr.shape}"
+        raise ValueError(msg)
+    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+        msg = "cells: a value does not fit int64"
+        raise ValueError(msg)
+    data = np.ascontiguousarray(arr, dtype="<i8")
+    h = hashlib.sha256(b"cytepool.cells/1\0")
+    h.update(_u64(arr.shape[0]) + _u64(arr.shape[1]))
+    h.update(data.data)
+    return h.hexdigest()
+
+
+def normalization_digest(normalization: Normalization | None) -> str:
+    """Digest of a normalization (or of its absence, ``None``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cytepool import Normalization
+    >>> from cytepool.fingerprint import normalization_digest
+    >>> n = Normalization("size_factors", np.ones((2, 3)))
+    >>> normalization_digest(n) != normalization_digest(None)
+    True
+    """
+    h = hashlib.sha256(b"cytepool.normalization/1\0")
+    if normalization is None:
+        h.update(b"\0")
+        return h.hexdigest()
+    factors = np.ascontiguousarray(normalization.factors, dtype="<f8") + 0.0
+    h.update(b"\1" + _text(normalization.method))
+    h.update(_u64(factors.shape[0]) + _u64(factors.shape[1]))
+    h.update(np.ascontiguousarray(factors, dtype="<f8").data)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class CanonicalColumn:
+    """A column in canonical form: a type tag, a null mask and one value per row.
+
+    ``values`` is a little-endian fixed-width numpy array (null rows hold 0) or, for the
+    ``string`` tag, an object array of UTF-8 ``bytes`` (null rows hold ``b""``).
+    """
+
+    name: str
+    tag: str
+    mask: np.ndarray[Any, Any]
+    values: np.ndarray[Any, Any]
+
+    def encode(self) -> bytes:
+        """The canonical bytes of the column (see ``docs/cube.md``)."""
+        bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
+        if self.values.dtype == object:  # string values, also of a categorical[string]
+            payload = b"".join(_u64(len(v)) + v for v in self.values)
+        else:
+            payload = np.ascontiguousarray(self.values).tobytes()
+        return _text(self.name) + _text(self.tag) + bits + _u64(len(payload)) + payload
+
+    def row_keys(self) -> list[Any]:
+        """One hashable, comparable key per row (None for a null)."""
+        vals = self.values.tolist()
+        return [None if m else v for m, v in zip(self.mask.tolist(), vals, strict=True)]
+
+
+def _dtype_tag(dtype: Any) -> str | None:
+    """The tag of a simple narwhals dtype, or None."""
+    import narwhals.stable.v2 as nw
+
+    simple = {
+        nw.Boolean: "bool",
+        nw.Int8: "int8",
+        nw.Int16: "int16",
+        nw.Int32: "int32",
+        nw.Int64: "int64",
+        nw.UInt8: "uint8",
+        nw.UInt16: "uint16",
+        nw.UInt32: "uint32",
+        nw.UInt64: "uint64",
+        nw.Float16: "float16",
+        nw.Float32: "float32",
+        nw.Float64: "float64",
+        nw.String: "string",
+        nw.Date: "date",
+    }
+    for kind, tag in simple.items():
+        if dtype == kind:
+            return tag
+    return None
+
+
+def _unsupported(name: str, dtype: Any) -> TypeError:
+    msg = (
+        f"table column {name!r}: data type {dtype} is not supported; expected booleans, "
+        "integers, floats, strings, categoricals, dates, datetimes or durations"
+    )
+    return TypeError(msg)
+
+
+def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
+    """Return a narwhals (or native) series in canonical form.
+
+    Raises TypeError naming the column for a data type the fingerprint does not cover.
+    """
+    import narwhals.stable.v2 as nw
+
+    s = nw.from_native(series, series_only=True, allow_series=True)
+    name = str(s.name) if name is None else name
+    dtype = s.dtype
+    if dtype == nw.Categorical or dtype == nw.Enum:
+        inner, extra = _decode_categorical(s)
+        col = canonical_column(inner, name)
+        mask = col.mask | extra
+        values = col.values.copy()
+        values[mask] = b"" if col.tag == "string" else 0
+        return CanonicalColumn(name, f"categorical[{col.tag}]", mask, values)
+    mask = np.asarray(s.is_null().to_numpy(), dtype=bool)
+    if dtype == nw.Datetime or dtype == nw.Duration:
+        return _temporal(s, name, mask)
+    if dtype == nw.Object:
+        return _object_column(s, name, mask)
+    tag = _dtype_tag(dtype)
+    if tag is None:
+        raise _unsupported(name, dtype)
+    if tag == "string":
+        return _string_column(s.to_list(), name, mask, dtype)
+    if tag == "date":
+        return _date_column(s.to_list(), name, mask, dtype)
+    fill: Any = False if tag == "bool" else 0
+    values = np.asarray(s.fill_null(fill).to_numpy())
+    if tag == "bool":
+        values = values.astype(np.uint8)
+    else:
+        values = values.astype(np.dtype(tag).newbyteorder("<"))
+    if tag.startswith("float"):
+        mask = mask | np.isnan(values)
+        values = values + values.dtype.type(0)  # -0.0 -> +0.0
+    values[mask] = 0
+    return CanonicalColumn(name, tag, mask, values)
+
+
+def _string_column(items: list[Any], name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Any:
+    out = np.empty(len(items), dtype=object)
+    for i, (item, missing) in enumerate(zip(items, mask.tolist(), strict=True)):
+        if missing:
+            out[i] = b""
+        elif isinstance(item, str):
+            out[i] = item.encode("utf-8")
+        else:
+            raise _unsupported(name, f"{dtype} holding {type(item).__name__}")
+    return CanonicalColumn(name, "string", mask, out)
+
+
+def _date_column(items: list[Any], name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Any:
+    out = np.zeros(len(items), dtype="<i4")
+    for i, (item, missing) in enumerate(zip(items, mask.tolist(), strict=True)):
+        if missing:
+            continue
+        if not isinstance(item, _dt.date) or isinstance(item, _dt.datetime):
+            raise _unsupported(name, f"{dtype} holding {type(item).__name__}")
+        out[i] = item.toordinal() - _EPOCH_ORDINAL
+    return CanonicalColumn(name, "date", mask, out)
+
+
+def _object_column(s: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalColumn:
+    items = s.to_list()
+    present = [v for v, m in zip(items, mask.tolist(), strict=True) if not m]
+    if present and all(isinstance(v, str) for v in present):
+        return _string_column(items, name, mask, s.dtype)
+    if present and all(
+        isinstance(v, _dt.date) and not isinstance(v, _dt.datetime) for v in present
+    ):
+        return _date_column(items, name, mask, s.dtype)
+    if not present:
+        return _string_column(items, name, mask, s.dtype)
+    kinds = sorted({type(v).__name__ for v in present})
+    raise _unsupported(name, f"Object holding {', '.join(kinds)}")
+
+
+def _temporal(s: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalColumn:
+    import narwhals.stable.v2 as nw
+
+    unit = s.dtype.time_unit
+    if unit not in _TIME_UNITS:  # pragma: no cover - narwhals knows only these
+        raise _unsupported(name, s.dtype)
+    if s.dtype == nw.Datetime:
+        tz = s.dtype.time_zone
+        if tz is not None:
+            s = s.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
+        tag = f"datetime[{unit}]" if tz is None else f"datetime[{unit},{tz}]"
+        raw = np.asarray(s.to_numpy()).astype(f"datetime64[{unit}]")
+    else:
+        tag = f"duration[{unit}]"
+        raw = np.asarray(s.to_numpy()).astype(f"timedelta64[{unit}]")
+    values = raw.view(np.int64).astype("<i8")
+    mask = mask | np.isnat(raw)
+    values[mask] = 0
+    return CanonicalColumn(name, tag, mask, values)
+
+
+def _decode_categorical(s: Any) -> tuple[Any, np.ndarray[Any, Any]]:
+    """The values of a categorical series in the type of its categories, and a null mask."""
+    import narwhals.stable.v2 as nw
+
+    impl = s.implementation
+    native = s.to_native()
+    n = len(s)
+    if impl.is_pandas_like():
+        cats = native.cat.categories
+        codes = np.asarray(native.cat.codes.to_numpy())
+        if len(cats):
+            inner = native.__class__(cats.take(np.where(codes < 0, 0, codes)), name=native.name)
+        else:  # no categories, so no type: every value is missing, counted as strings
+            inner = native.__class__([None] * n, dtype=object, name=native.name)
+        return nw.from_native(inner, series_only=True), codes < 0
+    if impl.is_pyarrow():
+        import pyarrow as pa
+
+        value_type = native.type.value_type
+        chunks = [c.dictionary_decode() for c in native.chunks]
+        inner = pa.chunked_array(chunks, type=value_type)
+        return nw.from_native(inner, series_only=True), np.zeros(n, dtype=bool)
+    return s.cast(nw.String()), np.zeros(n, dtype=bool)
+
+
+def canonical_table(frame: Any) -> list[CanonicalColumn]:
+    """The columns of an eager frame in canonical form; a named pandas index comes first."""
+    import narwhals.stable.v2 as nw
+
+    df = nw.from_native(frame, eager_only=True)
+    columns: list[CanonicalColumn] = []
+    if df.implementation.is_pandas_like():
+        native = df.to_native()
+        index = native.index
+        if getattr(index, "nlevels", 1) != 1:
+            msg = "table: a pandas MultiIndex is not supported; reset it into columns"
+            raise TypeError(msg)
+        if index.name is not None:
+            iname = index.name
+            if not isinstance(iname, str):
+                msg = f"table: column names must be strings, found index name {iname!r}"
+                raise TypeError(msg)
+            columns.append(canonical_column(index.to_series(), iname))
+    for name in df.columns:
+        if not isinstance(name, str):
+            msg = f"table: column names must be strings, found {name!r}"
+            raise TypeError(msg)
+        columns.append(canonical_column(df.get_column(name), name))
+    return columns
+
+
+def table_digest(frame: Any) -> str:
+    """Digest of a table: any eager frame narwhals supports.
+
+    A named pandas index counts as the first column (so a pandas table indexed by
+    ``sample_id`` has the digest of a polars table whose first column is ``sample_id``);
+    an unnamed index is ignored. The digest depends on the column names and order, each
+    column's logical type and values, and the row order -- not on the backend or on how a
+    backend stores missing values. Floating-point NaN counts as missing.
+
+    Parameters
+    ----------
+    frame
+        A pandas, polars or pyarrow table (or a narwhals DataFrame).
+
+    Returns
+    -------
+    str
+        The lowercase hex SHA-256 of the canonical encoding (see ``docs/cube.md``).
+
+    Raises
+    ------
+    TypeError
+        If a column has a type the digest does not cover (nested, binary, mixed objects),
+        naming the column.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import polars as pl
+    >>> from cytepool.fingerprint import table_digest
+    >>> a = pd.DataFrame({"donor": ["d1", None]}, index=pd.Index(["s1", "s2"], name="sample_id"))
+    >>> b = pl.DataFrame({"sample_id": ["s1", "s2"], "donor": ["d1", None]})
+    >>> table_digest(a) == table_digest(b)
+    True
+    """
+    import narwhals.stable.v2 as nw
+
+    columns = canonical_table(frame)
+    n_rows = len(nw.from_native(frame, eager_only=True))
+    h = hashlib.sha256(b"cytepool.table/1\0")
+    h.update(_u64(n_rows) + _u64(len(columns)))
+    for column in columns:
+        h.update(column.encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- digests
+
+
+def _check_hex(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _HEX.fullmatch(value):
+        msg = f"digests: {what} must be 64 lowercase hex digits, found {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+@dataclass(frozen=True)
+class Digests:
+    """The per-part digests of a cube, from which its fingerprint is built.
+
+    Parameters
+    ----------
+    tables
+        The digest of each table, keyed ``"samples"``, ``"groups"`` and ``"features"``.
+    cells
+        The digest of the cell numbers.
+    normalization
+        The digest of the normalization (or of its absence).
+    layers
+        For each layer, the digests of its groups in order; ``None`` for a digest not known
+        yet (a lazy group not read).
+    dtypes
+        The data type name of each layer.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> cube = Cube(
+    ...     {"counts": np.ones((1, 2, 3), dtype="int32")},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
+    ...     groups=pd.DataFrame({"group_id": ["T"]}),
+    ...     features=pd.DataFrame({"feature_id": ["a", "b", "c"]}),
+    ...     cells=[[1, 1]],
+    ... )
+    >>> d = cube._digests()
+    >>> d.fingerprint() == cube.fingerprint
+    True
+    >>> type(d).from_json(d.to_json()) == d
+    True
+    """
+
+    tables: dict[str, str]
+    cells: str
+    normalization: str
+    layers: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        tables = dict(self.tables)
+        if sorted(tables) != sorted(TABLE_NAMES):
+            msg = f"digests: expected tables {list(TABLE_NAMES)}, found {sorted(tables)}"
+            raise ValueError(msg)
+        for key, value in tables.items():
+            _check_hex(value, f"table {key!r}")
+        _check_hex(self.cells, "cells")
+        _check_hex(self.normalization, "normalization")
+        layers = {str(k): tuple(v) for k, v in self.layers.items()}
+        dtypes = dict(self.dtypes)
+        if sorted(layers) != sorted(dtypes):
+            msg = (
+                f"digests: the layers {sorted(layers)} and the layers with a data type "
+                f"{sorted(dtypes)} differ"
+            )
+            raise ValueError(msg)
+        for name, groups in layers.items():
+            for i, digest in enumerate(groups):
+                if digest is not None:
+                    _check_hex(digest, f"layer {name!r} group {i}")
+            if dtypes[name] not in LAYER_DTYPES:
+                msg = f"digests: layer {name!r} has data type {dtypes[name]!r}, not a layer type"
+                raise ValueError(msg)
+        if len({len(v) for v in layers.values()}) > 1:
+            msg = "digests: the layers have different numbers of groups"
+            raise ValueError(msg)
+        object.__setattr__(self, "tables", tables)
+        object.__setattr__(self, "layers", layers)
+        object.__setattr__(self, "dtypes", dtypes)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every group digest is known."""
+        return all(v is not None for groups in self.layers.values() for v in groups)
+
+    def fingerprint(self) -> str:
+        """The cube's fingerprint: a hex SHA-256 of the part digests (see ``docs/cube.md``).
+
+        Raises
+        ------
+        ValueError
+            If a group digest is not known.
+        """
+        if not self.complete:
+            missing = [
+                f"{name!r} group {i}"
+                for name, groups in self.layers.items()
+                for i, v in enumerate(groups)
+                if v is None
+            ]
+            msg = f"digests: the fingerprint needs every group digest; missing {missing[:5]}"
+            raise ValueError(msg)
+        h = hashlib.sha256(b"cytepool.fingerprint/1\0")
+        for name in TABLE_NAMES:
+            h.update(bytes.fromhex(self.tables[name]))
+        h.update(bytes.fromhex(self.cells) + bytes.fromhex(self.normalization))
+        names = sorted(self.layers, key=lambda n: n.encode("utf-8"))
+        h.update(_u64(len(names)))
+        for name in names:
+            groups = self.layers[name]
+            h.update(_text(name) + _text(self.dtypes[name]) + _u64(len(groups)))
+            for value in groups:
+                h.update(bytes.fromhex(value or ""))
+        return h.hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        """The digests as a JSON-serialisable dict (unknown group digests are null)."""
+        return {
+            "tables": {name: self.tables[name] for name in TABLE_NAMES},
+            "cells": self.cells,
+            "normalization": self.normalization,
+            "layers": {name: list(groups) for name, groups in self.layers.items()},
+            "dtypes": dict(self.dtypes),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Digests:
+        """Digests from the dict :meth:`to_json` gives.
+
+        Raises
+        ------
+        FormatError
+            If ``data`` is not such a dict (a ValueError).
+        """
+        keys = {"tables", "cells", "normalization", "layers", "dtypes"}
+        if not isinstance(data, Mapping) or set(data) != keys:
+            found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+            msg = f"digests: expected an object with keys {sorted(keys)}, found {found}"
+            raise FormatError(msg)
+        try:
+            for key in ("tables", "layers", "dtypes"):
+                if not isinstance(data[key], Mapping):
+                    msg = f"digests: {key!r} must be an object, found {data[key]!r}"
+                    raise ValueError(msg)
+            layers = {}
+            for name, groups in data["layers"].items():
+                if not isinstance(groups, Sequence) or isinstance(groups, str):
+                    msg = f"digests: layer {name!r} must be a list, found {groups!r}"
+                    raise ValueError(msg)
+                layers[name] = tuple(groups)
+            return cls(
+                tables=dict(data["tables"]),
+                cells=data["cells"],
+                normalization=data["normalization"],
+                layers=layers,
+                dtypes=dict(data["dtypes"]),
+            )
+        except (TypeError, ValueError) as err:
+            if isinstance(err, FormatError):
+                raise
+            raise FormatError(str(err)) from err

@@ -1,0 +1,1632 @@
+"""Convert between cubes and AnnData / MuData, the formats scanpy, decoupler and PyDESeq2 use.
+
+Cells to cubes: :func:`from_anndata` pools the cells of an AnnData (in memory, backed, lazily
+opened with dask, or a path to an ``.h5ad`` file or AnnData ``.zarr`` store) with
+:func:`cytepool.from_cells`, reading on-disk matrices in row blocks so that memory stays
+bounded by one block plus the cube; :func:`from_mudata_cells` does the same for every
+modality of a MuData.
+
+Cubes to pseudobulk AnnData and back: :func:`to_anndata` writes one observation per profile
+(sample x group) and :func:`from_pseudobulk` reads ours, scanpy's ``sc.get.aggregate``
+output and decoupler's pseudobulk output. :func:`to_mudata` / :func:`from_mudata` use one
+modality per group.
+
+What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only types that
+``write_h5ad`` and ``write_zarr`` accept):
+
+- ``format`` (``"cytepool.pseudobulk"``) and ``version`` (1);
+- ``layer``: the name of the layer held in ``X``; ``layers``: every layer name, in order;
+- ``dtypes``: JSON text ``{"layers": {name: dtype}, "samples" | "groups" | "features":
+  {column: pandas dtype}}``, so that the reader restores what writing changed (anndata
+  turns repeated strings into categoricals; columns anndata cannot write, such as
+  nullable strings or datetimes, are stored as strings or categoricals);
+- ``samples``, ``groups``: the whole sample and group tables (samples whose profiles are
+  all empty are in no observation, yet belong to the cube);
+- ``cells``: the cell numbers ``(n_groups, n_samples)``;
+- ``normalization``: ``{"method", "factors"}`` when the cube has one;
+- ``metadata``, ``provenance``: JSON text;
+- ``modalities`` (MuData only): the modality name of each group.
+
+The anndata and mudata packages (the ``anndata`` extra) are imported only when a function
+needs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import anndata
+    import mudata
+    import pandas as pd
+
+    from cytepool.cube import Cube
+
+__all__ = [
+    "RECORD_KEY",
+    "from_anndata",
+    "from_mudata",
+    "from_mudata_cells",
+    "from_pseudobulk",
+    "to_anndata",
+    "to_mudata",
+]
+
+RECORD_KEY = "cytepool"
+"""The ``uns`` key under which :func:`to_anndata` and :func:`to_mudata` store the record."""
+
+_RECORD_FORMAT = "cytepool.pseudobulk"
+_RECORD_VERSION = 1
+_ID_COLUMNS = {"samples": "sample_id", "groups": "group_id", "features": "feature_id"}
+_CELLS_COLUMNS = ("n_cells", "psbulk_cells")
+_INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64"})
+_BLOCK_NONZEROS = 1 << 24  # nonzeros per row block read from a sparse matrix on disk
+_BLOCK_BYTES = 1 << 27  # bytes per row block read from a dense matrix on disk
+
+Covariates = Sequence[str] | None
+
+# ---------------------------------------------------------------------------------------------
+# Cells to cubes
+# ---------------------------------------------------------------------------------------------
+
+
+def from_anndata(
+    adata: anndata.AnnData | str | os.PathLike[str],
+    *,
+    sample_key: str,
+    group_key: str,
+    layer: str | None = None,
+    use_raw: bool = False,
+    samples: Covariates = None,
+    groups: Covariates = None,
+    features: Covariates = None,
+    layers: Sequence[str] = ("counts",),
+    progress: bool | None = None,
+) -> Cube:
+    """Pool the cells of an AnnData into a cube, one profile per sample and group.
+
+    The counts are read once, pooled with :func:`cytepool.from_cells`. A matrix that
+    lives on disk (``.h5ad`` opened with ``backed="r"``, a path, or a dask array from a
+    lazily opened AnnData) is read in row blocks, so memory stays bounded by one block plus
+    the cube whatever the number of cells. The input is never modified.
+
+    Parameters
+    ----------
+    adata
+        The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store,
+        which is opened read-only (only ``obs``, ``var`` and the matrix are read).
+    sample_key, group_key
+        The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
+        ``str`` values of the labels, sorted (as :func:`cytepool.from_cells` sorts them).
+    layer
+        The layer that holds the counts; None for ``X``.
+    use_raw
+        Read ``raw.X`` and take the features from ``raw.var``.
+    samples
+        The ``obs`` columns kept as sample covariates. None keeps every column that is
+        constant within each sample; a named column that varies within a sample is an
+        error.
+    groups
+        The ``obs`` columns kept as group covariates. None keeps every column that is
+        constant within each group and is not a sample covariate.
+    features
+        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all.
+    layers
+        The layers to make, as in :func:`cytepool.from_cells`: ``"counts"`` and/or
+        ``"detected"`` (the number of cells with a nonzero value).
+    progress
+        Show a progress bar on stderr while an on-disk matrix is read: None shows it when
+        stderr is a terminal.
+
+    Returns
+    -------
+    Cube
+        With the layer ``"counts"`` (integer when every value is a whole number, else
+        float64) and the cell numbers of every profile.
+
+    Raises
+    ------
+    KeyError
+        If a key, layer or column does not exist.
+    ValueError
+        If a label is missing, a named covariate varies within a sample or group, the
+        values are negative or not finite, var names are not unique, or ``layer`` and
+        ``use_raw`` are both given.
+
+    Examples
+    --------
+    >>> import anndata as ad
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool.io.anndata import from_anndata
+    >>> obs = pd.DataFrame(
+    ...     {"donor": ["d1", "d1", "d2"], "age": [30, 30, 41], "cell_type": ["B", "T", "B"]},
+    ...     index=["c1", "c2", "c3"],
+    ... )
+    >>> adata = ad.AnnData(np.array([[1, 0], [2, 3], [0, 4]], dtype=np.float32), obs=obs)
+    >>> cube = from_anndata(adata, sample_key="donor", group_key="cell_type")
+    >>> cube.profiles("B").tolist()
+    [[1, 0], [0, 4]]
+    >>> cube.samples
+              age
+    sample_id
+    d1         30
+    d2         41
+    """
+    if isinstance(adata, str | os.PathLike):
+        with _open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, where):
+            return _pool(matrix, obs, var, where, **_keys(locals()))
+    matrix, var, where = _matrix_of(adata, layer=layer, use_raw=use_raw)
+    return _pool(matrix, _frame(adata.obs), _frame(var), where, **_keys(locals()))
+
+
+def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    names = ("sample_key", "group_key", "samples", "groups", "features", "layers", "progress")
+    return {name: arguments[name] for name in names}
+
+
+def from_mudata_cells(
+    mdata: mudata.MuData,
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates = None,
+    groups: Covariates = None,
+    layers: Sequence[str] = ("counts",),
+    progress: bool | None = None,
+) -> dict[str, Cube]:
+    """Pool each modality of a cell-level MuData (e.g. RNA + protein) into its own cube.
+
+    The cubes share their samples and groups: the same ids, in the same order, with the
+    same covariates, so that a profile of one modality has its partner in every other (a
+    sample or group absent from a modality gets empty profiles there).
+
+    Parameters
+    ----------
+    mdata
+        The cells. Labels and covariates are read from each modality's ``obs``, or, for a
+        key a modality lacks, from the global ``mdata.obs``.
+    sample_key, group_key, samples, groups, layers, progress
+        As in :func:`from_anndata`.
+
+    Returns
+    -------
+    dict of str to Cube
+        One cube per modality, in modality order, each with the layer ``"counts"`` from the
+        modality's ``X``.
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`from_anndata`, naming the modality.
+
+    Examples
+    --------
+    >>> import anndata as ad
+    >>> import mudata as md
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool.io.anndata import from_mudata_cells
+    >>> obs = pd.DataFrame({"donor": ["d1", "d2"], "cell_type": ["B", "B"]}, index=["c1", "c2"])
+    >>> genes, proteins = pd.DataFrame(index=["CD19", "MS4A1"]), pd.DataFrame(index=["CD20"])
+    >>> rna = ad.AnnData(np.array([[1, 2], [3, 4]]), obs=obs, var=genes)
+    >>> prot = ad.AnnData(np.array([[5], [6]]), obs=obs, var=proteins)
+    >>> with md.set_options(pull_on_update=False):
+    ...     mdata = md.MuData({"rna": rna, "prot": prot})
+    >>> cubes = from_mudata_cells(mdata, sample_key="donor", group_key="cell_type")
+    >>> {name: cube.shape for name, cube in cubes.items()}
+    {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
+    """
+    observations = {name: _modality_obs(mdata, name, (sample_key, group_key)) for name in mdata.mod}
+    everything = _concat_frames(list(observations.values()))
+    roles = ((sample_key, "sample_key"), (group_key, "group_key"))
+    (sample_codes, sample_ids), (group_codes, group_ids) = (
+        _labels(everything, key, role, "mdata") for key, role in roles
+    )
+    sample_table, group_table = _axis_tables(
+        everything,
+        (sample_key, group_key),
+        (sample_codes, group_codes),
+        (sample_ids, group_ids),
+        (samples, groups),
+        "mdata",
+    )
+    cubes = {}
+    for name, obs in observations.items():
+        modality = mdata.mod[name]
+        where = f"modality {name!r}"
+        labels = [_labels(obs, key, role, where) for key, role in roles]
+        cube = _pool_with_tables(
+            _matrix_of(modality, layer=None, use_raw=False)[0],
+            modality.var,
+            where,
+            labels=labels,
+            tables=(sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]]),
+            features=None,
+            layers=layers,
+            progress=progress,
+        )
+        cube = _widened(cube, sample_table, group_table)
+        parameters = {"modality": name, "sample_key": sample_key, "group_key": group_key}
+        cubes[name] = _stamped(cube, cube.provenance, "from_mudata_cells", parameters)
+    return cubes
+
+
+def _widened(cube: Cube, samples: pd.DataFrame, groups: pd.DataFrame) -> Cube:
+    """The cube on all of ``samples`` and ``groups``: the profiles it lacks are empty."""
+    from cytepool.cube import Cube
+
+    if cube.shape[:2] == (len(groups), len(samples)):
+        return cube
+    rows = np.ix_(
+        groups.index.get_indexer(cube.groups.index), samples.index.get_indexer(cube.samples.index)
+    )
+    layers = {}
+    for name, layer in cube.layers.items():
+        layers[name] = np.zeros((len(groups), len(samples), cube.shape[2]), dtype=layer.dtype)
+        layers[name][rows] = cube.to_numpy(name)
+    cells = np.zeros((len(groups), len(samples)), dtype=np.int64)
+    cells[rows] = cube.cells
+    return Cube._from_parts(
+        layers,
+        samples=samples,
+        groups=groups,
+        features=cube.features,
+        cells=cells,
+        normalization=None,
+        metadata=None,
+        provenance=cube.provenance,
+        digests=None,
+    )
+
+
+def _modality_obs(mdata: mudata.MuData, name: str, keys: Sequence[str]) -> pd.DataFrame:
+    """The obs of one modality, with the keys it lacks taken from the global obs."""
+    obs = mdata.mod[name].obs
+    missing = [key for key in keys if key not in obs.columns]
+    if not missing:
+        return obs
+    absent = [key for key in missing if key not in mdata.obs.columns]
+    if absent:
+        msg = (
+            f"obs column {absent[0]!r} is in neither the obs of modality {name!r} nor the "
+            f"global mdata.obs"
+        )
+        raise KeyError(msg)
+    glob = mdata.obs
+    if not glob.index.is_unique:
+        msg = "mdata.obs_names are not unique: cannot take labels from the global obs"
+        raise ValueError(msg)
+    obs = obs.copy()
+    for key in missing:
+        obs[key] = glob[key].reindex(obs.index).to_numpy()
+    return obs
+
+
+def _pool(
+    matrix: Any,
+    obs: pd.DataFrame,
+    var: pd.DataFrame,
+    where: str,
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates,
+    groups: Covariates,
+    features: Covariates,
+    layers: Sequence[str],
+    progress: bool | None,
+) -> Cube:
+    labels = [
+        _labels(obs, sample_key, "sample_key", where),
+        _labels(obs, group_key, "group_key", where),
+    ]
+    tables = _axis_tables(
+        obs,
+        (sample_key, group_key),
+        (labels[0][0], labels[1][0]),
+        (labels[0][1], labels[1][1]),
+        (samples, groups),
+        where,
+    )
+    cube = _pool_with_tables(
+        matrix,
+        var,
+        where,
+        labels=labels,
+        tables=tables,
+        features=features,
+        layers=layers,
+        progress=progress,
+    )
+    parameters = {"source": where, "sample_key": sample_key, "group_key": group_key}
+    return _stamped(cube, cube.provenance, "from_anndata", parameters)
+
+
+def _pool_with_tables(
+    matrix: Any,
+    var: pd.DataFrame,
+    where: str,
+    *,
+    labels: Sequence[tuple[np.ndarray, list[str]]],
+    tables: tuple[pd.DataFrame, pd.DataFrame],
+    features: Covariates,
+    layers: Sequence[str],
+    progress: bool | None,
+) -> Cube:
+    """Pool ``matrix`` (cells x features) by the (codes, ids) ``labels`` of its rows."""
+    import pandas as pd
+
+    from cytepool.pooling import from_cells
+
+    feature_table = _feature_table(var, features, where)
+    shape = tuple(matrix.shape)
+    expected = (len(labels[0][0]), len(feature_table))
+    if shape != expected:
+        msg = f"{where}: the matrix has shape {shape}, expected {expected} (cells x features)"
+        raise ValueError(msg)
+    sample_labels, group_labels = (
+        pd.Categorical.from_codes(
+            table.index.get_indexer(pd.Index(ids, dtype=object))[codes], categories=table.index
+        )
+        for (codes, ids), table in zip(labels, tables, strict=True)
+    )
+
+    def pool(counts: Any, features: pd.DataFrame) -> Cube:
+        try:
+            return from_cells(
+                counts,
+                sample_labels=sample_labels,
+                group_labels=group_labels,
+                samples=tables[0],
+                groups=tables[1],
+                features=features,
+                layers=layers,
+            )
+        except (TypeError, ValueError) as error:  # say which matrix, and what to do
+            msg = f"{where}: {error}"
+            if "expected finite values >= 0" in str(error):
+                msg += "; pool counts: choose their layer with layer= or use_raw=True"
+            raise type(error)(msg) from error
+
+    if _is_sparse_dataset(matrix) and matrix.format == "csc":
+        return _pool_columns(matrix, feature_table, pool, progress)
+    return pool(_cell_rows(matrix, progress), feature_table)
+
+
+def _pool_columns(
+    matrix: Any, features: pd.DataFrame, pool: Callable[[Any, pd.DataFrame], Cube], progress: Any
+) -> Cube:
+    """Pool a CSC matrix on disk in blocks of columns, then join them along the features."""
+    from cytepool.cube import Cube
+
+    bar = _Progress(matrix.shape[1], "pooling", "features", enabled=_progress_on(progress))
+    parts = []
+    try:
+        for start, stop in _nonzero_bounds(matrix.group["indptr"], matrix.shape[1]):
+            parts.append(pool(matrix[:, start:stop], features.iloc[start:stop]))
+            bar.update(stop - start)
+    finally:
+        bar.close()
+    if len(parts) == 1:
+        return parts[0]
+    layers = {}
+    for name in parts[0].layers:
+        dtype = np.result_type(*(part.layers[name].dtype for part in parts))
+        layers[name] = np.concatenate([part.to_numpy(name).astype(dtype) for part in parts], 2)
+    first = parts[0]
+    return Cube._from_parts(
+        layers,
+        samples=first.samples,
+        groups=first.groups,
+        features=features,
+        cells=first.cells,
+        normalization=None,
+        metadata=None,
+        provenance=first.provenance,
+        digests=None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Cubes to pseudobulk AnnData / MuData and back
+# ---------------------------------------------------------------------------------------------
+
+
+def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) -> anndata.AnnData:
+    """Make a pseudobulk AnnData: one observation per profile (sample x group).
+
+    It is what scanpy, decoupler and PyDESeq2 (which refuses sparse ``X``) expect of a
+    pseudobulk AnnData. Observations go group by group, samples in cube order within each
+    group, named ``"<sample_id>_<group_id>"``.
+
+    Parameters
+    ----------
+    cube
+        The cube; lazy layers are read one group at a time.
+    layer
+        The layer that becomes ``X`` (dense, with the layer's dtype, so integer when the
+        layer is). The other layers go to ``.layers`` under their names.
+    drop_empty
+        Leave out the profiles with no cells.
+
+    Returns
+    -------
+    anndata.AnnData
+        ``obs``: ``sample_id``, ``group_id`` (categoricals in cube order), ``n_cells``, then
+        the sample covariates and the group covariates (a name already taken gets the prefix
+        ``sample_`` or ``group_``); ``var``: the feature table; ``uns["cytepool"]``: the
+        normalization, metadata, provenance and what :func:`from_pseudobulk` needs to
+        rebuild the cube exactly (see the module documentation).
+
+    Raises
+    ------
+    KeyError
+        If the cube has no layer ``layer``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> from cytepool.io.anndata import to_anndata
+    >>> cube = Cube(
+    ...     {"counts": np.array([[[3, 0], [2, 5]], [[0, 0], [1, 1]]], dtype=np.int64)},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"], "condition": ["ctrl", "stim"]}),
+    ...     groups=pd.DataFrame({"group_id": ["B", "T"]}),
+    ...     features=pd.DataFrame({"feature_id": ["CD19", "CD3E"]}),
+    ...     cells=np.array([[4, 6], [0, 2]]),
+    ... )
+    >>> adata = to_anndata(cube)
+    >>> adata.obs
+         sample_id group_id  n_cells condition
+    s1_B        s1        B        4      ctrl
+    s2_B        s2        B        6      stim
+    s2_T        s2        T        2      stim
+    >>> adata.X
+    array([[3, 0],
+           [2, 5],
+           [1, 1]])
+    """
+    import anndata as ad
+
+    names = list(cube.layers)
+    if layer not in names:
+        msg = f"the cube has no layer {layer!r}; its layers are {names}"
+        raise KeyError(msg)
+    cells = np.asarray(cube.cells, dtype=np.int64)
+    group_rows, sample_rows = np.nonzero(cells > 0 if drop_empty else np.ones_like(cells, bool))
+    tables = _cube_tables(cube)
+    values = {name: _profile_rows(cube, name, group_rows, sample_rows) for name in names}
+    obs = _profile_obs(tables, group_rows, sample_rows, cells[group_rows, sample_rows])
+    adata = ad.AnnData(
+        X=values.pop(layer),
+        obs=obs,
+        var=_writable(tables["features"]),
+        layers=values,
+    )
+    adata.uns[RECORD_KEY] = _record(cube, tables, layer, cells)
+    return adata
+
+
+def from_pseudobulk(
+    adata: anndata.AnnData,
+    *,
+    sample_key: str = "sample_id",
+    group_key: str = "group_id",
+    layer: str | None = None,
+    cells_key: str | None = None,
+    samples: Covariates = None,
+    groups: Covariates = None,
+) -> Cube:
+    """Make a cube from a pseudobulk AnnData, one observation per profile.
+
+    Reads ours (:func:`to_anndata`), scanpy's ``sc.get.aggregate`` output (sums in
+    ``layers["sum"]``, which has no cell numbers: add them to ``obs`` and name the column
+    with ``cells_key``) and decoupler's pseudobulk output (sums in ``X``, cell numbers in
+    ``obs["psbulk_cells"]`` as floats). Profiles absent from ``obs`` are empty.
+
+    When ``uns["cytepool"]`` describes ``adata`` (every profile that had cells is there,
+    with the same number of cells) the cube is rebuilt exactly: ``from_pseudobulk(
+    to_anndata(cube))`` has the fingerprint of ``cube``, also after ``write_h5ad`` /
+    ``write_zarr`` and reading back. The sample and group tables, layer dtypes,
+    normalization, metadata and provenance come from the record then; observations
+    removed since keep only the samples and groups still present. Features always come
+    from ``var`` (columns added to it are kept).
+
+    Without a record, the layer is ``"counts"``: integer dtypes are kept, floats that are
+    all whole numbers become int64, other floats float64. Sample and group covariates are
+    found as in :func:`from_anndata`.
+
+    Parameters
+    ----------
+    adata
+        The pseudobulk AnnData; never modified.
+    sample_key, group_key
+        The ``obs`` columns holding each profile's sample and group.
+    layer
+        Where the sums are: a key of ``layers``, or None for ``X``.
+    cells_key
+        The ``obs`` column holding cell numbers (whole numbers, of any numeric dtype).
+        None looks for ``n_cells``, then ``psbulk_cells``.
+    samples, groups
+        Covariates, as in :func:`from_anndata` (ignored when the record is used).
+
+    Returns
+    -------
+    Cube
+
+    Raises
+    ------
+    KeyError
+        If a key, layer or column does not exist.
+    ValueError
+        If there are no cell numbers, a label is missing, a profile appears twice, a value
+        is negative, not finite or (for integer layers and cell numbers) not a whole number,
+        or var names are not unique.
+
+    Examples
+    --------
+    >>> import anndata as ad
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool.io.anndata import from_pseudobulk
+    >>> obs = pd.DataFrame(
+    ...     {"donor": ["d1", "d2"], "cell_type": ["B", "B"], "psbulk_cells": [4.0, 6.0]},
+    ...     index=["d1_B", "d2_B"],
+    ... )
+    >>> adata = ad.AnnData(np.array([[3.0, 0.0], [2.0, 5.0]]), obs=obs)
+    >>> cube = from_pseudobulk(adata, sample_key="donor", group_key="cell_type")
+    >>> cube.cells.tolist(), cube.layers["counts"].dtype
+    ([[4, 6]], dtype('int64'))
+    """
+    where = "adata"
+    sums: dict[str | None, np.ndarray] = {None: _pseudobulk_matrix(adata, layer, where)}
+    record = _read_record(adata.uns, where)
+    if record is not None:
+        for name in record["layers"]:
+            if name != record["layer"] and name in adata.layers and name != layer:
+                sums[name] = _pseudobulk_matrix(adata, name, where)
+    return _from_profiles(
+        _frame(adata.obs),
+        sums,
+        _frame(adata.var),
+        record,
+        where,
+        keys=(sample_key, group_key),
+        cells_key=cells_key,
+        covariates=(samples, groups),
+        stamp=(
+            "from_pseudobulk",
+            {
+                "sample_key": sample_key,
+                "group_key": group_key,
+                "layer": layer,
+                "cells_key": cells_key,
+            },
+        ),
+    )
+
+
+def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
+    """Make a MuData with one modality per group.
+
+    Each modality has one observation per sample (all samples, ``n_cells`` 0 for empty
+    profiles) with the sample covariates and ``n_cells`` in ``obs``, the feature table as
+    ``var``, the layer as ``X`` and the other layers in ``.layers``; the modalities share
+    both axes (MuData ``axis=-1``). The global ``obs`` is the sample table, the global
+    ``var`` the feature table; ``uns["cytepool"]`` is the record :func:`from_mudata` rebuilds the
+    cube from (with the group table and the modality name of each group: a ``/`` in a
+    group id becomes ``_`` in the modality name).
+
+    Parameters
+    ----------
+    cube
+        The cube.
+    layer
+        The layer that becomes each modality's ``X``.
+
+    Returns
+    -------
+    mudata.MuData
+
+    Raises
+    ------
+    KeyError
+        If the cube has no layer ``layer``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> from cytepool.io.anndata import to_mudata
+    >>> cube = Cube(
+    ...     {"counts": np.array([[[3, 0], [2, 5]], [[0, 0], [1, 1]]], dtype=np.int64)},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
+    ...     groups=pd.DataFrame({"group_id": ["B", "T"]}),
+    ...     features=pd.DataFrame({"feature_id": ["CD19", "CD3E"]}),
+    ...     cells=np.array([[4, 6], [0, 2]]),
+    ... )
+    >>> mdata = to_mudata(cube)
+    >>> list(mdata.mod), mdata.mod["T"].obs["n_cells"].tolist()
+    (['B', 'T'], [0, 2])
+    """
+    import anndata as ad
+    import mudata as md
+
+    names = list(cube.layers)
+    if layer not in names:
+        msg = f"the cube has no layer {layer!r}; its layers are {names}"
+        raise KeyError(msg)
+    tables = _cube_tables(cube)
+    cells = np.asarray(cube.cells, dtype=np.int64)
+    modalities = _modality_names(tables["groups"].index)
+    samples = _writable(tables["samples"])
+    samples.index.name = None
+    features = _writable(tables["features"])
+    mods = {}
+    for g, name in enumerate(modalities):
+        obs = samples.copy()
+        obs[_free_name("n_cells", obs.columns, "")] = cells[g]
+        values = {key: np.asarray(cube.profiles(g, layer=key)) for key in names}
+        mods[name] = ad.AnnData(values.pop(layer), obs=obs, var=features, layers=values)
+    with md.set_options(pull_on_update=False):
+        mdata = md.MuData(mods, axis=-1)  # every modality has the same obs and var
+    mdata.obs = samples
+    mdata.var = features
+    record = _record(cube, tables, layer, cells)
+    record["modalities"] = modalities
+    mdata.uns[RECORD_KEY] = record
+    return mdata
+
+
+def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
+    """Make a cube from a MuData with one modality per group, the inverse of :func:`to_mudata`.
+
+    Each modality holds one observation per sample (``obs_names`` are the sample ids) and
+    the cell numbers in ``obs`` (``cells_key``, or ``n_cells`` / ``psbulk_cells``); every
+    modality must have the same features. With the record of :func:`to_mudata` the cube is
+    rebuilt exactly (see :func:`from_pseudobulk`); without it, the groups are the modality
+    names and the layer ``"counts"`` holds each modality's ``X``.
+
+    Parameters
+    ----------
+    mdata
+        The MuData; never modified.
+    cells_key
+        The ``obs`` column of each modality holding cell numbers.
+
+    Returns
+    -------
+    Cube
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`from_pseudobulk`, and if the modalities' features differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> from cytepool.io.anndata import from_mudata, to_mudata
+    >>> cube = Cube(
+    ...     {"counts": np.array([[[3, 0], [2, 5]]], dtype=np.int64)},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
+    ...     groups=pd.DataFrame({"group_id": ["B"]}),
+    ...     features=pd.DataFrame({"feature_id": ["CD19", "CD3E"]}),
+    ...     cells=np.array([[4, 6]]),
+    ... )
+    >>> from_mudata(to_mudata(cube)).fingerprint == cube.fingerprint
+    True
+    """
+    import pandas as pd
+
+    record = _read_record(mdata.uns, "mdata")
+    names = list(mdata.mod)
+    if not names:
+        msg = "mdata has no modalities"
+        raise ValueError(msg)
+    layers: list[str | None] = [None]
+    if record is not None:
+        layers += [
+            name
+            for name in record["layers"]
+            if name != record["layer"] and all(name in mdata.mod[mod].layers for mod in names)
+        ]
+    group_of = (
+        dict(zip(record["modalities"], record["groups"].index, strict=True)) if record else {}
+    )
+    frames: list[pd.DataFrame] = []
+    sums: dict[str | None, list[np.ndarray]] = {}
+    var: pd.DataFrame | None = None
+    for name in names:
+        modality, where = mdata.mod[name], f"modality {name!r}"
+        var = _same_features(var, modality.var, where)
+        obs = pd.DataFrame(modality.obs).copy()
+        key = _cells_column(obs, cells_key, where)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "sample_id": obs.index.to_numpy(),
+                    "group_id": group_of.get(name, name),
+                    "n_cells": obs[key].to_numpy(),
+                },
+            )
+        )
+        for layer in layers:
+            sums.setdefault(layer, []).append(_pseudobulk_matrix(modality, layer, where))
+    obs = _concat_frames(frames)
+    stacked = {layer: np.concatenate(blocks) for layer, blocks in sums.items()}
+    return _from_profiles(
+        obs,
+        stacked,
+        var,
+        record,
+        "mdata",
+        keys=("sample_id", "group_id"),
+        cells_key="n_cells",
+        covariates=((), ()),
+        stamp=("from_mudata", {"cells_key": cells_key}),
+    )
+
+
+def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
+    if var is not None and not var.index.equals(other.index):
+        msg = f"{where} has other features than the first modality: every modality must match"
+        raise ValueError(msg)
+    return other if var is None else var
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiles (one row per sample x group) to a cube
+# ---------------------------------------------------------------------------------------------
+
+
+def _from_profiles(
+    obs: pd.DataFrame,
+    sums: Mapping[str | None, np.ndarray],
+    var: pd.DataFrame,
+    record: dict[str, Any] | None,
+    where: str,
+    *,
+    keys: tuple[str, str],
+    cells_key: str | None,
+    covariates: tuple[Covariates, Covariates],
+    stamp: tuple[str, dict[str, Any]],
+) -> Cube:
+    """Build a cube from profile rows; ``sums[None]`` holds the layer of ``X``."""
+    sample_codes, sample_ids = _labels(obs, keys[0], "sample_key", where)
+    group_codes, group_ids = _labels(obs, keys[1], "group_key", where)
+    cells = _whole_numbers(obs[_cells_column(obs, cells_key, where)], where)
+    _check_unique_profiles(sample_codes, group_codes, sample_ids, group_ids, where)
+    features = _feature_table(var, None, where)
+    if record is None:
+        tables = _axis_tables(
+            obs,
+            keys,
+            (sample_codes, group_codes),
+            (sample_ids, group_ids),
+            covariates,
+            where,
+            exclude=(_cells_column(obs, cells_key, where),),
+        )
+        layers = {"counts": _foreign_layer(sums[None], where)}
+        parts = _Parts(tables[0], tables[1], layers, None, {}, None)
+    else:
+        parts = _recorded_parts(record, sums, sample_ids, group_ids, cells, where)
+        parts.samples, parts.groups, keep = _kept_axes(
+            record, parts, (sample_codes, group_codes), (sample_ids, group_ids), cells
+        )
+        parts.normalization = _kept_normalization(parts, keep)
+        features = _restore(features, record["dtypes"].get("features", {}))
+    codes, ids = (sample_codes, group_codes), (sample_ids, group_ids)
+    return _assemble(parts, features, codes, ids, cells, stamp)
+
+
+@dataclass
+class _Parts:
+    """What a cube is built from, besides the features and the profile rows."""
+
+    samples: pd.DataFrame
+    groups: pd.DataFrame
+    layers: dict[str, np.ndarray]
+    normalization: tuple[str, np.ndarray] | None
+    metadata: dict[str, Any]
+    provenance: list[dict[str, Any]] | None
+
+
+def _recorded_parts(
+    record: dict[str, Any],
+    sums: Mapping[str | None, np.ndarray],
+    sample_ids: Sequence[str],
+    group_ids: Sequence[str],
+    cells: np.ndarray,
+    where: str,
+) -> _Parts:
+    dtypes = record["dtypes"]
+    samples = _restore(record["samples"], dtypes.get("samples", {}))
+    groups = _restore(record["groups"], dtypes.get("groups", {}))
+    for ids, table, name in ((sample_ids, samples, "sample"), (group_ids, groups, "group")):
+        unknown = sorted(set(ids) - set(table.index))
+        if unknown:
+            msg = (
+                f"{where}: obs holds {name} ids that uns[{RECORD_KEY!r}] does not know, e.g. "
+                f"{unknown[0]!r}; delete uns[{RECORD_KEY!r}] to read it as any pseudobulk AnnData"
+            )
+            raise ValueError(msg)
+    layers = {}
+    for name in record["layers"]:
+        key = None if name == record["layer"] else name
+        if key in sums:
+            dtype = dtypes["layers"][name]
+            layers[name] = _as_dtype(sums[key], dtype, f"{where}: layer {name!r}")
+    return _Parts(
+        samples,
+        groups,
+        layers,
+        record.get("normalization"),
+        record["metadata"],
+        record["provenance"],
+    )
+
+
+def _kept_axes(
+    record: dict[str, Any],
+    parts: _Parts,
+    codes: tuple[np.ndarray, np.ndarray],
+    ids: tuple[Sequence[str], Sequence[str]],
+    cells: np.ndarray,
+) -> tuple[pd.DataFrame, pd.DataFrame, tuple[np.ndarray, np.ndarray] | None]:
+    """All recorded samples and groups if obs is what was recorded, else those in obs."""
+    recorded = np.asarray(record["cells"], dtype=np.int64)
+    s_pos = parts.samples.index.get_indexer(np.asarray(ids[0], dtype=object))[codes[0]]
+    g_pos = parts.groups.index.get_indexer(np.asarray(ids[1], dtype=object))[codes[1]]
+    here = np.zeros_like(recorded)
+    here[g_pos, s_pos] = cells
+    if np.array_equal(here, recorded):
+        return parts.samples, parts.groups, None
+    keep_s = np.flatnonzero(np.isin(np.arange(len(parts.samples)), s_pos))
+    keep_g = np.flatnonzero(np.isin(np.arange(len(parts.groups)), g_pos))
+    return parts.samples.iloc[keep_s], parts.groups.iloc[keep_g], (keep_g, keep_s)
+
+
+def _kept_normalization(
+    parts: _Parts, keep: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[str, np.ndarray] | None:
+    if parts.normalization is None or keep is None:
+        return parts.normalization
+    method, factors = parts.normalization
+    return method, factors[np.ix_(keep[0], keep[1])]
+
+
+def _assemble(
+    parts: _Parts,
+    features: pd.DataFrame,
+    codes: tuple[np.ndarray, np.ndarray],
+    ids: tuple[Sequence[str], Sequence[str]],
+    cells: np.ndarray,
+    stamp: tuple[str, dict[str, Any]],
+) -> Cube:
+    """Scatter profile rows into (groups, samples, features) layers and build the cube."""
+    from cytepool.cube import Cube, Normalization
+
+    s_pos = parts.samples.index.get_indexer(np.asarray(ids[0], dtype=object))[codes[0]]
+    g_pos = parts.groups.index.get_indexer(np.asarray(ids[1], dtype=object))[codes[1]]
+    shape = (len(parts.groups), len(parts.samples))
+    cell_numbers = np.zeros(shape, dtype=np.int64)
+    cell_numbers[g_pos, s_pos] = cells
+    layers = {}
+    for name, rows in parts.layers.items():
+        layer = np.zeros((*shape, len(features)), dtype=rows.dtype)
+        layer[g_pos, s_pos] = rows
+        layers[name] = layer
+    normalization = None
+    if parts.normalization is not None:
+        normalization = Normalization(parts.normalization[0], parts.normalization[1])
+    cube = Cube(
+        layers,
+        samples=parts.samples,
+        groups=parts.groups,
+        features=features,
+        cells=cell_numbers,
+        normalization=normalization,
+        metadata=parts.metadata,
+    )
+    return _stamped(cube, parts.provenance or (), *stamp)
+
+
+def _stamped(cube: Cube, history: Iterable[Any], operation: str, parameters: Any) -> Cube:
+    """The cube with provenance ``history`` (records or their JSON) plus a record now."""
+    from cytepool.cube import Cube, Provenance
+
+    records = [
+        item if isinstance(item, Provenance) else Provenance.from_json(item) for item in history
+    ]
+    records.append(Cube._provenance_record(operation, parameters, ()))
+    return cube._with_provenance(records)
+
+
+def _check_unique_profiles(
+    sample_codes: np.ndarray,
+    group_codes: np.ndarray,
+    sample_ids: Sequence[str],
+    group_ids: Sequence[str],
+    where: str,
+) -> None:
+    pairs = group_codes.astype(np.int64) * len(sample_ids) + sample_codes
+    unique, counts = np.unique(pairs, return_counts=True)
+    if len(unique) < len(pairs):
+        pair = unique[np.argmax(counts > 1)]
+        g, s = divmod(int(pair), len(sample_ids))
+        msg = (
+            f"{where}: the profile of sample {sample_ids[s]!r} and group {group_ids[g]!r} "
+            f"appears {counts.max()} times in obs; expected one observation per profile"
+        )
+        raise ValueError(msg)
+
+
+def _foreign_layer(values: np.ndarray, where: str) -> np.ndarray:
+    """Integer dtypes kept; whole-number floats to int64; other floats to float64."""
+    if values.dtype.kind in "iub":
+        dtype = values.dtype.name if values.dtype.name in _INTEGER_DTYPES else "int64"
+        return _as_dtype(values, dtype, where)
+    if values.size and np.all(np.mod(values, 1) == 0) and values.max() < 2.0**63:
+        return values.astype(np.int64)
+    return values.astype(np.float64)
+
+
+def _as_dtype(values: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    """``values`` as ``dtype``, exactly, or an error saying why not."""
+    target = np.dtype(dtype)
+    if values.dtype == target:
+        return values
+    if target.kind in "iu" and values.dtype.kind == "f":
+        fraction = np.mod(values, 1) != 0
+        if fraction.any():
+            row = int(np.argwhere(fraction)[0][0])
+            msg = (
+                f"{where} holds non-integer values (e.g. {values[fraction][0]} in row {row}), "
+                f"but integers ({dtype}) are required: pass the layer holding the counts"
+            )
+            raise ValueError(msg)
+    if target.kind in "iu" and values.size:
+        info = np.iinfo(target)
+        if values.min() < info.min or values.max() > info.max:
+            msg = f"{where} holds values outside the range of {dtype}"
+            raise ValueError(msg)
+    return values.astype(target)
+
+
+def _whole_numbers(column: pd.Series, where: str) -> np.ndarray:
+    """Cell numbers: non-null, non-negative whole numbers, as int64."""
+    values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values) | (values < 0) | (np.mod(values, 1) != 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        msg = (
+            f"{where}: obs column {column.name!r} must hold cell numbers (whole numbers >= 0) "
+            f"but holds {column.iloc[row]!r} in row {column.index[row]!r}"
+        )
+        raise ValueError(msg)
+    return values.astype(np.int64)
+
+
+def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
+    if cells_key is not None:
+        if cells_key not in obs.columns:
+            msg = f"{where}: cells_key {cells_key!r} is not a column of obs; columns: {list(obs)}"
+            raise KeyError(msg)
+        return cells_key
+    for name in _CELLS_COLUMNS:
+        if name in obs.columns:
+            return name
+    msg = (
+        f"{where}: obs has no cell numbers (looked for {' and '.join(map(repr, _CELLS_COLUMNS))}): "
+        f"pass cells_key= naming the obs column that holds the number of cells of each "
+        f"profile (sc.get.aggregate does not record them; count the cells per profile and "
+        f"add them to obs)"
+    )
+    raise ValueError(msg)
+
+
+def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) -> np.ndarray:
+    """The dense sums of a pseudobulk AnnData (``X`` or a layer), checked."""
+    if layer is not None and layer not in adata.layers:
+        msg = f"{where} has no layer {layer!r}; its layers are {_layer_keys(adata)}"
+        raise KeyError(msg)
+    values = adata.X if layer is None else adata.layers[layer]
+    label = f"{where}.X" if layer is None else f"{where}.layers[{layer!r}]"
+    if values is None:
+        hint = f" pass layer= naming one of {_layer_keys(adata)}" if _layer_keys(adata) else ""
+        msg = f"{label} is empty: there are no sums to read;{hint}"
+        raise ValueError(msg)
+    if hasattr(values, "compute"):  # dask, from a lazily opened AnnData
+        values = values.compute()
+    if hasattr(values, "toarray"):
+        values = values.toarray()
+    values = np.asarray(values)
+    _check_values(values, label)
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels, covariates and tables
+# ---------------------------------------------------------------------------------------------
+
+
+def _labels(obs: pd.DataFrame, key: str, role: str, where: str) -> tuple[np.ndarray, list[str]]:
+    """Codes per row and the ids: the ``str`` of the labels, sorted (as from_cells does)."""
+    import pandas as pd
+
+    if key not in obs.columns:
+        msg = f"{role} {key!r} is not a column of {where}.obs; columns: {list(obs.columns)}"
+        raise KeyError(msg)
+    column = obs[key]
+    missing = column.isna().to_numpy()
+    if missing.any():
+        first = obs.index[int(np.argmax(missing))]
+        msg = (
+            f"obs column {key!r} ({role}) of {where} has {int(missing.sum())} missing labels, "
+            f"e.g. in row {first!r}: drop those rows or fill them in"
+        )
+        raise ValueError(msg)
+    codes, uniques = pd.factorize(column)
+    names = np.array([str(value) for value in uniques], dtype=object)
+    if len(set(names)) < len(names):
+        msg = f"obs column {key!r} of {where} has different labels with the same text: {names}"
+        raise ValueError(msg)
+    order = np.argsort(names, kind="stable")  # the order of from_cells: sorted by code point
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[codes].astype(np.intp), [str(name) for name in names[order]]
+
+
+def _axis_tables(
+    obs: pd.DataFrame,
+    keys: tuple[str, str],
+    codes: tuple[np.ndarray, np.ndarray],
+    ids: tuple[Sequence[str], Sequence[str]],
+    columns: tuple[Covariates, Covariates],
+    where: str,
+    *,
+    exclude: Iterable[str] = (),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The sample and the group table, with their covariates from ``obs``."""
+    excluded = {*keys, *exclude, "sample_id", "group_id"}
+    samples = _covariates(obs, codes[0], ids[0], columns[0], "sample", excluded, where)
+    if columns[1] is None:
+        excluded |= set(samples.columns)
+    groups = _covariates(obs, codes[1], ids[1], columns[1], "group", excluded, where)
+    return samples, groups
+
+
+def _covariates(
+    obs: pd.DataFrame,
+    codes: np.ndarray,
+    ids: Sequence[str],
+    columns: Covariates,
+    axis: str,
+    excluded: set[str],
+    where: str,
+) -> pd.DataFrame:
+    """One row per id: the obs columns constant within each id (all of them, or the named)."""
+    import pandas as pd
+
+    _, first = np.unique(codes, return_index=True)
+    if columns is None:
+        names = [c for c in obs.columns if c not in excluded and _is_constant(obs[c], codes, first)]
+    else:
+        names = list(columns)
+        for name in names:
+            _check_covariate(obs, name, codes, first, ids, axis, where)
+    table = pd.DataFrame({name: obs[name].iloc[first].to_numpy() for name in names})
+    for name in names:  # keep dtypes (categoricals, nullables) that to_numpy() loses
+        table[name] = obs[name].iloc[first].reset_index(drop=True)
+    table.index = pd.Index(list(ids), name=_ID_COLUMNS[f"{axis}s"])
+    return table
+
+
+def _value_codes(column: pd.Series) -> np.ndarray | None:
+    import pandas as pd
+
+    try:
+        return pd.factorize(column, use_na_sentinel=False)[0]
+    except TypeError:  # unhashable values: never a covariate
+        return None
+
+
+def _is_constant(column: pd.Series, codes: np.ndarray, first: np.ndarray) -> bool:
+    values = _value_codes(column)
+    return values is not None and bool(np.all(values == values[first][codes]))
+
+
+def _check_covariate(
+    obs: pd.DataFrame,
+    name: str,
+    codes: np.ndarray,
+    first: np.ndarray,
+    ids: Sequence[str],
+    axis: str,
+    where: str,
+) -> None:
+    if name not in obs.columns:
+        msg = f"{axis} covariate {name!r} is not a column of {where}.obs; columns: {list(obs)}"
+        raise KeyError(msg)
+    if name in {"sample_id", "group_id"}:
+        msg = f"{name!r} cannot be a {axis} covariate: it is the name of an id column"
+        raise ValueError(msg)
+    values = _value_codes(obs[name])
+    if values is None:
+        msg = f"obs column {name!r} of {where} holds unhashable values: it cannot be a covariate"
+        raise ValueError(msg)
+    varying = np.flatnonzero(values != values[first][codes])
+    if len(varying):
+        row = varying[0]
+        label = ids[codes[row]]
+        other = obs[name].iloc[first[codes[row]]]
+        msg = (
+            f"obs column {name!r} of {where} varies within {axis} {label!r} "
+            f"({other!r} and {obs[name].iloc[row]!r}): it cannot be a {axis} covariate"
+        )
+        raise ValueError(msg)
+
+
+def _feature_table(var: pd.DataFrame, columns: Covariates, where: str) -> pd.DataFrame:
+    import pandas as pd
+
+    index = var.index
+    if not index.is_unique:
+        duplicated = index[index.duplicated()][0]
+        msg = (
+            f"the var names of {where} are not unique (e.g. {duplicated!r} appears "
+            f"{int((index == duplicated).sum())} times): make them unique first, e.g. with "
+            f"var_names_make_unique() on a copy"
+        )
+        raise ValueError(msg)
+    if columns is not None:
+        missing = [c for c in columns if c not in var.columns]
+        if missing:
+            msg = f"feature column {missing[0]!r} is not a column of {where}.var: {list(var)}"
+            raise KeyError(msg)
+    table = pd.DataFrame(var if columns is None else var[list(columns)]).copy()
+    table.index = pd.Index([str(name) for name in index], name="feature_id")
+    return table
+
+
+def _concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    import pandas as pd
+
+    if len(frames) == 1:
+        return frames[0]
+    return pd.concat(frames, ignore_index=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading cells: whole matrices, or row blocks of on-disk and dask matrices
+# ---------------------------------------------------------------------------------------------
+
+
+def _frame(frame: Any) -> pd.DataFrame:
+    """obs or var as pandas (a lazily opened AnnData holds them as anndata's Dataset2D)."""
+    return frame.to_memory() if hasattr(frame, "to_memory") else frame
+
+
+def _eager(value: Any) -> Any:
+    """A value of uns in memory (a lazily opened AnnData holds dask arrays and Dataset2D)."""
+    return value.compute() if hasattr(value, "compute") else _frame(value)
+
+
+def _layer_keys(adata: anndata.AnnData) -> list[str]:
+    """The names of the layers (anndata 0.13 also lists None, for X)."""
+    return [name for name in adata.layers if name is not None]
+
+
+def _matrix_of(
+    adata: anndata.AnnData, *, layer: str | None, use_raw: bool
+) -> tuple[Any, pd.DataFrame, str]:
+    """The counts matrix, the var to take features from, and a label for messages."""
+    if layer is not None and use_raw:
+        msg = f"pass either layer={layer!r} or use_raw=True, not both"
+        raise ValueError(msg)
+    if use_raw:
+        if adata.raw is None:
+            msg = "use_raw=True but adata.raw is None"
+            raise ValueError(msg)
+        return adata.raw.X, adata.raw.var, "adata.raw.X"
+    if layer is not None:
+        if layer not in adata.layers:
+            msg = f"adata has no layer {layer!r}; its layers are {_layer_keys(adata)}"
+            raise KeyError(msg)
+        return adata.layers[layer], adata.var, f"adata.layers[{layer!r}]"
+    if adata.X is None:
+        msg = "adata.X is empty: pass layer= naming the layer that holds the counts"
+        raise ValueError(msg)
+    return adata.X, adata.var, "adata.X"
+
+
+@contextlib.contextmanager
+def _open_cells(
+    path: str | os.PathLike[str], *, layer: str | None, use_raw: bool
+) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, str]]:
+    """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
+    from anndata.io import read_elem
+
+    path = Path(path)
+    if layer is not None and use_raw:
+        msg = f"pass either layer={layer!r} or use_raw=True, not both"
+        raise ValueError(msg)
+    with _open_store(path) as root:
+        element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
+        var_path = "raw/var" if use_raw else "var"
+        for needed in (element, "obs", var_path):
+            if needed not in root:
+                msg = f"{path} has no element {needed!r}"
+                raise KeyError(msg)
+        matrix = _on_disk_matrix(root[element])
+        yield matrix, read_elem(root["obs"]), read_elem(root[var_path]), f"{path}:{element}"
+
+
+@contextlib.contextmanager
+def _open_store(path: Path) -> Iterator[Any]:
+    if not path.exists():
+        msg = f"no such file or store: {path}"
+        raise FileNotFoundError(msg)
+    if path.is_dir():
+        import zarr
+
+        try:
+            yield zarr.open_group(path, mode="r")
+        except (ValueError, OSError) as error:
+            msg = f"{path} is not an AnnData zarr store: {error}"
+            raise ValueError(msg) from error
+        return
+    import h5py
+
+    try:
+        file = h5py.File(path, "r")
+    except OSError as error:
+        msg = f"{path} is not an .h5ad (HDF5) file: {error}"
+        raise ValueError(msg) from error
+    with file:
+        yield file
+
+
+def _on_disk_matrix(element: Any) -> Any:
+    from anndata.io import sparse_dataset
+
+    encoding = element.attrs.get("encoding-type", "")
+    if encoding in {"csr_matrix", "csc_matrix"}:
+        return sparse_dataset(element)
+    if not hasattr(element, "shape") or len(element.shape) != 2:
+        msg = f"{element.name} is not a matrix (encoding {encoding!r})"
+        raise ValueError(msg)
+    return element
+
+
+def _cell_rows(matrix: Any, progress: bool | None) -> Any:
+    """What ``from_cells`` pools: the matrix itself if in memory, else row blocks."""
+    import scipy.sparse
+
+    if isinstance(matrix, np.ndarray) or scipy.sparse.issparse(matrix):
+        return matrix
+    return _shown(_row_blocks(matrix), matrix.shape[0], progress)
+
+
+def _is_sparse_dataset(matrix: Any) -> bool:
+    from anndata.abc import CSCDataset, CSRDataset
+
+    return isinstance(matrix, CSRDataset | CSCDataset)
+
+
+def _row_blocks(matrix: Any) -> Iterator[Any]:
+    """Row blocks of an on-disk matrix (backed sparse, h5py/zarr dense) or a dask array."""
+    if hasattr(matrix, "blocks") and hasattr(matrix, "numblocks"):  # dask
+        for i in range(matrix.numblocks[0]):
+            yield matrix.blocks[i, :].compute()
+        return
+    for start, stop in _block_bounds(matrix):
+        yield matrix[start:stop]
+
+
+def _block_bounds(matrix: Any) -> Iterator[tuple[int, int]]:
+    n_rows, n_columns = matrix.shape
+    if _is_sparse_dataset(matrix):
+        yield from _nonzero_bounds(matrix.group["indptr"], n_rows)
+        return
+    rows = max(1, _BLOCK_BYTES // max(1, n_columns * np.dtype(matrix.dtype).itemsize))
+    for start in range(0, n_rows, rows):
+        yield start, min(n_rows, start + rows)
+
+
+def _nonzero_bounds(indptr: Any, n_major: int) -> Iterator[tuple[int, int]]:
+    """Runs of rows (CSR) or columns (CSC) of about _BLOCK_NONZEROS nonzeros, at least one."""
+    indptr = np.asarray(indptr[...], dtype=np.int64)
+    marks = np.searchsorted(indptr, np.arange(0, indptr[-1], _BLOCK_NONZEROS), "right")
+    starts = np.unique(np.concatenate([[0], np.maximum(marks - 1, 0)]))
+    stops = np.append(starts[1:], n_major)
+    yield from ((int(a), int(b)) for a, b in zip(starts, stops, strict=True) if b > a)
+
+
+def _shown(blocks: Iterator[Any], n_rows: int, progress: bool | None) -> Iterator[Any]:
+    """The blocks, with a progress bar of the rows handed on."""
+    bar = _Progress(n_rows, "pooling", "cells", enabled=_progress_on(progress))
+    try:
+        for block in blocks:
+            yield block
+            bar.update(block.shape[0])
+    finally:
+        bar.close()
+
+
+def _check_values(values: np.ndarray, where: str) -> None:
+    """Counts-like values: numbers, finite and non-negative."""
+    if values.dtype.kind not in "biuf":
+        msg = f"{where} has dtype {values.dtype}; expected numbers (counts)"
+        raise TypeError(msg)
+    if values.size == 0 or values.dtype.kind in "bu":
+        return
+    low = values.min()
+    if not low >= 0:
+        what = "NaN values" if np.isnan(low) else f"negative values (min {low})"
+        msg = (
+            f"{where} holds {what}: expected counts; pass the layer that holds the raw "
+            f"counts (layer=, use_raw=True or --layer/--raw)"
+        )
+        raise ValueError(msg)
+    if values.dtype.kind == "f" and not np.isfinite(values.max()):
+        msg = f"{where} holds infinite values: expected counts"
+        raise ValueError(msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# The record in uns, and tables in the types anndata writes
+# ---------------------------------------------------------------------------------------------
+
+
+def _cube_tables(cube: Cube) -> dict[str, pd.DataFrame]:
+    """The cube's tables as pandas frames indexed by their id."""
+    return {
+        name: _pandas_table(getattr(cube, name), id_column)
+        for name, id_column in _ID_COLUMNS.items()
+    }
+
+
+def _pandas_table(table: Any, id_column: str) -> pd.DataFrame:
+    import narwhals as nw
+    import pandas as pd
+
+    if isinstance(table, pd.DataFrame) and table.index.name == id_column:
+        frame = table.copy()
+    else:
+        frame = nw.from_native(table, eager_only=True).to_pandas().set_index(id_column)
+    frame.index = pd.Index([str(i) for i in frame.index], dtype=object, name=id_column)
+    return frame
+
+
+def _profile_rows(cube: Cube, layer: str, group_rows: np.ndarray, sample_rows: np.ndarray) -> Any:
+    dtype = np.dtype(cube.layers[layer].dtype)
+    rows = np.zeros((len(group_rows), cube.shape[2]), dtype=dtype)
+    for g in np.unique(group_rows):
+        mine = np.flatnonzero(group_rows == g)
+        rows[mine] = np.asarray(cube.profiles(int(g), layer=layer))[sample_rows[mine]]
+    return rows
+
+
+def _profile_obs(
+    tables: Mapping[str, pd.DataFrame],
+    group_rows: np.ndarray,
+    sample_rows: np.ndarray,
+    cells: np.ndarray,
+) -> pd.DataFrame:
+    import pandas as pd
+
+    sample_ids, group_ids = tables["samples"].index, tables["groups"].index
+    obs = pd.DataFrame(
+        {
+            "sample_id": pd.Categorical.from_codes(sample_rows, categories=sample_ids),
+            "group_id": pd.Categorical.from_codes(group_rows, categories=group_ids),
+            "n_cells": cells.astype(np.int64),
+        }
+    )
+    for axis, rows in (("sample", sample_rows), ("group", group_rows)):
+        table = _writable(tables[f"{axis}s"])
+        for column in table.columns:
+            name = _free_name(column, obs.columns, f"{axis}_")
+            obs[name] = table[column].iloc[rows].reset_index(drop=True)
+    obs.index = _obs_names(sample_ids[sample_rows], group_ids[group_rows])
+    return obs
+
+
+def _obs_names(sample_ids: pd.Index, group_ids: pd.Index) -> pd.Index:
+    import pandas as pd
+
+    names = pd.Index([f"{s}_{g}" for s, g in zip(sample_ids, group_ids, strict=True)])
+    if not names.is_unique:  # ids holding "_" can collide: number the profiles instead
+        names = pd.Index([f"{name}_{i}" for i, name in enumerate(names)])
+    return names
+
+
+def _free_name(name: str, taken: Iterable[str], prefix: str) -> str:
+    taken = set(taken)
+    while name in taken:
+        name = f"{prefix}{name}" if prefix else f"{name}_"
+    return name
+
+
+def _modality_names(group_ids: pd.Index) -> list[str]:
+    names: list[str] = []
+    for group in group_ids:
+        names.append(_free_name(str(group).replace("/", "_"), names, ""))
+    return names
+
+
+def _record(
+    cube: Cube, tables: Mapping[str, pd.DataFrame], layer: str, cells: np.ndarray
+) -> dict[str, Any]:
+    dtypes = {name: _dtype_names(table) for name, table in tables.items()}
+    dtypes["layers"] = {name: np.dtype(array.dtype).name for name, array in cube.layers.items()}
+    record: dict[str, Any] = {
+        "format": _RECORD_FORMAT,
+        "version": _RECORD_VERSION,
+        "layer": layer,
+        "layers": list(cube.layers),
+        "dtypes": json.dumps(dtypes),
+        "samples": _writable(tables["samples"]),
+        "groups": _writable(tables["groups"]),
+        "cells": cells,
+        "metadata": json.dumps(dict(cube.metadata or {})),
+        "provenance": json.dumps([record.to_json() for record in cube.provenance]),
+    }
+    if cube.normalization is not None:
+        record["normalization"] = {
+            "method": cube.normalization.method,
+            "factors": np.asarray(cube.normalization.factors, dtype=np.float64),
+        }
+    return record
+
+
+def _read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """The record of ``uns``, parsed, or None when there is none."""
+    import pandas as pd
+
+    raw = uns.get(RECORD_KEY)
+    if not isinstance(raw, Mapping) or raw.get("format") != _RECORD_FORMAT:
+        return None
+    raw = {key: _eager(value) for key, value in raw.items()}
+    if int(raw.get("version", 0)) != _RECORD_VERSION:
+        msg = (
+            f"{where}.uns[{RECORD_KEY!r}] has version {raw.get('version')!r}; this cytepool "
+            f"reads version {_RECORD_VERSION}: upgrade cytepool"
+        )
+        raise ValueError(msg)
+    try:
+        record = {
+            "layer": str(raw["layer"]),
+            "layers": [str(name) for name in raw["layers"]],
+            "dtypes": json.loads(str(raw["dtypes"])),
+            "samples": pd.DataFrame(raw["samples"]),
+            "groups": pd.DataFrame(raw["groups"]),
+            "cells": np.asarray(raw["cells"], dtype=np.int64),
+            "metadata": json.loads(str(raw["metadata"])),
+            "provenance": json.loads(str(raw["provenance"])),
+        }
+        if "normalization" in raw:
+            norm = {key: _eager(value) for key, value in raw["normalization"].items()}
+            record["normalization"] = (str(norm["method"]), np.asarray(norm["factors"], float))
+        if "modalities" in raw:
+            record["modalities"] = [str(name) for name in raw["modalities"]]
+    except (KeyError, TypeError, ValueError) as error:
+        msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({error!r}): delete it or rewrite it"
+        raise ValueError(msg) from error
+    for name in ("samples", "groups"):
+        record[name].index = record[name].index.astype(str).rename(_ID_COLUMNS[name])
+    return record
+
+
+def _dtype_names(frame: pd.DataFrame) -> dict[str, str]:
+    return {str(column): _dtype_name(dtype) for column, dtype in frame.dtypes.items()}
+
+
+def _dtype_name(dtype: Any) -> str:
+    import pandas as pd
+
+    if isinstance(dtype, pd.StringDtype):
+        return f"string[{dtype.storage}]" if dtype.na_value is pd.NA else str(dtype)
+    return str(dtype)
+
+
+def _writable(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose columns anndata can write; :func:`_restore` reverts it by dtype name."""
+    import pandas as pd
+
+    frame = frame.copy()
+    for column in frame.columns:
+        series = frame[column]
+        kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
+        if kind in ("m", "M") or isinstance(series.dtype, pd.DatetimeTZDtype):
+            series = series.map(lambda value: None if pd.isna(value) else value.isoformat())
+        if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
+            has_null = bool(series.isna().any())
+            series = series.astype("category") if has_null else series.astype(object)
+        frame[column] = series
+    return frame
+
+
+def _restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
+    """Give the columns named in ``dtypes`` their recorded dtype back."""
+    import pandas as pd
+
+    frame = frame.copy()
+    for column, name in dtypes.items():
+        if column not in frame.columns or _dtype_name(frame[column].dtype) == name:
+            continue
+        series = frame[column]
+        if name.startswith("datetime64"):
+            series = pd.to_datetime(series.astype(object), format="ISO8601", utc="UTC" in name)
+        elif name.startswith("timedelta64"):
+            series = pd.to_timedelta(series.astype(object))
+        if series.dtype == "category" and name in {"object", "str"}:
+            series = series.astype(object).where(series.notna(), None)
+        frame[column] = series.astype(name)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------
+# A small progress bar on stderr
+# ---------------------------------------------------------------------------------------------
+
+
+def _progress_on(progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+class _Progress:
+    """A one-line progress bar, redrawn at most ten times a second."""
+
+    _WIDTH = 28
+    _INTERVAL = 0.1  # seconds between redraws
+
+    def __init__(
+        self, total: int, label: str, unit: str, *, enabled: bool, stream: TextIO | None = None
+    ) -> None:
+        self.total, self.label, self.unit, self.enabled = total, label, unit, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.done, self.start, self.drawn = 0, time.monotonic(), 0.0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and (now - self.drawn >= self._INTERVAL or self.done >= self.total):
+            self.drawn = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        share = self.done / self.total if self.total else 1.0
+        full = int(share * self._WIDTH)
+        bar = "#" * full + "-" * (self._WIDTH - full)
+        line = (
+            f"\r{self.label} [{bar}] {share:4.0%} {self.done:,}/{self.total:,} {self.unit} "
+            f"{now - self.start:5.1f} s"
+        )
+        self.stream.write(line)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()

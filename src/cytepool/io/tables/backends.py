@@ -1,0 +1,550 @@
+"""Native frames to columns and back: pandas, polars and pyarrow.
+
+narwhals accepts any eager frame and names its backend; the conversions of single columns are
+written per backend, because each keeps distinctions narwhals does not show (pandas' nullable
+and numpy dtypes, categorical codes, the UTC values behind a time zone).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import narwhals as nw
+import numpy as np
+
+from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
+
+__all__ = ["BACKENDS", "Source", "build_frame", "import_backend", "source_of"]
+
+BACKENDS = ("pandas", "polars", "pyarrow")
+INDEX = "_index"
+_NAT = np.iinfo(np.int64).min
+_STRING = np.dtypes.StringDType()
+_OBJECT = np.dtype(object)
+_REFUSED_NAMES = ("", ".", "..", "zarr.json")
+
+
+def import_backend(backend: str) -> ModuleType:
+    """Import and return the module of ``backend``, with an error naming what is missing."""
+    if backend not in BACKENDS:
+        msg = f"backend must be one of {', '.join(map(repr, BACKENDS))}, found {backend!r}"
+        raise ValueError(msg)
+    try:
+        return importlib.import_module(backend)
+    except ImportError as error:
+        msg = (
+            f"read_table(backend={backend!r}) needs the package {backend!r}, which is not "
+            f"installed; install it with: pip install {backend}"
+        )
+        raise ImportError(msg, name=backend) from error
+
+
+# --------------------------------------------------------------------------------------------
+# Writing: native frame -> columns
+
+
+@dataclass(frozen=True)
+class Source:
+    """A frame ready to write: the column order, the index node, and a maker for each column."""
+
+    column_order: list[str]
+    index_name: str
+    columns: dict[str, Callable[[], Column]]
+
+
+def source_of(frame: Any, index: str | None) -> Source:
+    """Check a frame's names and dtypes and return how to write it (nothing converted yet)."""
+    if type(frame).__module__.startswith("pandas."):
+        _check_names(frame.columns)  # before narwhals, which refuses repeated names its own way
+    try:
+        nw_frame = nw.from_native(frame, eager_only=True)
+    except TypeError as error:
+        msg = (
+            f"frame must be a pandas, polars or pyarrow table, or a narwhals DataFrame; "
+            f"found {type(frame).__name__}"
+        )
+        raise TypeError(msg) from error
+    if index is not None and not isinstance(index, str):
+        msg = f"index must be a column name (str) or None, found {index!r}"
+        raise TypeError(msg)
+    implementation = nw_frame.implementation
+    if implementation is nw.Implementation.POLARS:
+        return _source_from_polars(nw_frame, index)
+    if implementation is nw.Implementation.PYARROW:
+        return _source_from_arrow(nw_frame, index)
+    native = nw.to_native(nw_frame) if implementation.is_pandas() else nw_frame.to_pandas()
+    return _source_from_pandas(native, nw_frame, index)
+
+
+def _check_names(names: Iterable[Any]) -> list[str]:
+    names = list(names)
+    for name in names:
+        if not isinstance(name, str):
+            msg = f"column names must be strings, found {name!r} ({type(name).__name__})"
+            raise ValueError(msg)
+        if name == INDEX:
+            msg = f"{INDEX!r} is a reserved name for table columns (anndata's index key)"
+            raise ValueError(msg)
+        _check_node_name(name, "column")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        msg = f"column names must be unique, found repeated names {duplicates}"
+        raise ValueError(msg)
+    return names
+
+
+def _check_node_name(name: str, what: str) -> None:
+    if "/" in name or name in _REFUSED_NAMES or name.startswith("__") or set(name) <= {"."}:
+        msg = (
+            f"{what} name {name!r} cannot name a Zarr node: it must not be empty, contain '/', "
+            f"consist only of periods, start with '__', or be 'zarr.json'"
+        )
+        raise ValueError(msg)
+
+
+def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
+    for name, dtype in nw_frame.schema.items():
+        if isinstance(dtype, nw.Object):
+            msg = (
+                f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "
+                f"NaN for missing values, can be stored from an object column"
+            )
+            raise TypeError(msg)
+        if dtype.is_nested() or isinstance(
+            dtype, nw.Unknown | nw.Time | nw.Binary | nw.Decimal | nw.Int128 | nw.UInt128
+        ):
+            msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
+            raise TypeError(msg)
+
+
+def _row_numbers(n: int) -> Dense:
+    return Dense("string", LazyRows(n, _STRING, lambda a, b: np.arange(a, b).astype(_STRING)))
+
+
+def _take_index_column(names: list[str], index: str) -> list[str]:
+    if index not in names:
+        msg = f"index {index!r} is not a column of the frame; its columns are {names}"
+        raise ValueError(msg)
+    return [name for name in names if name != index]
+
+
+# pandas ---------------------------------------------------------------------------------------
+
+
+def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
+    import pandas as pd
+
+    names = _check_names(df.columns)
+    _check_dtypes(nw_frame)
+    makers: dict[str, Callable[[], Column]] = {
+        name: _maker(_pandas_column, df[name], name) for name in names
+    }
+    pandas_index = df.index
+    if isinstance(pandas_index, pd.MultiIndex):
+        msg = "a pandas MultiIndex cannot be stored as a table index; call reset_index() first"
+        raise TypeError(msg)
+    if index is not None and pandas_index.name != index:
+        if not _is_default_index(pandas_index):
+            msg = (
+                f"index={index!r} names a column, but the frame also has its own index "
+                f"{pandas_index.name!r} that would be lost; call reset_index() or pass index=None"
+            )
+            raise ValueError(msg)
+        names = _take_index_column(names, index)
+        return Source(names, index, {index: makers[index], **{n: makers[n] for n in names}})
+    name = pandas_index.name
+    if name is not None and not isinstance(name, str):
+        msg = f"the index name must be a string or None, found {name!r} ({type(name).__name__})"
+        raise ValueError(msg)
+    if name is None:
+        name = INDEX
+    _check_node_name(name, "index")
+    if name in makers:
+        if not pd.Series(pandas_index, index=pandas_index).equals(df[name]):
+            msg = (
+                f"the index name {name!r} is also used by a column whose values are different; "
+                f"make the values the same or rename one of them"
+            )
+            raise ValueError(msg)
+        return Source(names, name, makers)
+    if isinstance(pandas_index, pd.RangeIndex):
+        start, stop, step = pandas_index.start, pandas_index.stop, pandas_index.step
+
+        def make_index() -> Column:
+            return Dense("string", np.arange(start, stop, step).astype(_STRING))
+
+    else:
+        make_index = _maker(_pandas_column, pandas_index, name)
+    return Source(names, name, {name: make_index, **makers})
+
+
+def _is_default_index(index: Any) -> bool:
+    import pandas as pd
+
+    return isinstance(index, pd.RangeIndex) and index.name is None
+
+
+def _maker(convert: Callable[[Any, str], Column], values: Any, name: str) -> Callable[[], Column]:
+    return lambda: convert(values, name)
+
+
+def _pandas_column(values: Any, name: str) -> Column:
+    """Convert a pandas Series or Index.
+
+    Only the underlying arrays are used: a numpy function given a Series looks up attributes
+    that make pandas hash the Series' index, which costs a lot for a long string index.
+    """
+    import pandas as pd
+
+    dtype = values.dtype
+    array = values.array
+    if isinstance(dtype, pd.CategoricalDtype):
+        categories = _plain(_pandas_column(dtype.categories, name), name)
+        codes = np.asarray(array.codes).astype(codes_dtype(len(dtype.categories)), copy=False)
+        return Categorical(codes, categories, bool(dtype.ordered))
+    if isinstance(dtype, pd.StringDtype):
+        missing = np.asarray(array.isna(), dtype=bool)
+        strings = array.to_numpy(dtype=object, na_value="")
+        if dtype.na_value is pd.NA:
+            return Dense("nullable-string", strings, missing, na_value="NA")
+        return Dense("nullable-string", strings, missing, na_value="NaN")
+    if isinstance(array, pd.arrays.BooleanArray | pd.arrays.IntegerArray | pd.arrays.FloatingArray):
+        kinds: dict[str, Kind] = {"b": "nullable-boolean", "f": "nullable-float"}
+        numbers = array.to_numpy(dtype=dtype.numpy_dtype, na_value=0)
+        missing = np.asarray(array.isna(), dtype=bool)
+        return Dense(kinds.get(dtype.kind, "nullable-integer"), numbers, missing)
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        utc = np.asarray(array.tz_convert(None).to_numpy())
+        return Dense("datetime", utc, time_zone=_zone_name(dtype.tz))
+    if isinstance(dtype, pd.ArrowDtype):
+        import pyarrow as pa
+
+        return _arrow_column(pa.chunked_array([pa.array(array)]), name)
+    if isinstance(dtype, np.dtype):
+        numbers = values.to_numpy()
+        if dtype.kind == "M":
+            return Dense("datetime", numbers)
+        if dtype.kind == "m":
+            return Dense("duration", numbers)
+        if dtype.kind in "biufc":
+            return Dense("array", numbers)
+        if dtype.kind == "O":
+            return _pandas_objects(numbers, name)
+        if dtype.kind in "UT":
+            return Dense("string", numbers)
+    msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
+    raise TypeError(msg)
+
+
+_PLAIN: dict[str, Kind] = {
+    "nullable-integer": "array",
+    "nullable-boolean": "array",
+    "nullable-float": "array",
+    "nullable-string": "string",
+}
+
+
+def _plain(categories: Column, name: str) -> Dense:
+    """Categories as anndata writes them: a plain array, never a nullable group."""
+    if not isinstance(categories, Dense) or categories.missing().any():
+        msg = f"column {name!r}: categories must be plain values without missing ones"
+        raise TypeError(msg)
+    if categories.kind in _PLAIN:
+        return Dense(_PLAIN[categories.kind], categories.values)
+    return categories
+
+
+def _zone_name(zone: Any) -> str:
+    """Name a time zone so that pandas, polars and pyarrow all parse it."""
+    if isinstance(zone, dt.timezone) and zone != dt.UTC:
+        minutes = int(zone.utcoffset(None).total_seconds()) // 60
+        sign = "-" if minutes < 0 else "+"
+        return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"  # not "UTC+01:00"
+    return str(zone)
+
+
+def _pandas_objects(objects: np.ndarray, name: str) -> Column:
+    import pandas as pd
+
+    if pd.api.types.infer_dtype(objects, skipna=False) == "string":  # nothing missing
+        return Dense("string", objects)
+    inferred = pd.api.types.infer_dtype(objects, skipna=True)
+    if inferred not in ("string", "empty"):
+        msg = (
+            f"column {name!r} has dtype object holding {inferred} values (mixed-object): only "
+            f"strings, with None or NaN for missing values, can be stored from an object column"
+        )
+        raise TypeError(msg)
+    missing = pd.isna(objects)
+    if missing.any():
+        objects = objects.copy()
+        objects[missing] = ""
+        return Dense("nullable-string", objects, missing)
+    return Dense("string", objects)
+
+
+# polars ---------------------------------------------------------------------------------------
+
+
+def _source_from_polars(nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
+    df = nw.to_native(nw_frame)
+    names = _check_names(df.columns)
+    _check_dtypes(nw_frame)
+    makers = {name: _maker(_polars_column, df.get_column(name), name) for name in names}
+    return _source_without_index(names, makers, index, df.height)
+
+
+def _source_without_index(
+    names: list[str], makers: dict[str, Callable[[], Column]], index: str | None, n: int
+) -> Source:
+    if index is None:
+        return Source(names, INDEX, {INDEX: lambda: _row_numbers(n), **makers})
+    names = _take_index_column(names, index)
+    return Source(names, index, {index: makers[index], **{name: makers[name] for name in names}})
+
+
+def _polars_column(series: Any, name: str) -> Column:
+    """Convert a polars Series."""
+    import polars as pl
+
+    dtype = series.dtype
+    if isinstance(dtype, pl.Enum | pl.Categorical):
+        return _polars_categorical(series, name)
+    if isinstance(dtype, pl.Datetime | pl.Duration | pl.Date):
+        physical = series.to_physical().cast(pl.Int64).fill_null(_NAT).to_numpy()
+        if isinstance(dtype, pl.Date):
+            return Dense("date", physical.view("datetime64[D]"))
+        if isinstance(dtype, pl.Duration):
+            return Dense("duration", physical.view(f"timedelta64[{dtype.time_unit}]"))
+        values = physical.view(f"datetime64[{dtype.time_unit}]")
+        return Dense("datetime", values, time_zone=dtype.time_zone)
+    has_nulls = series.null_count() > 0
+    if dtype == pl.String:
+        filled = series.fill_null("")
+        strings = LazyRows(len(series), _OBJECT, lambda a, b: filled.slice(a, b - a).to_numpy())
+        if has_nulls:
+            return Dense("nullable-string", strings, series.is_null().to_numpy())
+        return Dense("string", strings)
+    if dtype.is_numeric() or dtype == pl.Boolean:
+        if not has_nulls:
+            return Dense("array", series.to_numpy())
+        kind: Kind = "nullable-float" if dtype.is_float() else "nullable-integer"
+        if dtype == pl.Boolean:
+            kind = "nullable-boolean"
+        values = series.fill_null(False if dtype == pl.Boolean else 0).to_numpy()
+        return Dense(kind, values, series.is_null().to_numpy())
+    msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
+    raise TypeError(msg)
+
+
+def _polars_categorical(series: Any, name: str) -> Categorical:
+    import polars as pl
+
+    if isinstance(series.dtype, pl.Enum):
+        enum = series.dtype
+        ordered = True
+    else:  # categories in order of first appearance
+        enum = pl.Enum(series.drop_nulls().unique(maintain_order=True).cast(pl.String))
+        ordered = False
+        series = series.cast(pl.String).cast(enum)
+    categories = enum.categories.to_numpy().astype(_STRING)
+    codes = series.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+    return Categorical(
+        codes.astype(codes_dtype(len(categories))), Dense("string", categories), ordered
+    )
+
+
+# pyarrow --------------------------------------------------------------------------------------
+
+
+def _source_from_arrow(nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
+    table = nw.to_native(nw_frame)
+    names = _check_names(table.column_names)
+    _check_dtypes(nw_frame)
+    makers = {name: _maker(_arrow_column, table.column(name), name) for name in names}
+    return _source_without_index(names, makers, index, table.num_rows)
+
+
+def _arrow_column(chunked: Any, name: str) -> Column:
+    """Convert a pyarrow ChunkedArray."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = chunked.type
+    if pa.types.is_dictionary(kind):
+        array = chunked.unify_dictionaries().combine_chunks() if chunked.num_chunks else None
+        if array is None:
+            array = pa.array([], kind)
+        categories = _plain(_arrow_column(pa.chunked_array([array.dictionary]), name), name)
+        codes = pc.fill_null(array.indices.cast(pa.int64()), -1).to_numpy()
+        return Categorical(codes.astype(codes_dtype(len(categories))), categories, kind.ordered)
+    array = chunked.combine_chunks()
+    has_nulls = array.null_count > 0
+    if pa.types.is_timestamp(kind) or pa.types.is_duration(kind) or pa.types.is_date(kind):
+        if pa.types.is_date64(kind):
+            array = array.cast(pa.date32())
+        physical = array.view(pa.int32() if pa.types.is_date(kind) else pa.int64())
+        values = pc.fill_null(physical.cast(pa.int64()), _NAT).to_numpy()
+        if pa.types.is_date(kind):
+            return Dense("date", values.view("datetime64[D]"))
+        if pa.types.is_duration(kind):
+            return Dense("duration", values.view(f"timedelta64[{kind.unit}]"))
+        return Dense("datetime", values.view(f"datetime64[{kind.unit}]"), time_zone=kind.tz)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        filled = pc.fill_null(array, "")
+        strings = LazyRows(
+            len(filled),
+            _OBJECT,
+            lambda a, b: filled.slice(a, b - a).to_numpy(zero_copy_only=False),
+        )
+        if has_nulls:
+            return Dense("nullable-string", strings, array.is_null().to_numpy(zero_copy_only=False))
+        return Dense("string", strings)
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        if not has_nulls:
+            return Dense("array", array.to_numpy(zero_copy_only=False))
+        column_kind: Kind = "nullable-integer"
+        if pa.types.is_floating(kind):
+            column_kind = "nullable-float"
+        if pa.types.is_boolean(kind):
+            column_kind = "nullable-boolean"
+        filler = pa.scalar(False if pa.types.is_boolean(kind) else 0, kind)
+        values = pc.fill_null(array, filler).to_numpy(zero_copy_only=False)
+        mask = array.is_null().to_numpy(zero_copy_only=False)
+        return Dense(column_kind, values, mask)
+    msg = f"column {name!r} has dtype {kind}, which a table cannot store"
+    raise TypeError(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading: columns -> native frame
+
+
+def build_frame(
+    backend: str,
+    index_name: str | None,
+    index: Column | None,
+    n_rows: int,
+    columns: dict[str, Column],
+) -> Any:
+    """Build a native frame; ``index_name`` None means an unnamed index.
+
+    pandas needs the ``index``; polars and pyarrow need it only when it is named.
+    """
+    module = import_backend(backend)
+    if backend == "pandas":
+        assert index is not None
+        data = {name: _to_pandas(column, module) for name, column in columns.items()}
+        pandas_index = module.Index(_to_pandas(index, module), name=index_name)
+        return module.DataFrame(data, index=pandas_index, columns=list(columns) or None)
+    convert = _to_polars if backend == "polars" else _to_arrow
+    data = {}
+    if index_name is not None and index_name not in columns:
+        assert index is not None
+        data[index_name] = convert(index, index_name)
+    data.update({name: convert(column, name) for name, column in columns.items()})
+    if backend == "polars":
+        return module.DataFrame(list(data.values()) or None, height=n_rows)
+    if not data:  # keep the number of rows of a table without columns
+        return module.table({"": module.nulls(n_rows)}).drop_columns([""])
+    return module.table(data)
+
+
+def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.ndarray:
+    """Return datetime/timedelta ``values`` in a unit of ``units`` (else ``fallback``)."""
+    if np.datetime_data(values.dtype)[0] in units:
+        return values
+    kind = "datetime64" if values.dtype.kind == "M" else "timedelta64"
+    return values.astype(f"{kind}[{fallback}]")
+
+
+def _to_pandas(column: Column, pd: Any) -> Any:
+    if isinstance(column, Categorical):
+        categories = pd.Index(_to_pandas(column.categories, pd))
+        return pd.Categorical.from_codes(
+            column.codes, categories=categories, ordered=column.ordered
+        )
+    kind, values, mask = column.kind, column.array, column.mask
+    if kind == "string":
+        return values.astype(object, copy=False)
+    if kind == "nullable-string":
+        objects = values.astype(object)  # a copy: missing values are set below
+        na_value = pd.NA if column.na_value == "NA" else np.nan
+        objects[mask] = na_value
+        return pd.array(objects, dtype=pd.StringDtype(na_value=na_value))  # as anndata 0.13
+    if kind == "nullable-integer":
+        return pd.arrays.IntegerArray(values, mask)
+    if kind == "nullable-boolean":
+        return pd.arrays.BooleanArray(values, mask)
+    if kind == "nullable-float" and mask is not None:
+        return pd.arrays.FloatingArray(np.where(mask, 0, values).astype(values.dtype), mask)
+    if kind in ("datetime", "date", "duration"):
+        array = pd.array(_with_unit(values, ("s", "ms", "us", "ns"), "s"))
+        if column.time_zone is not None:
+            array = array.tz_localize("UTC").tz_convert(column.time_zone)
+        return array
+    return values
+
+
+def _polars_with_nulls(series: Any, mask: np.ndarray | None) -> Any:
+    if mask is None or not mask.any():
+        return series
+    return series.scatter(np.flatnonzero(mask), None)
+
+
+def _to_polars(column: Column, name: str) -> Any:
+    import polars as pl
+
+    if isinstance(column, Categorical):
+        categories = _to_polars(column.categories, name)
+        codes = column.codes.astype(np.int64)
+        missing = codes < 0
+        taken = categories.gather(
+            _polars_with_nulls(pl.Series(np.where(missing, 0, codes)), missing)
+        )
+        if categories.dtype == pl.String:
+            dtype = pl.Enum(categories) if column.ordered else pl.Categorical()
+            taken = taken.cast(dtype)
+        return taken.alias(name)
+    kind, values = column.kind, column.array
+    if kind == "string" or kind == "nullable-string":
+        return _polars_with_nulls(pl.Series(name, values, dtype=pl.String), column.mask)
+    if kind in ("datetime", "duration"):
+        values = _with_unit(values, ("ms", "us", "ns"), "ms")
+    if kind == "date":
+        return pl.Series(name, values.astype("datetime64[D]"), dtype=pl.Date)
+    series = pl.Series(name, values)
+    if kind == "datetime" and column.time_zone is not None:
+        series = series.dt.replace_time_zone("UTC").dt.convert_time_zone(column.time_zone)
+    return _polars_with_nulls(series, column.mask)
+
+
+def _to_arrow(column: Column, name: str) -> Any:
+    import pyarrow as pa
+
+    if isinstance(column, Categorical):
+        dictionary = _to_arrow(column.categories, name)
+        codes = column.codes.astype(np.int32)
+        indices = pa.array(codes, mask=codes < 0, type=pa.int32())
+        return pa.DictionaryArray.from_arrays(indices, dictionary, ordered=column.ordered)
+    kind, values, mask = column.kind, column.array, column.mask
+    if kind in ("string", "nullable-string"):
+        return pa.array(values.astype(object, copy=False), type=pa.string(), mask=mask)
+    if kind in ("datetime", "date", "duration"):
+        missing = np.isnat(values)
+        if kind == "date":
+            days = values.astype("datetime64[D]").view(np.int64).astype(np.int32)
+            return pa.array(days, mask=missing, type=pa.int32()).view(pa.date32())
+        values = _with_unit(values, ("s", "ms", "us", "ns"), "s")
+        unit = np.datetime_data(values.dtype)[0]
+        if kind == "duration":
+            arrow_type = pa.duration(unit)
+        else:
+            arrow_type = pa.timestamp(unit, tz=column.time_zone)
+        return pa.array(values.view(np.int64), mask=missing, type=pa.int64()).view(arrow_type)
+    return pa.array(values, mask=mask)

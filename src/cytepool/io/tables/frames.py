@@ -1,0 +1,256 @@
+"""write_table and read_table: frames as Zarr groups in anndata's dataframe encoding."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.io import zarr as _zarr
+from cytepool.io.tables import backends as _b
+from cytepool.io.tables import registry as _r
+from cytepool.io.tables.columns import Column, GroupPlan
+
+__all__ = ["read_table", "write_table"]
+
+_THREADS = min(4, os.cpu_count() or 1)
+"""Columns written or read side by side (compression releases the GIL)."""
+
+
+def write_table(
+    frame: Any,
+    path: str | os.PathLike[str],
+    *,
+    index: str | None = None,
+    chunks: int | None = None,
+    compression: str | None = "gzip",
+    level: int | None = None,
+) -> None:
+    """Write a table as a Zarr v3 group in the anndata dataframe encoding.
+
+    anndata's ``read_elem`` reads the group as the DataFrame it would have written itself, and
+    :func:`read_table` reads it back with the same dtypes. Types anndata cannot store (datetimes
+    with or without a time zone, dates, durations, floats with missing values) are stored in a
+    form anndata reads too; ``docs/tables.md`` tells what each dtype becomes.
+
+    Parameters
+    ----------
+    frame
+        An eager frame narwhals supports: pandas, polars, pyarrow, or a narwhals DataFrame.
+    path
+        The group's directory, which must not exist; its parent must. The group appears there
+        only once it is complete, so a write that fails leaves nothing at ``path``.
+    index
+        The column that becomes the table's index (anndata's ``_index``). With None, a pandas
+        frame's own index is used (with its name); other frames, and a pandas ``RangeIndex``,
+        get an unnamed index of row numbers as strings, as AnnData gives its rows.
+    chunks
+        Rows per chunk; None chooses about 1 MiB per chunk of each column.
+    compression, level
+        The compression of every array, as in :func:`cytepool.io.zarr.check_compression`.
+
+    Raises
+    ------
+    TypeError
+        If ``frame`` is not a frame, an argument has the wrong type, or a column has a dtype
+        that cannot be stored (nested types, objects that are not all strings, ...).
+    ValueError
+        If a column name is not a string, is ``"_index"``, repeats, or cannot name a Zarr node
+        (contains ``"/"``, ...); if ``index`` names no column; or if compression, level or
+        chunks is invalid.
+    FileExistsError
+        If ``path`` exists.
+    FileNotFoundError
+        If the parent directory of ``path`` does not exist.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import pandas as pd
+    >>> from cytepool.io import read_table, write_table
+    >>> frame = pd.DataFrame({"n_cells": [10, 20]}, index=pd.Index(["s1", "s2"], name="sample_id"))
+    >>> directory = pathlib.Path(tempfile.mkdtemp())
+    >>> write_table(frame, directory / "samples")
+    >>> read_table(directory / "samples")
+               n_cells
+    sample_id
+    s1              10
+    s2              20
+    """
+    target = Path(os.fspath(path))
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
+        msg = f"chunks must be a number of rows (int) or None, found {chunks!r}"
+        raise TypeError(msg)
+    if chunks is not None and chunks < 1:
+        msg = f"chunks must be at least 1 row, found {chunks}"
+        raise ValueError(msg)
+    level = _zarr.check_compression(compression, level)
+    source = _b.source_of(frame, index)
+    _check_target(target)
+    options = _r.WriteOptions(chunks, compression, level, threads=_THREADS)
+    plan = GroupPlan(
+        {"column-order": source.column_order, "_index": source.index_name}, source.columns
+    )
+    temporary = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        _r.write_plan(temporary, _r.DATAFRAME, plan, options, str(target))
+        _check_target(target)
+        temporary.rename(target)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _check_target(target: Path) -> None:
+    if target.exists() or target.is_symlink():
+        msg = f"cannot write a table at {target}: it exists"
+        raise FileExistsError(msg)
+    if not target.parent.is_dir():
+        msg = f"cannot write a table at {target}: its parent directory does not exist"
+        raise FileNotFoundError(msg)
+
+
+def read_table(
+    path: str | os.PathLike[str],
+    *,
+    backend: Literal["pandas", "polars", "pyarrow"] = "pandas",
+    columns: Sequence[str] | None = None,
+) -> Any:
+    """Read a table stored in the anndata dataframe encoding (by anndata or :func:`write_table`).
+
+    Every encoding anndata 0.12 and 0.13 write is read, including an index or column that is a
+    group, an index shared with a column, absent chunks and sharded arrays.
+
+    Parameters
+    ----------
+    path
+        The table group's directory.
+    backend
+        ``"pandas"``, ``"polars"`` or ``"pyarrow"``: the kind of frame to return. pandas gets the
+        stored index as its index, with its name. polars and pyarrow get a named index as the
+        first column and no column for an unnamed one, so a polars or pyarrow table written
+        with ``index=None`` reads back as it was.
+    columns
+        The columns to read, in this order; None reads all. Only their arrays are read.
+
+    Returns
+    -------
+    A pandas DataFrame, polars DataFrame or pyarrow Table.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no Zarr group or array at ``path`` or a node it names.
+    KeyError
+        If a name in ``columns`` is not a column of the table.
+    ValueError
+        If the group is not a valid table or uses an encoding cytepool does not read
+        (:class:`cytepool.errors.FormatError`, :class:`cytepool.errors.UnsupportedFeatureError`),
+        or ``backend`` is unknown.
+    ImportError
+        If the package of ``backend`` is not installed.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import polars as pl
+    >>> from cytepool.io import read_table, write_table
+    >>> frame = pl.DataFrame({"feature_id": ["g1", "g2"], "length": [1200, None]})
+    >>> directory = pathlib.Path(tempfile.mkdtemp())
+    >>> write_table(frame, directory / "features", index="feature_id")
+    >>> read_table(directory / "features", backend="polars", columns=["length"])
+    shape: (2, 2)
+    ┌────────────┬────────┐
+    │ feature_id ┆ length │
+    │ ---        ┆ ---    │
+    │ str        ┆ i64    │
+    ╞════════════╪════════╡
+    │ g1         ┆ 1200   │
+    │ g2         ┆ null   │
+    └────────────┴────────┘
+    """
+    _b.import_backend(backend)
+    root = Path(os.fspath(path))
+    try:
+        index_name, index, n_rows, stored = _read_dataframe(root, columns, backend == "pandas")
+        name = None if index_name == _b.INDEX else index_name
+        return _b.build_frame(backend, name, index, n_rows, stored)
+    except Exception as error:
+        _r.add_path_note(error, "reading", str(root))
+        raise
+
+
+def _read_dataframe(
+    root: Path, selection: Sequence[str] | None, for_pandas: bool
+) -> tuple[str, Column | None, int, dict[str, Column]]:
+    """Read the index and the selected columns.
+
+    pandas gets every index and strings as ``str`` objects (what it stores); polars and
+    pyarrow get strings as compact StringDType arrays, and of an unnamed index only its length.
+    """
+    attributes = _zarr.read_group_attributes(root)
+    spec = _r.IOSpec.from_attributes(attributes)
+    if spec != _r.DATAFRAME:
+        msg = (
+            f"{root}: expected a table (encoding-type 'dataframe', encoding-version '0.2.0'), "
+            f"found encoding-type {spec.encoding_type!r} version {spec.encoding_version!r}"
+        )
+        raise (FormatError if spec.encoding_type != "dataframe" else UnsupportedFeatureError)(msg)
+    order = attributes.get("column-order")
+    index_name = attributes.get("_index")
+    if not isinstance(order, list) or not all(isinstance(name, str) for name in order):
+        msg = f"{root}: attribute 'column-order' must be a list of strings, found {order!r}"
+        raise FormatError(msg)
+    if not isinstance(index_name, str):
+        msg = f"{root}: attribute '_index' must be a string, found {index_name!r}"
+        raise FormatError(msg)
+    for name in [index_name, *order]:
+        _check_stored_name(root, name)
+    if selection is None:
+        selection = order
+    elif isinstance(selection, str):
+        msg = f"columns must be a sequence of column names, found the string {selection!r}"
+        raise TypeError(msg)
+    else:
+        missing = [name for name in selection if name not in order]
+        if missing:
+            msg = f"{root}: no columns named {missing}; the table's columns are {order}"
+            raise KeyError(msg)
+        if len(set(selection)) != len(selection):
+            msg = f"columns must not repeat a name, found {list(selection)}"
+            raise ValueError(msg)
+    index: Column | None = None
+    objects = for_pandas
+    node = _r.read_node(root / index_name)
+    if for_pandas or index_name != _b.INDEX or node.array is None:
+        index = _r.read_element(root / index_name, objects=objects)
+        n_rows = len(index)
+    elif node.array.ndim != 1:
+        msg = f"{root / index_name}: the index must be 1-D, found shape {node.array.shape}"
+        raise FormatError(msg)
+    else:  # an unnamed index that is not returned: only its length is needed
+        n_rows = node.array.shape[0]
+    shared = index is not None and index_name in selection  # one node, read once
+    names = [name for name in selection if not (shared and name == index_name)]
+    tasks = [partial(_r.read_element, root / name, objects=objects) for name in names]
+    read = dict(zip(names, _r.run_in_threads(tasks, _THREADS), strict=True))
+    stored: dict[str, Column] = {}
+    for name in selection:
+        column = read.get(name, index)
+        assert column is not None  # only a shared index is not in read
+        if len(column) != n_rows:
+            msg = f"{root}: column {name!r} has {len(column)} rows but the index has {n_rows}"
+            raise FormatError(msg)
+        stored[name] = column
+    return index_name, index, n_rows, stored
+
+
+def _check_stored_name(root: Path, name: str) -> None:
+    if name in ("", ".", "..") or "/" in name or "\\" in name or name == _zarr.METADATA_FILE:
+        msg = f"{root}: {name!r} cannot name a node of the table"
+        raise FormatError(msg)

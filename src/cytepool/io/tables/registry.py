@@ -1,0 +1,250 @@
+"""The table of encodings, and the dispatcher that writes and reads elements with it.
+
+An element's encoding is an :class:`IOSpec`, the pair of its ``encoding-type`` and
+``encoding-version`` attributes. :data:`READERS` maps each spec cytepool reads to a reader;
+:data:`WRITERS` maps each column kind to the spec it is written as and its writer. The dispatcher
+(:func:`write_element`, :func:`read_element`) is the only place that touches the store, stamps
+the encoding attributes, recurses into the children of groups, and adds a note naming the
+element's path to any error raised on the way (once, by the innermost element).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import numpy as np
+
+from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.io import zarr as _zarr
+from cytepool.io.tables import columns as _c
+
+__all__ = [
+    "DATAFRAME",
+    "READERS",
+    "WRITERS",
+    "IOSpec",
+    "WriteOptions",
+    "add_path_note",
+    "read_element",
+    "read_node",
+    "run_in_threads",
+    "write_element",
+    "write_plan",
+]
+
+T = TypeVar("T")
+_NOTE_PREFIX = "Error raised while "
+TARGET_CHUNK_BYTES = 1 << 20
+"""Default chunks aim at about this many bytes per chunk of a column."""
+_STRING_ITEM_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    """The encoding of an element: its ``encoding-type`` and ``encoding-version``."""
+
+    encoding_type: str
+    encoding_version: str
+
+    def to_attributes(self) -> dict[str, str]:
+        """Return the two attributes that record this encoding."""
+        return {"encoding-type": self.encoding_type, "encoding-version": self.encoding_version}
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, Any]) -> IOSpec:
+        """Return the encoding recorded in ``attributes`` (empty strings if there is none)."""
+        kind = attributes.get("encoding-type", "")
+        version = attributes.get("encoding-version", "")
+        if not isinstance(kind, str) or not isinstance(version, str):
+            msg = f"encoding-type and encoding-version must be strings, found {kind!r}, {version!r}"
+            raise FormatError(msg)
+        return cls(kind, version)
+
+
+DATAFRAME = IOSpec("dataframe", "0.2.0")
+_ARRAY = IOSpec("array", "0.2.0")
+
+Reader = Callable[[_c.Node, _c.Read], _c.Column]
+Writer = Callable[[_c.Column], _c.ArrayPlan | _c.GroupPlan]
+
+READERS: Mapping[IOSpec, Reader] = MappingProxyType(
+    {
+        _ARRAY: _c.read_array,
+        IOSpec("string-array", "0.2.0"): _c.read_array,
+        IOSpec("", ""): _c.read_array,  # an array without encoding attributes
+        IOSpec("categorical", "0.2.0"): _c.read_categorical,
+        IOSpec("nullable-integer", "0.1.0"): _c.read_nullable_integer,
+        IOSpec("nullable-boolean", "0.1.0"): _c.read_nullable_boolean,
+        IOSpec("nullable-string-array", "0.1.0"): _c.read_nullable_string,
+    }
+)
+"""Reader of each encoding; the dataframe itself (:data:`DATAFRAME`) is read by frames.py."""
+
+WRITERS: Mapping[_c.Kind, tuple[IOSpec, Writer]] = MappingProxyType(
+    {
+        "array": (_ARRAY, _c.write_array),
+        "string": (IOSpec("string-array", "0.2.0"), _c.write_array),
+        "categorical": (IOSpec("categorical", "0.2.0"), _c.write_categorical),
+        "nullable-integer": (IOSpec("nullable-integer", "0.1.0"), _c.write_nullable),
+        "nullable-boolean": (IOSpec("nullable-boolean", "0.1.0"), _c.write_nullable),
+        "nullable-string": (IOSpec("nullable-string-array", "0.1.0"), _c.write_nullable),
+        # cytepool's extensions: arrays that anndata reads, see columns.py
+        "nullable-float": (_ARRAY, _c.write_nullable_float),
+        "datetime": (_ARRAY, _c.write_datetime),
+        "date": (_ARRAY, _c.write_date),
+        "duration": (_ARRAY, _c.write_array),
+    }
+)
+"""Encoding and writer of each column kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """How arrays are stored: rows per chunk (None: about 1 MiB per chunk) and compression."""
+
+    chunks: int | None
+    compression: str | None
+    level: int | None
+    threads: int = 1
+
+    def chunk_rows(self, data: np.ndarray | _c.LazyRows) -> int:
+        """Return the rows per chunk for ``data``."""
+        if self.chunks is not None:
+            return self.chunks
+        if len(data) == 0:
+            return 1
+        item = _STRING_ITEM_BYTES if data.dtype.kind in "OTU" else data.dtype.itemsize
+        return max(1, min(len(data), TARGET_CHUNK_BYTES // item))
+
+
+def write_element(path: Path, column: _c.Column, options: WriteOptions, shown: str) -> None:
+    """Write a column at ``path`` in the encoding :data:`WRITERS` gives its kind.
+
+    ``shown`` is the path the error notes name (the final path of a table built elsewhere).
+    """
+    try:
+        spec, writer = WRITERS[_c.kind_of(column)]
+        plan = writer(column)
+    except Exception as error:
+        add_path_note(error, "writing", shown)
+        raise
+    write_plan(path, spec, plan, options, shown)
+
+
+def write_plan(
+    path: Path,
+    spec: IOSpec,
+    plan: _c.ArrayPlan | _c.GroupPlan,
+    options: WriteOptions,
+    shown: str,
+) -> None:
+    """Store a plan at ``path``, stamping the encoding of ``spec`` after its own attributes."""
+    attributes = {**plan.attributes, **spec.to_attributes()}
+    try:
+        if isinstance(plan, _c.ArrayPlan):
+            _zarr.write_array(
+                path,
+                plan.data,
+                chunks=(options.chunk_rows(plan.data),),
+                compression=options.compression,
+                level=options.level,
+                attributes=attributes,
+            )
+            return
+        _zarr.write_group(path, attributes)
+    except Exception as error:
+        add_path_note(error, "writing", shown)
+        raise
+    children = list(plan.children.items())
+    if options.threads > 1 and len(children) > 1:
+        inner = replace(options, threads=1)
+        run_in_threads(
+            [partial(_write_child, path, name, child, inner, shown) for name, child in children],
+            options.threads,
+        )
+        return
+    for name, child in children:
+        _write_child(path, name, child, options, shown)
+
+
+def _write_child(
+    path: Path,
+    name: str,
+    child: _c.Column | Callable[[], _c.Column],
+    options: WriteOptions,
+    shown: str,
+) -> None:
+    try:
+        column = child() if callable(child) else child
+    except Exception as error:
+        add_path_note(error, "writing", f"{shown}/{name}")
+        raise
+    write_element(path / name, column, options, f"{shown}/{name}")
+
+
+def run_in_threads(tasks: Sequence[Callable[[], T]], threads: int) -> list[T]:
+    """Run ``tasks`` on up to ``threads`` threads; return their results in order.
+
+    Compression and decompression release the GIL, so columns are written and read side by
+    side. The first error cancels the tasks not yet started and is raised once the running
+    ones have finished.
+    """
+    if threads <= 1 or len(tasks) <= 1:
+        return [task() for task in tasks]
+    with ThreadPoolExecutor(max_workers=min(threads, len(tasks))) as executor:
+        futures = [executor.submit(task) for task in tasks]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def read_node(path: Path, *, objects: bool = True) -> _c.Node:
+    """Open the element at ``path``: its attributes, and the array if it is one."""
+    kind = _zarr.node_type(path)
+    if kind == "array":
+        array = _zarr.open_array(path)
+        return _c.Node(path, array.attributes, array, objects)
+    return _c.Node(path, _zarr.read_group_attributes(path), None, objects)
+
+
+def read_element(path: Path, *, objects: bool = True) -> _c.Column:
+    """Read the column stored at ``path`` with the reader of its encoding.
+
+    ``objects`` reads strings as object arrays of ``str``, else as StringDType arrays.
+    """
+    try:
+        node = read_node(path, objects=objects)
+        spec = IOSpec.from_attributes(node.attributes)
+        reader = READERS.get(spec)
+        if reader is None:
+            known = ", ".join(
+                f"{s.encoding_type} {s.encoding_version}" for s in READERS if s.encoding_type
+            )
+            msg = (
+                f"{path}: encoding-type {spec.encoding_type!r} version {spec.encoding_version!r} "
+                f"is not a table column encoding cytepool reads (it reads {known})"
+            )
+            raise UnsupportedFeatureError(msg)
+        if spec.encoding_type == "" and node.array is None:
+            msg = f"{path}: a group without encoding attributes is not a table column"
+            raise FormatError(msg)
+        return reader(node, partial(read_element, objects=objects))
+    except Exception as error:
+        add_path_note(error, "reading", str(path))
+        raise
+
+
+def add_path_note(error: BaseException, action: str, shown: str) -> None:
+    """Add a note naming the element's path to ``error``, unless an inner element did."""
+    notes = getattr(error, "__notes__", ())
+    if not any(note.startswith(_NOTE_PREFIX) for note in notes):
+        error.add_note(f"{_NOTE_PREFIX}{action} the table element at {shown}")

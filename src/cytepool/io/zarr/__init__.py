@@ -1,0 +1,104 @@
+"""A minimal reader and writer for Zarr v3 arrays and groups on a local file system.
+
+This module implements, with numpy and the standard library only, the part of the Zarr core
+specification, version 3.1 (Miles et al. 2025), that cube files need, with the bytes and gzip
+codecs of the Zarr specifications (Zarr developers 2023) and the zstd codec of its registered
+extensions (Maitin-Shepard 2025).
+
+Reading supports:
+
+- group and array metadata documents (zarr.json);
+- the core data types bool, int8 to int64, uint8 to uint64, float16, float32, float64,
+  complex64 and complex128, the floating-point types in the binary formats of IEEE 754;
+- the regular chunk grid, and the default and v2 chunk key encodings with either separator;
+- fill values in every form the specification permits; a chunk that is not stored reads as
+  the fill value;
+- the bytes codec in either byte order, followed by any sequence of gzip codecs, whose chunks
+  are gzip streams (RFC 1952) of DEFLATE data (RFC 1951), and zstd codecs, whose chunks are
+  Zstandard frames (RFC 8878).
+
+Beyond that text, because anndata and zarr-python write them by default, this module also
+supports:
+
+- zstd through ``compression.zstd`` (Python 3.14+) or else the ``backports.zstd`` package
+  (a dependency on older Pythons); without either, zstd raises a ValueError saying how to
+  get it;
+- the ``string`` data type with the ``vlen-utf8`` codec, read and written: reads return numpy
+  arrays of ``numpy.dtypes.StringDType()``, writes take numpy ``str``/StringDType arrays or
+  object arrays of ``str``; the fill value is ``""`` and edge chunks are padded with it;
+- the ``numpy.datetime64`` and ``numpy.timedelta64`` data types (zarr-extensions) with their
+  ``unit`` and ``scale_factor`` configuration, read and written; the fill value is NaT;
+- reading the ``sharding_indexed`` codec (anndata 0.13 shards by default): the index at the
+  end or the start of a shard, its ``crc32c`` checksum verified, inner chunks decoded by the
+  inner codec chain, empty inner chunks read as the fill value, and only the index and the
+  needed inner chunks read. Shards are not written.
+
+Anything else, such as another data type, the blosc or transpose codec, crc32c outside a shard
+index, nested sharding, another chunk grid or a storage transformer, raises a ValueError that
+names it; zarr-python reads such stores.
+
+A read opens only the chunks that hold a selected element and decodes each of them once, one
+at a time, so it holds the result and about one chunk: compressed chunks are read from disk
+and decoded in pieces of at most 256 KiB. A zstd decoder also keeps its frame's window, outside
+Python's allocations: up to the size of the chunk, and 2 MiB at zstd's default level of 3
+(frames asking for a window larger than both the chunk and the 8 MiB that RFC 8878 asks every
+decoder to support are refused). A chunk compressed twice is decoded as a stream through both
+steps. Selections take integers and slices, and, through ZarrArray.oindex, integer arrays and
+boolean masks along any axes.
+
+Reading is strict. A metadata document must be a JSON object without repeated keys or NaN and
+Infinity tokens, and every field must be valid; a field the specification does not define is
+an error unless its value is an object with ``"must_understand": false``. A chunk must decode
+to exactly the bytes its shape needs, compressed streams must be complete and pass their
+checksums, and bool chunks may hold only the bytes 0 and 1. Memory and time stay bounded on
+malformed files: arrays whose chunks would hold more than 2 GiB (MAX_CHUNK_BYTES) are refused,
+at most the bytes a valid encoding of a chunk can take are read from disk, every decoding step
+stops just past the most bytes a valid chunk can produce, and a chunk may hold at most 1,024
+gzip members or zstd frames (writers use one). A string chunk may decode to at most
+MAX_CHUNK_BYTES.
+
+Writing produces arrays with a regular chunk grid, the default chunk key encoding with /, a
+fill value of zero (false for bool, ``""`` for strings, NaT for datetime64/timedelta64) and the
+bytes codec, little endian (vlen-utf8 for strings), followed by gzip, zstd (with a checksum) or
+no compression. A chunk whose bytes are all zero equals the fill value and is not stored.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> import numpy as np
+>>> from cytepool.io.zarr import open_array, write_array, write_group, node_type
+>>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
+>>> write_group(root, {"kind": "example"})
+>>> write_array(root / "x", np.arange(10, dtype=np.int32), chunks=(4,), compression="zstd")
+>>> node_type(root), node_type(root / "x")
+('group', 'array')
+>>> open_array(root / "x")[3:6]
+array([3, 4, 5], dtype=int32)
+"""
+
+from __future__ import annotations
+
+from cytepool.io.zarr.array import (
+    DEFAULT_LEVELS,
+    ZarrArray,
+    check_compression,
+    open_array,
+    write_array,
+)
+from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
+from cytepool.io.zarr.groups import node_type, read_group_attributes, write_group
+from cytepool.io.zarr.metadata import DATA_TYPES, METADATA_FILE
+
+__all__ = [
+    "DATA_TYPES",
+    "DEFAULT_LEVELS",
+    "MAX_CHUNK_BYTES",
+    "METADATA_FILE",
+    "ZarrArray",
+    "check_compression",
+    "node_type",
+    "open_array",
+    "read_group_attributes",
+    "write_array",
+    "write_group",
+]

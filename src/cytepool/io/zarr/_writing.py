@@ -1,0 +1,120 @@
+"""Writing chunks: one row of chunks at a time, padded, encoded, fill-valued chunks skipped."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cytepool.io.zarr import indexing
+from cytepool.io.zarr.metadata import ArrayMetadata, DataType
+
+__all__ = ["NAT", "write_chunks"]
+
+NAT = np.iinfo(np.int64).min
+
+
+def write_chunks(directory: Path, data: Any, meta: ArrayMetadata, dtype: np.dtype[Any]) -> None:
+    """Write the chunks of ``data`` (of ``dtype``) under ``directory``, one row at a time."""
+    writer = _ChunkWriter(directory, meta)
+    if not meta.shape:
+        writer.write((), _rows(data, None, (), meta.data_type, dtype))
+        return
+    grid = indexing.grid_shape(meta.shape, meta.chunk_grid.chunk_shape)
+    for row in range(grid[0]):
+        _write_row(writer, data, row, grid, dtype)
+
+
+def _write_row(
+    writer: _ChunkWriter, data: Any, row: int, grid: tuple[int, ...], dtype: np.dtype[Any]
+) -> None:
+    """Write one row of chunks along the first axis (only this row is held in memory)."""
+    shape, chunks = writer.meta.shape, writer.chunks
+    start, stop = row * chunks[0], min((row + 1) * chunks[0], shape[0])
+    block = _rows(data, (start, stop), (stop - start, *shape[1:]), writer.meta.data_type, dtype)
+    for rest in itertools.product(*(range(g) for g in grid[1:])):
+        region = tuple(
+            slice(c * k, min((c + 1) * k, n))
+            for c, k, n in zip(rest, chunks[1:], shape[1:], strict=True)
+        )
+        writer.write((row, *rest), block[(slice(None), *region)])
+
+
+def _rows(
+    data: Any,
+    bounds: tuple[int, int] | None,
+    shape: tuple[int, ...],
+    data_type: DataType,
+    dtype: np.dtype[Any],
+) -> np.ndarray[Any, Any]:
+    block = data[...] if bounds is None else data[bounds[0] : bounds[1]]
+    if isinstance(block, np.ma.MaskedArray):
+        msg = f"data gave rows {bounds} as a numpy masked array"
+        raise TypeError(msg)
+    block = np.asarray(block)
+    if block.shape != shape:
+        msg = f"data gave rows {bounds} of shape {block.shape}, expected {shape}"
+        raise ValueError(msg)
+    if data_type.is_string:
+        return _string_rows(block, bounds)
+    if block.dtype.newbyteorder("=") != dtype.newbyteorder("="):
+        msg = f"data gave rows {bounds} of dtype {block.dtype}, expected {dtype}"
+        raise ValueError(msg)
+    return block
+
+
+def _string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, Any]:
+    if block.dtype.kind not in "TUO":
+        msg = f"data gave rows {bounds} of dtype {block.dtype}, expected strings"
+        raise ValueError(msg)
+    if block.dtype.kind == "O":
+        values = block.ravel().tolist()
+        try:
+            "".join(values)  # fast check that every value is a str
+        except TypeError:
+            bad = next(v for v in values if not isinstance(v, str))
+            msg = f"an object array to write as strings holds a {type(bad).__name__}: {bad!r}"
+            raise TypeError(msg) from None
+    return block
+
+
+class _ChunkWriter:
+    """Pads, encodes and stores chunks, skipping those equal to the fill value."""
+
+    def __init__(self, directory: Path, meta: ArrayMetadata):
+        self.directory, self.meta = directory, meta
+        self.chunks = meta.chunk_grid.chunk_shape
+        self.made: set[Path] = {directory}
+
+    def write(self, coords: tuple[int, ...], region: np.ndarray[Any, Any]) -> None:
+        chunk = self._pad(region)
+        if self.meta.data_type.is_string and not any(chunk.ravel().tolist()):
+            return
+        raw = self.meta.codecs.array_bytes.encode(chunk)  # type: ignore[union-attr]
+        if self._is_fill(raw):
+            return
+        encoded = self.meta.codecs.compress(raw)
+        path = self.directory / self.meta.chunk_key_encoding.encode(coords)
+        if path.parent not in self.made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.made.add(path.parent)
+        with open(path, "xb") as file:
+            file.write(encoded)
+
+    def _pad(self, region: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if region.shape == self.chunks:
+            return region
+        dtype = np.dtypes.StringDType() if self.meta.data_type.is_string else region.dtype
+        chunk = np.full(self.chunks, self.meta.fill_value, dtype=dtype)
+        chunk[tuple(slice(0, n) for n in region.shape)] = region
+        return chunk
+
+    def _is_fill(self, raw: bytes) -> bool:
+        data_type = self.meta.data_type
+        if data_type.is_string:
+            return False
+        if data_type.is_time:
+            return bool(np.all(np.frombuffer(raw, dtype="<i8") == NAT))
+        return not np.frombuffer(raw, dtype=np.uint8).any()

@@ -1,0 +1,460 @@
+"""Zarr v3 arrays on a local file system: :class:`ZarrArray`, open_array and write_array."""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cytepool.errors import FormatError
+from cytepool.io.zarr._reading import Reader
+from cytepool.io.zarr._store import Stamp, as_path, read_document, write_document
+from cytepool.io.zarr._writing import NAT, write_chunks
+from cytepool.io.zarr.codecs import (
+    MAX_CHUNK_BYTES,
+    BytesCodec,
+    CodecChain,
+    GzipCodec,
+    VlenUtf8Codec,
+    ZstdCodec,
+    import_zstd,
+)
+from cytepool.io.zarr.indexing import Selection, parse_selection
+from cytepool.io.zarr.metadata import (
+    ArrayMetadata,
+    ChunkKeyEncoding,
+    DataType,
+    RegularChunkGrid,
+)
+
+__all__ = ["DEFAULT_LEVELS", "ZarrArray", "check_compression", "open_array", "write_array"]
+
+DEFAULT_LEVELS: Mapping[str, int] = types.MappingProxyType({"gzip": 4, "zstd": 3})
+_LEVEL_RANGES = {"gzip": (0, 9), "zstd": (-131072, 22)}
+
+
+class ZarrArray:
+    """A Zarr v3 array in a local directory, read chunk by chunk.
+
+    Open one with :func:`open_array`. ``array[key]`` takes integers, slices and one ellipsis;
+    ``array.oindex[key]`` also takes 1-D integer arrays and boolean masks along any axes.
+    Reads return new arrays in native byte order (numpy scalars when every axis gets an
+    integer) and read only the chunks the selection touches; a chunk that is not stored
+    reads as the fill value. Every read first checks that zarr.json is still the file it
+    was when the array was opened (StoreChangedError, a RuntimeError, otherwise). The array
+    holds no open files, so it can be pickled.
+
+    Parameters
+    ----------
+    path
+        The array's directory.
+    metadata
+        Its parsed metadata.
+    stamp
+        The stamp of its zarr.json when the metadata was read.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_array(tmp / "a", np.arange(12).reshape(3, 4), chunks=(2, 2))
+    >>> a = open_array(tmp / "a")
+    >>> a.shape, a.chunks, a.dtype
+    ((3, 4), (2, 2), dtype('int64'))
+    >>> a[1, 1:3]
+    array([5, 6])
+    >>> a.oindex[[2, 0], [True, False, False, True]]
+    array([[ 8, 11],
+           [ 0,  3]])
+    """
+
+    def __init__(self, path: str | os.PathLike[str], metadata: ArrayMetadata, stamp: Stamp):
+        self._path = Path(path)
+        self._metadata = metadata
+        self._stamp = stamp
+
+    @property
+    def path(self) -> Path:
+        """The array's directory."""
+        return self._path
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return self._metadata.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The data type of the values a read returns, in native byte order."""
+        return self._metadata.data_type.dtype
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self._metadata.shape)
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The chunk shape of the regular chunk grid."""
+        return self._metadata.chunk_grid.chunk_shape
+
+    @property
+    def fill_value(self) -> Any:
+        """The value of elements in chunks that are not stored, as a numpy scalar."""
+        return self._metadata.fill_value
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """A copy of the array's attributes."""
+        return json.loads(json.dumps(self._metadata.attributes))
+
+    @property
+    def dimension_names(self) -> tuple[str | None, ...] | None:
+        """The name of each dimension (None for an unnamed one), or None."""
+        return self._metadata.dimension_names
+
+    @property
+    def metadata(self) -> ArrayMetadata:
+        """The parsed metadata document."""
+        return self._metadata
+
+    @property
+    def oindex(self) -> _OIndex:
+        """Orthogonal indexing, which selects along each axis independently.
+
+        ``array.oindex[key]`` gives each axis an integer, a slice, a 1-D integer array or a
+        boolean mask (arrays as lists or numpy arrays), and selects every combination.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> tmp = pathlib.Path(tempfile.mkdtemp())
+        >>> write_array(tmp / "a", np.arange(6).reshape(2, 3), chunks=(1, 2))
+        >>> open_array(tmp / "a").oindex[:, [2, 0, 2]]
+        array([[2, 0, 2],
+               [5, 3, 5]])
+        """
+        return _OIndex(self)
+
+    def __getitem__(self, key: Any) -> Any:
+        """Read what integers, slices and an ellipsis select (numpy basic indexing)."""
+        return self._read(parse_selection(key, self.shape, orthogonal=False))
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """Read the whole array (strings straight into str objects for ``dtype=object``)."""
+        objects = dtype is not None and np.dtype(dtype) == np.dtype(object)
+        if objects and self._metadata.data_type.is_string:
+            result: np.ndarray[Any, Any] = self._read(
+                parse_selection(..., self.shape, orthogonal=False), objects=True
+            )
+            return result
+        result = self[...]
+        return result if dtype is None else result.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        """The length of the first axis."""
+        if not self.shape:
+            msg = "len() of a 0-d array"
+            raise TypeError(msg)
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        """Path, shape, chunks and dtype."""
+        return (
+            f"<ZarrArray {str(self._path)!r} shape={self.shape} chunks={self.chunks}"
+            f" dtype={self.dtype}>"
+        )
+
+    def _read(self, selection: Selection, *, objects: bool = False) -> Any:
+        self._stamp.check(self._path)
+        out = np.empty(selection.shape, dtype=object if objects else self.dtype)
+        work = out.reshape(selection.full_shape)
+        Reader(self._path, self._metadata, objects=objects).read(selection, work)
+        return out[()] if selection.scalar else out
+
+
+class _OIndex:
+    """The ``oindex`` helper of a ZarrArray."""
+
+    def __init__(self, array: ZarrArray):
+        self._array = array
+
+    def __getitem__(self, key: Any) -> Any:
+        array = self._array
+        return array._read(parse_selection(key, array.shape, orthogonal=True))
+
+
+def open_array(path: str | os.PathLike[str]) -> ZarrArray:
+    """Open a Zarr v3 array for reading.
+
+    Parameters
+    ----------
+    path
+        The array's directory, which holds its zarr.json.
+
+    Returns
+    -------
+    A ZarrArray; nothing but the metadata is read.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no array metadata at path.
+    ValueError
+        If the metadata is invalid or uses a feature this module does not support (the
+        message names it).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_array(tmp / "a", np.array([1.5, 2.5], dtype=np.float32), chunks=(1,))
+    >>> open_array(tmp / "a")[:]
+    array([1.5, 2.5], dtype=float32)
+    """
+    directory = as_path(path)
+    doc, stamp, where = read_document(directory)
+    if isinstance(doc, dict) and doc.get("node_type") == "group":
+        msg = f"{directory} is a Zarr group, not an array ({where})"
+        raise FormatError(msg)
+    return ZarrArray(directory, ArrayMetadata.from_json(doc, where), stamp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def check_compression(compression: str | None, level: int | None) -> int | None:
+    """Check a compression and level for write_array and return the level used.
+
+    Parameters
+    ----------
+    compression
+        ``"gzip"``, ``"zstd"`` (``compression.zstd`` of Python 3.14+, or the backports.zstd
+        package) or None for no compression.
+    level
+        0 to 9 for gzip, -131072 to 22 for zstd (0 asks zstd for its default), or None for
+        DEFAULT_LEVELS (4 for gzip, 3 for zstd). It must be None without compression.
+
+    Returns
+    -------
+    The compression level, or None without compression.
+
+    Raises
+    ------
+    TypeError
+        If compression is not a string or None, or level is not an integer.
+    ValueError
+        If compression or level is invalid, or zstd is not available.
+
+    Examples
+    --------
+    >>> check_compression("gzip", None), check_compression("zstd", -5)
+    (4, -5)
+    >>> check_compression(None, None) is None
+    True
+    """
+    if compression is not None and not isinstance(compression, str):
+        msg = f"compression must be a string or None, not {type(compression).__name__}"
+        raise TypeError(msg)
+    if level is not None and (not isinstance(level, int | np.integer) or isinstance(level, bool)):
+        msg = f"level must be an integer or None, not {type(level).__name__}"
+        raise TypeError(msg)
+    if compression is None:
+        if level is not None:
+            msg = f"level must be None without compression, not {level}"
+            raise ValueError(msg)
+        return None
+    if compression not in _LEVEL_RANGES:
+        msg = f"compression must be 'gzip', 'zstd' or None, not {compression!r}"
+        raise ValueError(msg)
+    if compression == "zstd":
+        import_zstd()
+    return _check_level(compression, level)
+
+
+def _check_level(compression: str, level: int | None) -> int:
+    if level is None:
+        return DEFAULT_LEVELS[compression]
+    low, high = _LEVEL_RANGES[compression]
+    if not low <= level <= high:
+        msg = f"the {compression} level must be from {low} to {high}, not {level}"
+        raise ValueError(msg)
+    return int(level)
+
+
+def write_array(
+    path: str | os.PathLike[str],
+    data: Any,
+    *,
+    chunks: Sequence[int],
+    compression: str | None = "gzip",
+    level: int | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    dimension_names: Sequence[str | None] | None = None,
+) -> None:
+    """Write an array as a new Zarr v3 array directory.
+
+    Chunks are written first and zarr.json last, so a write that fails leaves a directory that
+    does not open as an array. A chunk whose bytes are all zero (for strings: all ``""``, for
+    datetime64/timedelta64: all NaT) equals the fill value and is not stored.
+
+    Parameters
+    ----------
+    path
+        The directory to create; its parent must exist and it must not.
+    data
+        A numpy array, or any object with shape and dtype whose ``data[start:stop]`` returns
+        those rows along the first axis, such as a ZarrArray. It is read one row of chunks
+        at a time. Strings may be numpy ``str``/StringDType arrays or object arrays of str.
+    chunks
+        The chunk shape: a positive length for each dimension.
+    compression
+        "gzip", "zstd" or None (see check_compression).
+    level
+        The compression level, or None for the default.
+    attributes
+        JSON-serialisable attributes.
+    dimension_names
+        A name or None for each dimension.
+
+    Raises
+    ------
+    TypeError
+        If data has no shape and dtype, its data type is not a supported data type, it is or
+        gives rows as a numpy masked array, or another argument has the wrong type.
+    ValueError
+        If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES, or data gives rows of
+        the wrong shape or dtype.
+    FileExistsError
+        If path exists.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_array(tmp / "s", np.array(["x", "", "yz"]), chunks=(2,), compression="zstd")
+    >>> open_array(tmp / "s")[:].tolist()
+    ['x', '', 'yz']
+    """
+    directory = as_path(path)
+    shape, dtype = _shape_and_dtype(data)
+    meta = _new_metadata(shape, dtype, chunks, compression, level, attributes, dimension_names)
+    document = meta.to_json()
+    json.dumps(document, allow_nan=False)
+    directory.mkdir()
+    write_chunks(directory, data, meta, dtype)
+    write_document(directory, document)
+
+
+def _shape_and_dtype(data: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if isinstance(data, np.ma.MaskedArray):
+        msg = "data is a numpy masked array; fill its masked values first"
+        raise TypeError(msg)
+    shape, dtype = getattr(data, "shape", None), getattr(data, "dtype", None)
+    if not isinstance(dtype, np.dtype) or not isinstance(shape, tuple):
+        msg = f"data must have a shape and a numpy dtype, not {type(data).__name__}"
+        raise TypeError(msg)
+    if not all(isinstance(n, int | np.integer) and n >= 0 for n in shape):
+        msg = f"data has an invalid shape {shape!r}"
+        raise TypeError(msg)
+    return tuple(int(n) for n in shape), dtype
+
+
+def _new_metadata(
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    chunks: Any,
+    compression: str | None,
+    level: int | None,
+    attributes: Any,
+    dimension_names: Any,
+) -> ArrayMetadata:
+    data_type = DataType.from_numpy(dtype)
+    _check_string_dtype(dtype)
+    chunk_shape = _check_chunks(chunks, shape, data_type)
+    level = check_compression(compression, level)
+    head: BytesCodec | VlenUtf8Codec = (
+        VlenUtf8Codec() if data_type.is_string else BytesCodec("little")
+    )
+    compressors: tuple[GzipCodec | ZstdCodec, ...] = ()
+    if compression == "gzip" and level is not None:
+        compressors = (GzipCodec(level),)
+    elif compression == "zstd" and level is not None:
+        compressors = (ZstdCodec(level, checksum=True),)
+    return ArrayMetadata(
+        shape=shape,
+        data_type=data_type,
+        chunk_grid=RegularChunkGrid(chunk_shape),
+        chunk_key_encoding=ChunkKeyEncoding("default", "/"),
+        fill_value=_zero_fill(data_type),
+        codecs=CodecChain(head, compressors),
+        attributes=_check_attributes(attributes),
+        dimension_names=_check_dimension_names(dimension_names, len(shape)),
+    )
+
+
+def _check_string_dtype(dtype: np.dtype[Any]) -> None:
+    if dtype.kind == "T" and hasattr(dtype, "na_object"):
+        msg = f"StringDType with a missing-value object ({dtype.na_object!r}) cannot be written"
+        raise TypeError(msg)
+
+
+def _zero_fill(data_type: DataType) -> Any:
+    if data_type.is_string:
+        return np.str_("")
+    if data_type.is_time:
+        return np.array(NAT, dtype=np.int64).view(data_type.dtype)[()]
+    return data_type.dtype.type(0)
+
+
+def _check_chunks(chunks: Any, shape: tuple[int, ...], data_type: DataType) -> tuple[int, ...]:
+    if not isinstance(chunks, Sequence) or isinstance(chunks, str):
+        msg = f"chunks must be a sequence of integers, not {type(chunks).__name__}"
+        raise TypeError(msg)
+    if not all(isinstance(c, int | np.integer) and not isinstance(c, bool) for c in chunks):
+        msg = f"chunks must hold integers, not {chunks!r}"
+        raise TypeError(msg)
+    result = tuple(int(c) for c in chunks)
+    if len(result) != len(shape) or any(c < 1 for c in result):
+        msg = f"chunks must be {len(shape)} positive lengths for shape {shape}, not {result}"
+        raise ValueError(msg)
+    nbytes = int(np.prod(result, dtype=object)) * data_type.itemsize
+    if nbytes > MAX_CHUNK_BYTES:
+        msg = f"chunks of {result} take {nbytes} bytes, more than MAX_CHUNK_BYTES"
+        raise ValueError(msg)
+    return result
+
+
+def _check_attributes(attributes: Any) -> dict[str, Any]:
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        msg = f"attributes must be a mapping, not {type(attributes).__name__}"
+        raise TypeError(msg)
+    if not all(isinstance(key, str) for key in attributes):
+        msg = "attribute names must be strings"
+        raise TypeError(msg)
+    text = json.dumps(dict(attributes), allow_nan=False)
+    result: dict[str, Any] = json.loads(text)
+    return result
+
+
+def _check_dimension_names(names: Any, ndim: int) -> tuple[str | None, ...] | None:
+    if names is None:
+        return None
+    if not isinstance(names, Sequence) or isinstance(names, str):
+        msg = f"dimension_names must be a sequence, not {type(names).__name__}"
+        raise TypeError(msg)
+    if not all(name is None or isinstance(name, str) for name in names):
+        msg = f"dimension_names must hold strings or None, not {names!r}"
+        raise TypeError(msg)
+    if len(names) != ndim:
+        msg = f"dimension_names needs {ndim} entries, not {len(names)}"
+        raise ValueError(msg)
+    return tuple(names)

@@ -1,0 +1,132 @@
+"""Zarr v3 groups: write_group, read_group_attributes, and node_type for any node."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from cytepool.errors import FormatError
+from cytepool.io.zarr._store import as_path, read_document, write_document
+from cytepool.io.zarr.metadata import METADATA_FILE, GroupMetadata, parse_document
+
+__all__ = ["node_type", "read_group_attributes", "write_group"]
+
+
+def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | None = None) -> None:
+    """Write a Zarr v3 group's metadata, creating its directory if needed.
+
+    Parameters
+    ----------
+    path
+        The group's directory; its parent must exist.
+    attributes
+        JSON-serialisable attributes.
+
+    Raises
+    ------
+    FileExistsError
+        If the directory already has a zarr.json.
+    FileNotFoundError
+        If the parent directory does not exist.
+    ValueError, TypeError
+        If an attribute cannot be written as JSON.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_group(tmp / "g", {"encoding-type": "dict"})
+    >>> read_group_attributes(tmp / "g")
+    {'encoding-type': 'dict'}
+    """
+    directory = as_path(path)
+    document = GroupMetadata(_attributes(attributes)).to_json()
+    if (directory / METADATA_FILE).exists():
+        msg = f"{directory} already has a {METADATA_FILE}"
+        raise FileExistsError(msg)
+    directory.mkdir(exist_ok=True)
+    write_document(directory, document)
+
+
+def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        msg = f"attributes must be a mapping, not {type(attributes).__name__}"
+        raise TypeError(msg)
+    if not all(isinstance(key, str) for key in attributes):
+        msg = "attribute names must be strings"
+        raise TypeError(msg)
+    result: dict[str, Any] = json.loads(json.dumps(dict(attributes), allow_nan=False))
+    return result
+
+
+def read_group_attributes(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a Zarr v3 group's metadata and return its attributes.
+
+    Consolidated metadata, if present, is ignored: each node is read from its own zarr.json.
+
+    Parameters
+    ----------
+    path
+        The group's directory, which holds its zarr.json.
+
+    Returns
+    -------
+    The attributes.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no group metadata at path.
+    ValueError
+        If the metadata is invalid, describes an array, or belongs to a Zarr v2 store.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_group(tmp)
+    >>> read_group_attributes(tmp)
+    {}
+    """
+    directory = as_path(path)
+    doc, _, where = read_document(directory)
+    if isinstance(doc, dict) and doc.get("node_type") == "array":
+        msg = f"{directory} is a Zarr array, not a group ({where})"
+        raise FormatError(msg)
+    return GroupMetadata.from_json(doc, where).attributes
+
+
+def node_type(path: str | os.PathLike[str]) -> Literal["array", "group"]:
+    """Whether the Zarr v3 node at ``path`` is an array or a group (its metadata is checked).
+
+    Parameters
+    ----------
+    path
+        The node's directory, which holds its zarr.json.
+
+    Returns
+    -------
+    ``"array"`` or ``"group"``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no zarr.json at path.
+    ValueError
+        If the metadata is invalid or uses a feature this module does not support.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_group(tmp)
+    >>> node_type(tmp)
+    'group'
+    """
+    directory = as_path(path)
+    doc, _, where = read_document(directory)
+    return "group" if isinstance(parse_document(doc, where), GroupMetadata) else "array"

@@ -1,0 +1,641 @@
+"""Pool cells into a cube: :func:`from_cells`.
+
+Every cell adds its counts to one profile, the (group, sample) its labels name. The cells are
+sorted by profile with a counting sort of their row positions, and each profile's rows are then
+added one after the other, so the profile's output row stays in cache while its cells stream
+past. One numba kernel (:mod:`cytepool._pool_kernels`) does this for every input: CSR rows are
+read in place, CSC matrices and dense arrays are handed over as CSR blocks, row blocks from an
+iterable one at a time.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from cytepool.cube import ID_COLUMNS, Cube, _Table
+
+__all__ = ["LAYERS", "from_cells"]
+
+LAYERS = ("counts", "detected")
+"""The layers :func:`from_cells` can make."""
+
+# Data types the kernel reads (bool is read as uint8).
+_KINDS = "biuf"
+# A dense array is converted to CSR this many elements at a time (at least); a CSC matrix in
+# column blocks of about a twentieth of its nonzeros -- either way under 10% of the input.
+_DENSE_BLOCK = 2**16
+_CSC_BLOCKS = 20
+_MIN_CSC_BLOCK = 2**20
+
+Block = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]
+
+
+def from_cells(
+    counts: Any,
+    *,
+    sample_labels: Any,
+    group_labels: Any,
+    samples: Any = None,
+    groups: Any = None,
+    features: Any = None,
+    layers: Sequence[str] = ("counts",),
+) -> Cube:
+    """Pool a cells x features matrix into a cube, in one pass over its nonzeros.
+
+    Each cell is added to the profile of its group and sample. Counts held as whole numbers
+    (integers, or floats such as the float32 counts of most h5ad files) pool exactly into an
+    int64 layer; as soon as a value is not a whole number below 2**31, the layer becomes
+    float64 (the sums so far carry over exactly, and X is not read again). Nothing is
+    accumulated in float32 and X is never copied: the extra memory is the output, plus, for
+    CSC and dense input, blocks of under a tenth of X.
+
+    Parameters
+    ----------
+    counts
+        The counts, one row per cell: a numpy array, a scipy.sparse CSR or CSC matrix or
+        array, or an iterable of row blocks (numpy arrays or scipy.sparse matrices, read one
+        at a time: for data that does not fit in memory). Values must be finite and >= 0;
+        data types bool, integers, float32 and float64.
+    sample_labels, group_labels
+        One label per cell (any 1-D array-like: a pandas Categorical or Series, numpy array,
+        list of strings or integers, ...). The ids are the labels' ``str`` values, in sorted
+        order (by code point; ``"10"`` sorts before ``"9"``) whatever the cells' order or the
+        labels' type, so pooling the same cells always gives the same cube. Categories that
+        no cell has are left out.
+    samples, groups
+        Optional tables (pandas, polars or pyarrow) with one row per id, in any order, the
+        ids in a column ``sample_id`` / ``group_id`` (pandas: or the index, so named). Rows
+        are put in the order of the ids. Without a table, the cube's table holds the ids.
+    features
+        Optional: a table with one row per column of ``counts``, in that order, the ids in a
+        column ``feature_id`` (pandas: or the index, so named), or a sequence of string ids
+        (such as ``adata.var_names``). Without it, the ids are the column positions,
+        ``"0"``, ``"1"``, ...
+    layers
+        The layers to make: ``"counts"`` (sums of the values) and ``"detected"`` (the number
+        of cells with a nonzero value, int64), in the order given.
+
+    Returns
+    -------
+    Cube
+        A cube with layers ``(n_groups, n_samples, n_features)``, the number of cells of
+        every profile (0 and zero values for a profile no cell is labelled with) and one
+        provenance record, ``"from_cells"``. Id-only tables are pandas frames, or take the
+        backend of a table given.
+
+    Raises
+    ------
+    TypeError
+        For an unsupported input type or data type, or unknown layers.
+    ValueError
+        For a missing label (the message counts them), labels and counts of different
+        lengths, a value that is negative, infinite or NaN (naming the cell and feature), a
+        table lacking rows for ids the labels hold or holding rows for ids they do not (both
+        named), or a features table of the wrong length.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cytepool
+    >>> counts = np.array([[1.0, 0.0], [2.0, 5.0], [0.0, 1.0]], dtype=np.float32)
+    >>> cube = cytepool.from_cells(
+    ...     counts,
+    ...     sample_labels=["s2", "s1", "s2"],
+    ...     group_labels=["T", "T", "B"],
+    ...     features=["CD3E", "MS4A1"],
+    ...     layers=("counts", "detected"),
+    ... )
+    >>> cube
+    <Cube 2 groups x 2 samples x 2 features; layers: counts int64 (memory), detected int64 (memory); normalization: none>
+    >>> cube.profiles("T")
+    array([[2, 5],
+           [1, 0]])
+    >>> cube.cells
+    array([[0, 1],
+           [1, 1]])
+    """  # noqa: E501
+    wanted = _check_layers(layers)
+    sample_codes, sample_ids = _factorize(sample_labels, "sample_labels")
+    group_codes, group_ids = _factorize(group_labels, "group_labels")
+    if sample_codes.size != group_codes.size:
+        msg = (
+            f"sample_labels and group_labels: expected one label per cell in each, found "
+            f"{sample_codes.size} and {group_codes.size} labels"
+        )
+        raise ValueError(msg)
+    n_groups, n_samples = len(group_ids), len(sample_ids)
+    backend = _backend(samples, groups, features)
+    tables = {
+        "samples": _table(samples, sample_ids, "samples", backend),
+        "groups": _table(groups, group_ids, "groups", backend),
+    }
+    shape: tuple[Any, ...] = getattr(counts, "shape", ())
+    if len(shape) == 2:  # else known once pooled (row blocks)
+        tables["features"] = _feature_table(features, shape[1], backend)
+    profiles = group_codes * n_samples + sample_codes
+    kind, sums = _pool(counts, profiles, n_groups, n_samples, "detected" in wanted)
+    if "features" not in tables:
+        tables["features"] = _feature_table(features, sums["counts"].shape[2], backend)
+    record = Cube._provenance_record(
+        "from_cells", {"layers": list(wanted), "cells": int(profiles.size), "input": kind}, ()
+    )
+    return Cube._from_parts(
+        {name: sums[name] for name in wanted},
+        **tables,
+        cells=np.bincount(profiles, minlength=n_groups * n_samples).reshape(n_groups, n_samples),
+        normalization=None,
+        metadata=None,
+        provenance=(record,),
+        digests=None,
+    )
+
+
+def _check_layers(layers: Any) -> tuple[str, ...]:
+    names = (layers,) if isinstance(layers, str) else tuple(layers)
+    unknown = [name for name in names if name not in LAYERS]
+    if unknown or not names or len(set(names)) != len(names):
+        msg = f"layers: expected distinct names among {list(LAYERS)}, found {list(names)}"
+        raise (TypeError if unknown else ValueError)(msg)
+    return names
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def _factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
+    """Codes into the sorted ``str`` ids of the labels that occur (int64, one per cell)."""
+    codes, values = _raw_codes(labels, what)
+    if (codes < 0).any():
+        n = int(np.count_nonzero(codes < 0))
+        msg = (
+            f"{what}: {n} of {codes.size} cells have a missing label (None, NaN or NA); "
+            f"expected a label for every cell (drop those cells first)"
+        )
+        raise ValueError(msg)
+    names = np.array([str(v) for v in values], dtype=object)
+    ids, inverse = np.unique(names, return_inverse=True)
+    codes = inverse.reshape(-1)[codes]
+    used = np.bincount(codes, minlength=ids.size) > 0
+    if not used.all():
+        codes = (np.cumsum(used) - 1)[codes]
+        ids = ids[used]
+    return codes.astype(np.int64, copy=False), [str(i) for i in ids]
+
+
+def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], Sequence[Any]]:
+    """Codes (-1: missing) into the distinct values, from a Categorical or any array-like."""
+    if hasattr(labels, "compute") and hasattr(labels, "dask"):
+        labels = labels.compute()
+    categorical = _categorical(labels)
+    if categorical is not None:
+        return np.asarray(categorical.codes, dtype=np.int64), list(categorical.categories)
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        msg = f"{what}: expected a 1-D array-like of labels, found shape {array.shape}"
+        raise ValueError(msg)
+    missing = _missing(array)
+    codes = np.full(array.size, -1, dtype=np.int64)
+    if array.dtype.kind == "O":
+        index: dict[tuple[type, Any], int] = {}
+        keys = [(type(v), v) for v in array[~missing].tolist()]
+        codes[~missing] = [index.setdefault(key, len(index)) for key in keys]
+        return codes, [value for _, value in index]
+    values, inverse = np.unique(array[~missing], return_inverse=True)
+    codes[~missing] = inverse.reshape(-1)
+    return codes, list(values)
+
+
+def _categorical(labels: Any) -> Any:
+    """The pandas Categorical behind ``labels``, or None (pandas is not imported for this)."""
+    pd = sys.modules.get("pandas")
+    if pd is None:
+        return None
+    if isinstance(labels, pd.Series | pd.Index):
+        labels = labels.array
+    return labels if isinstance(labels, pd.Categorical) else None
+
+
+def _missing(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A mask of missing labels: None, NaN, NaT and pandas' NA."""
+    kind = array.dtype.kind
+    if kind == "f":
+        return np.isnan(array)
+    if kind in "mM":
+        return np.isnat(array)
+    if kind != "O":
+        return np.zeros(array.shape, dtype=bool)
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        return np.asarray(pd.isna(array), dtype=bool)
+    return np.array([v is None or (isinstance(v, float) and v != v) for v in array], bool)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _backend(*tables: Any) -> Any:
+    """The backend of id-only tables: that of the first table given, else pandas if installed."""
+    import narwhals.stable.v2 as nw
+
+    for table in tables:
+        try:
+            return nw.from_native(table, eager_only=True).implementation
+        except TypeError:
+            continue
+    for name in ("pandas", "polars", "pyarrow"):
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+        return name
+    msg = "from_cells: building the tables needs pandas, polars or pyarrow; install one"
+    raise ImportError(msg)
+
+
+def _id_table(ids: Sequence[Any], axis: str, backend: Any) -> Any:
+    import narwhals.stable.v2 as nw
+
+    column = ID_COLUMNS[axis]
+    return nw.from_dict({column: list(ids)}, {column: nw.String()}, backend=backend).to_native()
+
+
+def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
+    """The table's rows in the order of ``ids``; the ids alone when there is no table."""
+    if table is None:
+        return _id_table(ids, axis, backend)
+    given = _Table.from_user(table, axis)
+    position = given.position
+    missing = [i for i in ids if i not in position]
+    if missing:
+        msg = (
+            f"{axis}: the table has no row for {len(missing)} ids that label cells: "
+            f"{_some(missing)}; expected one row per id"
+        )
+        raise ValueError(msg)
+    if len(given.ids) != len(ids):
+        known = set(ids)
+        extra = [i for i in given.ids if i not in known]
+        msg = (
+            f"{axis}: the table has rows for {len(extra)} ids that label no cell: "
+            f"{_some(extra)}; expected one row per id (select the rows of these cells first)"
+        )
+        raise ValueError(msg)
+    return given.take(np.array([position[i] for i in ids], dtype=np.intp)).native()
+
+
+def _feature_table(features: Any, n_features: int, backend: Any) -> Any:
+    """A features table of ``n_features`` rows: the one given, or one of ids."""
+    import narwhals.stable.v2 as nw
+
+    if features is None:
+        return _id_table([str(j) for j in range(n_features)], "features", backend)
+    try:
+        n_rows = len(nw.from_native(features, eager_only=True))
+        table = features
+    except TypeError:
+        ids = features.tolist() if hasattr(features, "tolist") else list(features)
+        n_rows, table = len(ids), _id_table(ids, "features", backend)
+    if n_rows != n_features:
+        msg = f"features: expected one row per column of counts ({n_features}), found {n_rows}"
+        raise ValueError(msg)
+    return table
+
+
+def _some(ids: Sequence[str]) -> str:
+    more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+    return f"{list(ids[:10])}{more}"
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+class _Sums:
+    """Running sums of every profile: int64 while every value is whole, then float64."""
+
+    def __init__(
+        self,
+        profiles: Any,
+        n_groups: int,
+        n_samples: int,
+        n_features: int,
+        detected: bool,
+        offset: tuple[int, int] = (0, 0),
+    ):
+        self.profiles = profiles
+        self.offset = offset  # of these rows and columns in counts, for messages
+        self.n_groups, self.n_samples, self.n_features = n_groups, n_samples, n_features
+        n_profiles = n_groups * n_samples
+        self.totals = np.zeros((n_profiles, n_features), dtype=np.int64)
+        self.detected = np.zeros((n_profiles, n_features if detected else 0), dtype=np.int64)
+
+    def order(self, first: int, n_rows: int) -> tuple[Any, Any]:
+        """Rows ``first:first + n_rows`` sorted by profile: ``(rows, starts)``."""
+        from cytepool import _pool_kernels
+
+        profiles = self.profiles[first : first + n_rows]
+        return _pool_kernels.sort_rows(profiles, self.n_groups * self.n_samples)
+
+    def add(
+        self, block: Block, first: int, columns: tuple[int, int] | None = None, order: Any = None
+    ) -> None:
+        """Add a CSR block of the cells from ``first`` (and of the columns ``start:stop``).
+
+        Groups run in threads. A group that meets a value that is not a whole number stops
+        there; once all have run, the sums become float64 and those groups go on from there.
+        """
+        from cytepool import _pool_kernels as kernels
+
+        data, indices, indptr = block
+        if not self.n_groups:
+            return
+        rows, starts = order if order is not None else self.order(first, len(indptr) - 1)
+        resume = starts[: -1 : self.n_samples].copy()
+        columns = columns or (0, self.n_features)
+        pending = list(np.argsort(-np.diff(resume, append=starts[-1]), kind="stable"))
+        while pending:
+            integers = self.totals.dtype.kind == "i"
+            args: tuple[Any, ...] = (data, indices, indptr, rows, starts, columns)
+            args += (self.totals, self.detected, resume, integers)
+            status = _run_groups(kernels.scatter, args, pending)
+            for g, code in zip(pending, status, strict=True):
+                if code not in (kernels.DONE, kernels.NOT_INTEGER):
+                    row = int(rows[resume[g]])
+                    at = (self.offset[0] + first + row, self.offset[1] + columns[0])
+                    _raise_invalid(block, row, at)
+            pending = [g for g, code in zip(pending, status, strict=True) if code]
+            if pending:
+                self.totals = self.totals.astype(np.float64)
+
+    def arrays(self) -> dict[str, np.ndarray[Any, Any]]:
+        """The sums, ``(n_profiles, n_features)``: counts, and detected if wanted."""
+        arrays = {"counts": self.totals}
+        if self.detected.shape[1] == self.n_features:
+            arrays["detected"] = self.detected
+        return arrays
+
+
+def _run_groups(kernel: Any, args: tuple[Any, ...], groups: list[int]) -> list[int]:
+    """``kernel(*args, g)`` for each group, in threads from the main thread (numba's count)."""
+    import numba
+
+    threads = min(numba.get_num_threads(), len(groups))
+    if threads <= 1 or threading.current_thread() is not threading.main_thread():
+        return [kernel(*args, g) for g in groups]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda g: kernel(*args, g), groups))
+
+
+def _raise_invalid(block: Block, row: int, at: tuple[int, int]) -> None:
+    """Raise the ValueError for the first invalid value or column of a row of a CSR block.
+
+    ``at`` is the position in counts of the row and of the block's first column.
+    """
+    cell, first_column = at
+    data, indices, indptr = block
+    values = data[indptr[row] : indptr[row + 1]]
+    columns = indices[indptr[row] : indptr[row + 1]]
+    for value, column in zip(values.tolist(), columns.tolist(), strict=True):
+        if not (value >= 0 and value != float("inf")):
+            msg = (
+                f"counts: row {cell}, column {first_column + column} holds {value!r}; "
+                "expected finite values >= 0"
+            )
+            raise ValueError(msg)
+    msg = f"counts: the sparse matrix is invalid: row {cell} holds column indices out of range"
+    raise ValueError(msg)
+
+
+def _pool(
+    counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
+) -> tuple[str, dict[str, np.ndarray[Any, Any]]]:
+    """Pool ``counts`` (any supported input) into layers; also a name for its kind."""
+    n_cells = profiles.size
+    fmt = _sparse_format(counts)
+    if _is_dask(counts):
+        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, detected)
+    elif fmt is not None or isinstance(counts, np.ndarray):
+        _check_rows(counts, n_cells)
+        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], detected)
+        if fmt == "csc":
+            _add_csc(sums, counts)
+        else:
+            _add_block(sums, counts, 0, "counts")
+        kind, arrays = fmt or "dense", sums.arrays()
+    elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
+        msg = (
+            "counts: expected a numpy array, a scipy.sparse CSR or CSC matrix, a dask array or "
+            f"an iterable of row blocks, found {type(counts).__name__}"
+        )
+        raise TypeError(msg)
+    else:
+        sums = _pool_blocks(counts, profiles, n_groups, n_samples, detected)
+        kind, arrays = "row blocks", sums.arrays()
+    shape = (n_groups, n_samples, arrays["counts"].shape[1])
+    return kind, {name: array.reshape(shape) for name, array in arrays.items()}
+
+
+def _pool_blocks(
+    blocks: Iterable[Any], profiles: Any, n_groups: int, n_samples: int, detected: bool
+) -> _Sums:
+    sums: _Sums | None = None
+    first = 0
+    for i, block in enumerate(blocks):
+        what = f"counts: row block {i}"
+        if not (isinstance(block, np.ndarray) or _sparse_format(block)) or block.ndim != 2:
+            msg = f"{what}: expected a 2-D numpy array or scipy.sparse matrix, found "
+            msg += f"{type(block).__name__}{getattr(block, 'shape', '')}"
+            raise TypeError(msg)
+        if sums is None:
+            sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected)
+        if block.shape[1] != sums.n_features:
+            msg = f"{what}: expected {sums.n_features} columns like the first, found {block.shape}"
+            raise ValueError(msg)
+        if first + block.shape[0] > profiles.size:
+            msg = f"{what}: the blocks hold more rows than the {profiles.size} labels"
+            raise ValueError(msg)
+        _add_block(sums, block, first, what)
+        first += block.shape[0]
+    if sums is None or first != profiles.size:
+        msg = f"counts: the row blocks hold {first} rows, expected {profiles.size} (one per label)"
+        raise ValueError(msg)
+    return sums
+
+
+def _add_block(sums: _Sums, block: Any, first: int, what: str) -> None:
+    """Add a numpy array or scipy.sparse block of rows (a copy only for non-CSR blocks)."""
+    if isinstance(block, np.ndarray):
+        for start, csr in _dense_csr(block, what):
+            sums.add(csr, first + start)
+        return
+    if _sparse_format(block) != "csr":
+        block = block.tocsr()
+    sums.add((_data(block.data, what), block.indices, _indptr(block.indptr)), first)
+
+
+def _add_csc(sums: _Sums, matrix: Any) -> None:
+    """Add a CSC matrix in column blocks, each converted to CSR (the rows sorted once)."""
+    import scipy.sparse as sp
+
+    indptr = matrix.indptr
+    n_cells, n_features = matrix.shape
+    target = max(int(indptr[-1]) // _CSC_BLOCKS, _MIN_CSC_BLOCK)
+    order = sums.order(0, n_cells)
+    start = 0
+    while start < n_features:
+        stop = int(np.searchsorted(indptr, indptr[start] + target, side="right")) - 1
+        stop = min(max(stop, start + 1), n_features)
+        a, b = indptr[start], indptr[stop]
+        block = sp.csc_matrix(
+            (matrix.data[a:b], matrix.indices[a:b], indptr[start : stop + 1] - a),
+            shape=(n_cells, stop - start),
+        ).tocsr()
+        csr = (_data(block.data, "counts"), block.indices, _indptr(block.indptr))
+        sums.add(csr, 0, (start, stop), order)
+        start = stop
+
+
+def _dense_csr(array: np.ndarray[Any, Any], what: str) -> Iterator[tuple[int, Block]]:
+    """CSR blocks of a dense array's rows, each of about a 64th of it at most."""
+    step = max(1, max(_DENSE_BLOCK, array.size // 64) // max(array.shape[1], 1))
+    for start in range(0, array.shape[0], step):
+        block = _data(array[start : start + step], what)
+        rows, columns = np.nonzero(block)
+        indptr = np.zeros(block.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=block.shape[0]), out=indptr[1:])
+        yield start, (block[rows, columns], _indices(columns), indptr)
+
+
+# --------------------------------------------------------------------------- dask
+
+# Partial sums are added this many at a time, in a tree.
+_FAN_IN = 4
+
+
+def _is_dask(counts: Any) -> bool:
+    return type(counts).__module__.startswith("dask.") and hasattr(counts, "to_delayed")
+
+
+def _require_dask() -> Any:
+    """Import dask, or raise an ImportError that names the extra to install."""
+    try:
+        import dask
+        import dask.array
+    except ImportError as err:
+        msg = (
+            "pooling a dask array needs dask[array]: install cytepool's extra with "
+            "pip install 'cytepool[dask]'"
+        )
+        raise ImportError(msg) from err
+    return dask
+
+
+def _pool_dask(
+    counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Pool a dask array: each block into partial sums, then a tree of additions.
+
+    Whole-number blocks give int64 partial sums, so integer counts add exactly; a block with
+    other values gives float64, and so does every sum it enters. One compute, on the
+    scheduler in use (threads, processes or a dask.distributed client).
+    """
+    dask = _require_dask()
+    if any(np.isnan(size) for sizes in counts.chunks for size in sizes):
+        msg = "counts: the dask array has unknown chunk sizes; call .compute_chunk_sizes() first"
+        raise ValueError(msg)
+    _check_rows(counts, profiles.size)
+    _data(np.empty(0, dtype=counts.dtype), "counts")
+    rows = np.cumsum((0, *counts.chunks[0]))
+    columns = np.cumsum((0, *counts.chunks[1]))
+    blocks = counts.to_delayed()
+    pool = dask.delayed(_pool_chunk)
+    trees = []
+    for j in range(blocks.shape[1]):
+        parts = [
+            pool(block, profiles[a:b], (n_groups, n_samples), detected, (a, columns[j]))
+            for block, a, b in zip(blocks[:, j], rows[:-1], rows[1:], strict=True)
+        ]
+        trees.append(_tree(dask.delayed(_add_partials), parts))
+    finals = dask.compute(*trees)
+    return {name: np.concatenate([f[name] for f in finals], axis=1) for name in finals[0]}
+
+
+def _pool_chunk(
+    block: Any, profiles: Any, axes: tuple[int, int], detected: bool, offset: tuple[int, int]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Partial sums of one block of a dask array (a dask task)."""
+    n_groups, n_samples = axes
+    if not (isinstance(block, np.ndarray) or _sparse_format(block)):
+        msg = (
+            "counts: expected dask chunks that are numpy arrays or scipy.sparse matrices, "
+            f"found {type(block).__name__}"
+        )
+        raise TypeError(msg)
+    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected, offset)
+    _add_block(sums, block, 0, "counts")
+    return sums.arrays()
+
+
+def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
+    """The sum of partial sums (int64 + float64 gives float64, exactly below 2**53)."""
+    total = dict(parts[0])
+    for part in parts[1:]:
+        for name, values in part.items():
+            total[name] = total[name] + values
+    return total
+
+
+def _tree(add: Any, parts: list[Any]) -> Any:
+    """Add delayed partial sums in a tree, _FAN_IN at a time."""
+    while len(parts) > 1:
+        parts = [add(*parts[i : i + _FAN_IN]) for i in range(0, len(parts), _FAN_IN)]
+    return parts[0]
+
+
+def _data(values: np.ndarray[Any, Any], what: str) -> np.ndarray[Any, Any]:
+    """The values as the kernel reads them: bool as uint8; other types than numbers refused."""
+    kind, size = values.dtype.kind, values.dtype.itemsize
+    if kind not in _KINDS or (kind == "f" and size < 4):
+        msg = (
+            f"{what}: expected bool, integer, float32 or float64 values, found {values.dtype} "
+            "(convert with .astype(numpy.float32))"
+        )
+        raise TypeError(msg)
+    return values.view(np.uint8) if kind == "b" else values
+
+
+def _indices(columns: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Column indices as int32 where they fit (as scipy keeps them): fewer kernels to compile."""
+    fits = columns.size == 0 or columns[-1] < np.iinfo(np.int32).max
+    return columns.astype(np.int32) if fits else columns
+
+
+def _indptr(indptr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Row pointers as int64 (one per cell, a small copy if int32): fewer kernels to compile."""
+    return indptr.astype(np.int64, copy=False)
+
+
+def _sparse_format(counts: Any) -> str | None:
+    """The scipy.sparse format of ``counts`` ('csr', 'csc', 'coo', ...), or None."""
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is None or not sparse.issparse(counts):
+        return None
+    return str(counts.format)
+
+
+def _check_rows(counts: Any, n_cells: int) -> None:
+    fmt = _sparse_format(counts)
+    if fmt not in (None, "csr", "csc"):
+        msg = f"counts: expected a CSR or CSC sparse matrix, found {fmt} (convert with .tocsr())"
+        raise TypeError(msg)
+    if counts.ndim != 2:
+        msg = f"counts: expected a 2-D array (cells x features), found shape {counts.shape}"
+        raise ValueError(msg)
+    if counts.shape[0] != n_cells:
+        msg = f"counts: expected one row per label ({n_cells}), found {counts.shape[0]} rows"
+        raise ValueError(msg)

@@ -1,0 +1,31 @@
+"""Smoke test: benchmarks/pooling.py runs end to end (tiny, in-process, no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pooling.py"
+
+
+def test_pooling_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("scanpy")
+    pytest.importorskip("decoupler")
+    spec = importlib.util.spec_from_file_location("pooling_benchmark", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cases = "from_cells,from_cells-1-thread,scanpy-1.11,decoupler,read-floor,scatter-floor"
+    argv = ["--cells", "300", "--genes", "40", "--samples", "3", "--groups", "2", "--repeats", "1"]
+    argv += ["--in-process", "--cache", str(tmp_path), "--cases", cases]
+    assert module.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| cytepool from_cells | " in out
+    assert "| int64 |" in out
+    for label in ("scanpy 1.11", "decoupler", "floor: scatter"):
+        line = next(row for row in out.splitlines() if label in row)
+        assert line.endswith("| equal |") or "read" in line, line
+    assert [p.name for p in tmp_path.iterdir()] == ["pooling-300x40-d0.05-3x2-seed0"]

@@ -1,0 +1,270 @@
+"""What write_table and read_table refuse, and how they fail."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.io import read_table, write_table
+from cytepool.io.tables import registry
+
+pd = pytest.importorskip("pandas")
+pl = pytest.importorskip("polars")
+pa = pytest.importorskip("pyarrow")
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        pytest.param(
+            pl.DataFrame({"l": [[1], [2, 3]]}), r"column 'l' has dtype List\(Int64\)", id="list"
+        ),
+        pytest.param(
+            pl.DataFrame({"s": [{"a": 1}, {"a": 2}]}), r"column 's' has dtype Struct", id="struct"
+        ),
+        pytest.param(
+            pa.table({"l": pa.array([[1], None])}), r"column 'l' has dtype List", id="arrow-list"
+        ),
+        pytest.param(
+            pd.DataFrame({"m": np.array([1, "a", None], dtype=object)}),
+            r"column 'm' has dtype Object \(mixed-object\)",
+            id="mixed-object",
+        ),
+        pytest.param(
+            pd.DataFrame({"b": np.array([b"x", b"y"], dtype=object)}), r"column 'b'", id="bytes"
+        ),
+        pytest.param(
+            pd.DataFrame({"p": pd.period_range("2020-01", periods=2, freq="M")}),
+            r"column 'p' has dtype",
+            id="period",
+        ),
+        pytest.param(
+            pd.DataFrame({"iv": pd.arrays.IntervalArray.from_breaks([0, 1, 2])}),
+            r"column 'iv' has dtype",
+            id="interval",
+        ),
+        pytest.param(pl.DataFrame({"t": [dt.time(1)]}), r"column 't' has dtype Time", id="time"),
+        pytest.param(pl.DataFrame({"b": [b"x"]}), r"column 'b' has dtype Binary", id="binary"),
+        pytest.param(
+            pl.DataFrame({"d": [decimal.Decimal("1.5")]}),
+            r"column 'd' has dtype Decimal",
+            id="decimal",
+        ),
+        pytest.param(
+            pd.DataFrame({"c": pd.Categorical([pd.Interval(0, 1)])}),
+            r"column 'c' has dtype interval",
+            id="interval-categories",
+        ),
+    ],
+)
+def test_refused_dtypes(frame: Any, match: str, tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=match):
+        write_table(frame, tmp_path / "t")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        pytest.param(pd.DataFrame({"_index": [1]}), r"'_index' is a reserved name", id="_index"),
+        pytest.param(
+            pd.DataFrame([[1, 2]], columns=["a", "a"]), r"repeated names \['a'\]", id="duplicate"
+        ),
+        pytest.param(
+            pd.DataFrame({5: [1]}), r"column names must be strings, found 5", id="int-name"
+        ),
+        pytest.param(pd.DataFrame({"a/b": [1]}), r"'a/b' cannot name a Zarr node", id="slash"),
+        pytest.param(pl.DataFrame({"": [1]}), r"'' cannot name a Zarr node", id="empty"),
+        pytest.param(pl.DataFrame({"..": [1]}), r"'\.\.' cannot name", id="periods"),
+        pytest.param(pl.DataFrame({"zarr.json": [1]}), r"'zarr.json' cannot name", id="zarr.json"),
+        pytest.param(pl.DataFrame({"__x": [1]}), r"'__x' cannot name", id="reserved-prefix"),
+        pytest.param(
+            pd.DataFrame({"a": [1]}, index=pd.Index(["x"], name=3)),
+            r"index name must be a string or None, found 3",
+            id="index-name-int",
+        ),
+        pytest.param(
+            pd.DataFrame({"a": [1]}, index=pd.Index(["x"], name="a/b")),
+            r"index name 'a/b' cannot name",
+            id="index-name-slash",
+        ),
+        pytest.param(
+            pd.DataFrame({"id": ["x", "y"]}, index=pd.Index(["x", "z"], name="id")),
+            r"index name 'id' is also used by a column whose values are different",
+            id="shared-index-differs",
+        ),
+    ],
+)
+def test_refused_names(frame: Any, match: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=match):
+        write_table(frame, tmp_path / "t")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_index_argument_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"index 'nope' is not a column of the frame"):
+        write_table(pl.DataFrame({"a": [1]}), tmp_path / "t", index="nope")
+    frame = pd.DataFrame({"a": [1], "b": [2]}, index=pd.Index(["x"], name="own"))
+    with pytest.raises(ValueError, match=r"also has its own index 'own' that would be lost"):
+        write_table(frame, tmp_path / "t", index="a")
+    with pytest.raises(TypeError, match=r"index must be a column name \(str\) or None"):
+        write_table(frame, tmp_path / "t", index=1)  # type: ignore[arg-type]
+
+
+def test_argument_errors(tmp_path: Path) -> None:
+    frame = pl.DataFrame({"a": [1]})
+    with pytest.raises(TypeError, match=r"frame must be a pandas, polars or pyarrow table"):
+        write_table({"a": [1]}, tmp_path / "t")
+    with pytest.raises(ValueError, match=r"chunks must be at least 1 row, found 0"):
+        write_table(frame, tmp_path / "t", chunks=0)
+    with pytest.raises(TypeError, match=r"chunks must be a number of rows"):
+        write_table(frame, tmp_path / "t", chunks=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"brotli"):
+        write_table(frame, tmp_path / "t", compression="brotli")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_path_must_be_new_with_existing_parent(tmp_path: Path) -> None:
+    frame = pl.DataFrame({"a": [1]})
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(FileExistsError, match=r"exists"):
+        write_table(frame, tmp_path / "exists")
+    with pytest.raises(FileNotFoundError, match=r"parent directory does not exist"):
+        write_table(frame, tmp_path / "missing" / "t")
+
+
+def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    original = registry._zarr.write_array
+
+    def failing(path: Path, data: Any, **kwargs: Any) -> None:
+        calls.append(path)
+        if path.name == "codes":
+            message = "disk full"
+            raise OSError(message)
+        original(path, data, **kwargs)
+
+    monkeypatch.setattr(registry._zarr, "write_array", failing)
+    frame = pd.DataFrame({"a": [1, 2], "c": pd.Categorical(["x", "y"])})
+    with pytest.raises(OSError, match="disk full") as info:
+        write_table(frame, tmp_path / "t")
+    assert list(tmp_path.iterdir()) == []
+    notes = info.value.__notes__
+    assert len(notes) == 1
+    assert notes[0] == f"Error raised while writing the table element at {tmp_path / 't'}/c/codes"
+
+
+def _written(tmp_path: Path) -> Path:
+    frame = pd.DataFrame(
+        {"a": [1, 2, 3], "c": pd.Categorical(["x", "y", None])}, index=["r1", "r2", "r3"]
+    )
+    write_table(frame, tmp_path / "t")
+    return tmp_path / "t"
+
+
+def _edit(path: Path, **attributes: Any) -> None:
+    document = json.loads((path / "zarr.json").read_text())
+    for key, value in attributes.items():
+        key = key.replace("_", "-") if key != "_index" else key
+        if value is None:
+            document["attributes"].pop(key, None)
+        else:
+            document["attributes"][key] = value
+    (path / "zarr.json").write_text(json.dumps(document))
+
+
+def test_read_argument_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _written(tmp_path)
+    with pytest.raises(ValueError, match=r"backend must be one of 'pandas', 'polars', 'pyarrow'"):
+        read_table(path, backend="dask")  # type: ignore[arg-type]
+    with pytest.raises(KeyError, match=r"no columns named \['zz'\]"):
+        read_table(path, columns=["a", "zz"])
+    with pytest.raises(TypeError, match=r"columns must be a sequence of column names"):
+        read_table(path, columns="a")
+    with pytest.raises(ValueError, match=r"columns must not repeat a name, found \['a', 'a'\]"):
+        read_table(path, columns=["a", "a"])
+    with pytest.raises(FileNotFoundError):
+        read_table(tmp_path / "nothing")
+    monkeypatch.setitem(sys.modules, "polars", None)
+    with pytest.raises(ImportError, match=r"needs the package 'polars'.*pip install polars"):
+        read_table(path, backend="polars")
+
+
+@pytest.mark.parametrize(
+    ("node", "attributes", "error", "match"),
+    [
+        pytest.param(
+            "", {"encoding_type": "anndata"}, FormatError, r"expected a table", id="not-a-table"
+        ),
+        pytest.param(
+            "",
+            {"encoding_version": "0.3.0"},
+            UnsupportedFeatureError,
+            r"version '0.3.0'",
+            id="version",
+        ),
+        pytest.param(
+            "", {"column_order": "a"}, FormatError, r"'column-order' must be a list", id="order"
+        ),
+        pytest.param("", {"_index": None}, FormatError, r"'_index' must be a string", id="index"),
+        pytest.param("", {"_index": "../x"}, FormatError, r"cannot name a node", id="index-path"),
+        pytest.param(
+            "a",
+            {"encoding_type": "awkward-array", "encoding_version": "0.1.0"},
+            UnsupportedFeatureError,
+            r"awkward-array",
+            id="unknown-column-encoding",
+        ),
+        pytest.param(
+            "c", {"ordered": None}, FormatError, r"boolean attribute 'ordered'", id="ordered"
+        ),
+        pytest.param("c", {"ordered": "yes"}, FormatError, r"found 'yes'", id="ordered-type"),
+        pytest.param(
+            "a",
+            {"cytepool_dtype": {"type": "date"}},
+            FormatError,
+            r"cytepool-dtype",
+            id="extra-dtype",
+        ),
+    ],
+)
+def test_invalid_stores(
+    tmp_path: Path, node: str, attributes: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    path = _written(tmp_path)
+    _edit(path / node if node else path, **attributes)
+    if node == "a" and "cytepool_dtype" in attributes:
+        write_table(pl.DataFrame({"f": [1.0]}), tmp_path / "f")
+        path = tmp_path / "f"
+        _edit(path / "f", **{"cytepool_dtype": {"type": "date"}})
+    with pytest.raises(error, match=match) as info:
+        read_table(path)
+    assert any(str(path) in note for note in info.value.__notes__)
+
+
+def test_codes_out_of_range_and_length_mismatch(tmp_path: Path) -> None:
+    path = _written(tmp_path)
+    write_table(pd.DataFrame({"codes": np.array([0, 5, -1], dtype=np.int8)}), tmp_path / "other")
+    (path / "c" / "codes").rename(tmp_path / "old")
+    (tmp_path / "other" / "codes").rename(path / "c" / "codes")
+    with pytest.raises(FormatError, match=r"codes must lie in \[-1, 2\) for 2 categories"):
+        read_table(path)
+    write_table(pd.DataFrame({"a": [1, 2]}), tmp_path / "short")
+    (path / "a").rename(tmp_path / "old_a")
+    (tmp_path / "short" / "a").rename(path / "a")
+    with pytest.raises(FormatError, match=r"column 'a' has 2 rows but the index has 3"):
+        read_table(path, columns=["a"])
+
+
+def test_multiindex_is_refused(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"a": [1, 2]}, index=pd.MultiIndex.from_tuples([("x", 1), ("y", 2)]))
+    with pytest.raises(TypeError, match=r"a pandas MultiIndex cannot be stored"):
+        write_table(frame, tmp_path / "t")

@@ -1,0 +1,834 @@
+"""AnnData / MuData converters: pooling cells, pseudobulk round trips, and the real tools."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ad = pytest.importorskip("anndata")
+pd = pytest.importorskip("pandas")
+sparse = pytest.importorskip("scipy.sparse")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import cytepool  # noqa: E402
+from cytepool.io import anndata as conv  # noqa: E402
+from cytepool.io.anndata import (  # noqa: E402
+    from_anndata,
+    from_pseudobulk,
+    to_anndata,
+)
+
+DONORS = ["D1", "D2", "D3", "D4"]
+LAYERS = ("counts", "detected")
+TYPES = ["B", "NK", "T"]
+
+
+def make_cells(n_cells: int = 240, n_genes: int = 12, seed: int = 0) -> Any:
+    """Whole-number float32 counts (CSR) with donors x conditions and cell types."""
+    rng = np.random.default_rng(seed)
+    donor = rng.choice(DONORS, n_cells)
+    condition = rng.choice(["ctrl", "stim"], n_cells)
+    obs = pd.DataFrame(
+        {
+            "sample": pd.Categorical([f"{d}-{c}" for d, c in zip(donor, condition, strict=True)]),
+            "donor": pd.Categorical(donor),
+            "condition": condition,  # object strings
+            "age": pd.Series(donor).map({"D1": 31, "D2": 45, "D3": 52, "D4": 29}).to_numpy(),
+            "cell_type": pd.Categorical(rng.choice(TYPES, n_cells), categories=TYPES),
+            "n_counts": rng.random(n_cells),
+        },
+        index=[f"cell{i}" for i in range(n_cells)],
+    )
+    obs["lineage"] = obs["cell_type"].map({"B": "lymphoid", "NK": "lymphoid", "T": "lymphoid"})
+    obs["lineage"] = obs["lineage"].astype(str)
+    obs["lineage"] = np.where(obs["cell_type"] == "NK", "innate", obs["lineage"])
+    counts = rng.negative_binomial(2, 0.6, size=(n_cells, n_genes)).astype(np.float32)
+    var = pd.DataFrame(
+        {"symbol": [f"S{j}" for j in range(n_genes)], "chrom": ["1", "2"] * (n_genes // 2)},
+        index=[f"gene{j}" for j in range(n_genes)],
+    )
+    adata = ad.AnnData(X=sparse.csr_matrix(counts), obs=obs, var=var)
+    adata.layers["counts"] = sparse.csr_matrix(counts)
+    return adata
+
+
+def group_sums(adata: Any, sample_key: str = "sample", group_key: str = "cell_type") -> Any:
+    """Reference: a frame of sums per (sample, group) computed with pandas."""
+    dense = np.asarray(adata.X.toarray() if sparse.issparse(adata.X) else adata.X)
+    frame = pd.DataFrame(dense.astype(np.int64), columns=adata.var_names)
+    frame["s"] = adata.obs[sample_key].astype(str).to_numpy()
+    frame["g"] = adata.obs[group_key].astype(str).to_numpy()
+    return frame.groupby(["g", "s"]).sum()
+
+
+def assert_pooled(cube: Any, adata: Any) -> None:
+    reference = group_sums(adata)
+    sizes = adata.obs.groupby(["cell_type", "sample"], observed=True).size()
+    samples = list(cube.samples.index)
+    for g, group in enumerate(cube.groups.index):
+        profiles = cube.profiles(g)
+        for s, sample in enumerate(samples):
+            expected = reference.loc[(group, sample)] if (group, sample) in reference.index else 0
+            np.testing.assert_array_equal(profiles[s], expected)
+            assert cube.cells[g, s] == sizes.get((group, sample), 0)
+
+
+def write_zarr(adata: Any, path: Path, zarr_format: int) -> None:
+    """Write an AnnData zarr store in the given Zarr format (a setting deprecated in 0.13)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with ad.settings.override(zarr_write_format=zarr_format):
+            adata.write_zarr(path)
+
+
+def snapshot(data: Any) -> Any:
+    """A deep copy that compares equal exactly when nothing in the AnnData/MuData changed."""
+    if hasattr(data, "mod"):
+        import mudata as md
+
+        with md.set_options(pull_on_update=False):
+            return data.copy()
+    return data.copy()
+
+
+def assert_unchanged(before: Any, after: Any) -> None:
+    """Deep comparison of two AnnData objects: every frame with its dtypes, every array."""
+    if hasattr(before, "mod"):
+        assert list(before.mod) == list(after.mod)
+        for name in before.mod:
+            assert_unchanged(before.mod[name], after.mod[name])
+        pd.testing.assert_frame_equal(before.obs, after.obs)
+        assert_same(before.uns, after.uns)
+        return
+    pd.testing.assert_frame_equal(before.obs, after.obs)
+    pd.testing.assert_frame_equal(before.var, after.var)
+    assert_same(before.X, after.X)
+    assert list(before.layers) == list(after.layers)
+    for name in before.layers:
+        assert_same(before.layers[name], after.layers[name])
+    assert_same(before.uns, after.uns)
+    assert (before.raw is None) == (after.raw is None)
+    if before.raw is not None:
+        assert_same(before.raw.X, after.raw.X)
+
+
+def assert_same(a: Any, b: Any) -> None:
+    assert type(a) is type(b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b)
+    elif sparse.issparse(a):
+        assert a.dtype == b.dtype
+        assert (a != b).nnz == 0
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert a == b
+
+
+def rich_cube() -> Any:
+    """A cube with every kind of part the round trips must keep."""
+    rng = np.random.default_rng(3)
+    n_groups, n_samples, n_features = 3, 5, 7
+    cells = rng.integers(1, 20, (n_groups, n_samples))
+    cells[1, 2] = 0
+    cells[:, 4] = 0  # sample s4 has no cells at all
+    counts = rng.integers(0, 50, (n_groups, n_samples, n_features)).astype(np.int32)
+    counts[cells == 0] = 0
+    detected = np.minimum(counts, 3).astype(np.uint32)
+    samples = pd.DataFrame(
+        {
+            "sample_id": [f"s{i}" for i in range(n_samples)],
+            "donor": ["D1", "D1", "D2", "D2", "D3"],
+            "condition": pd.Categorical(["ctrl", "stim", "ctrl", "stim", "ctrl"]),
+            "age": pd.array([31, 31, None, 45, 50], dtype="Int64"),
+            "weight": [70.5, np.nan, 80.0, 81.0, 60.0],
+            "smoker": [True, False, True, False, False],
+            "note": pd.array(["a", None, "c", "d", "e"], dtype="string"),
+            "visit": pd.to_datetime(["2021-01-02", "2021-03-04", None, "2022-01-01", "2022-02-02"]),
+        }
+    )
+    groups = pd.DataFrame(
+        {"group_id": ["B", "T/NK", "Mono"], "lineage": ["lymphoid", "lymphoid", "myeloid"]}
+    )
+    features = pd.DataFrame(
+        {
+            "feature_id": [f"g{j}" for j in range(n_features)],
+            "chrom": ["1", "1", "2", "2", "X", "X", "X"],
+            "length": np.arange(n_features) * 100,
+        }
+    )
+    factors = rng.uniform(0.5, 2.0, (n_groups, n_samples))
+    return cytepool.Cube(
+        {"counts": counts, "detected": detected},
+        samples=samples,
+        groups=groups,
+        features=features,
+        cells=cells,
+        normalization=cytepool.Normalization("tmm", factors),
+        metadata={"study": "x", "tags": [1, None, True], "nested": {"a": []}},
+    )
+
+
+@pytest.fixture
+def cells() -> Any:
+    return make_cells()
+
+
+@pytest.fixture
+def cube(cells: Any) -> Any:
+    return from_anndata(cells, sample_key="sample", group_key="cell_type")
+
+
+# ---------------------------------------------------------------------------------------------
+# from_anndata
+# ---------------------------------------------------------------------------------------------
+
+
+def test_module_is_an_attribute_of_cytepool_io_and_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, cytepool.io\n"
+        "assert callable(cytepool.io.anndata.from_anndata)\n"
+        "import cytepool.cli\n"
+        "heavy = {'anndata', 'mudata', 'scipy', 'pandas', 'h5py', 'zarr', 'scanpy'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.interop
+def test_from_anndata_pools_exactly(cells: Any, cube: Any) -> None:
+    assert cube.shape == (3, 8, 12)
+    assert list(cube.groups.index) == TYPES  # category order
+    assert list(cube.samples.index) == sorted(
+        {f"{d}-{c}" for d in DONORS for c in ("ctrl", "stim")}
+    )
+    assert cube.layers["counts"].dtype.kind in "iu"
+    assert_pooled(cube, cells)
+
+
+@pytest.mark.interop
+def test_from_anndata_covariates(cube: Any) -> None:
+    assert list(cube.samples.columns) == ["donor", "condition", "age"]
+    assert list(cube.groups.columns) == ["lineage"]
+    assert cube.samples.loc["D2-stim", "donor"] == "D2"
+    assert cube.samples["donor"].dtype == "category"
+    assert cube.samples.loc["D3-ctrl", "age"] == 52
+    assert cube.groups.loc["NK", "lineage"] == "innate"
+    assert list(cube.features.columns) == ["symbol", "chrom"]
+    assert list(cube.features.index[:2]) == ["gene0", "gene1"]
+
+
+@pytest.mark.interop
+def test_named_covariates(cells: Any) -> None:
+    cube = from_anndata(
+        cells,
+        sample_key="sample",
+        group_key="cell_type",
+        samples=["age"],
+        groups=[],
+        features=["symbol"],
+    )
+    assert list(cube.samples.columns) == ["age"]
+    assert list(cube.groups.columns) == []
+    assert list(cube.features.columns) == ["symbol"]
+
+
+@pytest.mark.interop
+def test_varying_covariate_names_column_and_sample(cells: Any) -> None:
+    with pytest.raises(ValueError, match=r"'n_counts'.*varies within sample '\S+'"):
+        from_anndata(cells, sample_key="sample", group_key="cell_type", samples=["n_counts"])
+    with pytest.raises(ValueError, match=r"'donor'.*varies within group 'B'"):
+        from_anndata(cells, sample_key="sample", group_key="cell_type", groups=["donor"])
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("where", ["layer", "raw"])
+def test_layer_and_raw(cells: Any, cube: Any, where: str) -> None:
+    source = cells.copy()
+    source.X = sparse.csr_matrix(np.log1p(cells.X.toarray()))
+    if where == "raw":
+        source.raw = cells
+        pooled = from_anndata(source, sample_key="sample", group_key="cell_type", use_raw=True)
+    else:
+        pooled = from_anndata(source, sample_key="sample", group_key="cell_type", layer="counts")
+    assert pooled.fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+def test_dense_and_csc_in_memory(cells: Any, cube: Any) -> None:
+    for matrix in (cells.X.toarray(), cells.X.tocsc(), cells.X.toarray().astype(np.int32)):
+        source = ad.AnnData(X=matrix, obs=cells.obs, var=cells.var)
+        pooled = from_anndata(source, sample_key="sample", group_key="cell_type")
+        np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
+
+
+@pytest.mark.interop
+def test_non_integer_values_pool_to_float(cells: Any) -> None:
+    source = cells.copy()
+    source.X = cells.X * np.float32(0.5)
+    pooled = from_anndata(source, sample_key="sample", group_key="cell_type")
+    assert pooled.layers["counts"].dtype == np.float64
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read on-disk matrices in many small row blocks."""
+    monkeypatch.setattr(conv, "_BLOCK_NONZEROS", 97)
+    monkeypatch.setattr(conv, "_BLOCK_BYTES", 500)
+
+
+@pytest.mark.interop
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("dense", [False, True], ids=["csr", "dense"])
+def test_backed_h5ad_matches_in_memory(tmp_path: Path, cells: Any, dense: bool) -> None:
+    if dense:
+        cells = ad.AnnData(X=cells.X.toarray(), obs=cells.obs, var=cells.var)
+    cells.write_h5ad(tmp_path / "cells.h5ad")  # (makes repeated strings categorical)
+    loaded = ad.read_h5ad(tmp_path / "cells.h5ad")
+    expected = from_anndata(loaded, sample_key="sample", group_key="cell_type")
+    backed = ad.read_h5ad(tmp_path / "cells.h5ad", backed="r")
+    try:
+        before = backed.obs.copy()
+        pooled = from_anndata(backed, sample_key="sample", group_key="cell_type")
+        pd.testing.assert_frame_equal(backed.obs, before)
+    finally:
+        backed.file.close()
+    assert pooled.fingerprint == expected.fingerprint
+    assert_pooled(pooled, loaded)
+
+
+@pytest.mark.interop
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_paths_of_h5ad_and_zarr(tmp_path: Path, cells: Any, zarr_format: int) -> None:
+    cells.strings_to_categoricals()  # as writing does: the cube from memory is the same then
+    cube = from_anndata(cells, sample_key="sample", group_key="cell_type")
+    cells.write_h5ad(tmp_path / "cells.h5ad")
+    write_zarr(cells, tmp_path / "cells.zarr", zarr_format)
+    for path in (tmp_path / "cells.h5ad", str(tmp_path / "cells.zarr")):
+        pooled = from_anndata(path, sample_key="sample", group_key="cell_type", progress=False)
+        assert pooled.fingerprint == cube.fingerprint
+    pooled = from_anndata(
+        tmp_path / "cells.zarr", sample_key="sample", group_key="cell_type", layer="counts"
+    )
+    assert pooled.fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+def test_path_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        from_anndata(tmp_path / "missing.h5ad", sample_key="s", group_key="g")
+    (tmp_path / "text.h5ad").write_text("not hdf5")
+    with pytest.raises(ValueError, match=r"not an .h5ad"):
+        from_anndata(tmp_path / "text.h5ad", sample_key="s", group_key="g")
+
+
+@pytest.mark.interop
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("fraction", [False, True])
+def test_csc_on_disk_is_read_in_column_blocks(tmp_path: Path, cells: Any, fraction: bool) -> None:
+    dense = cells.X.toarray()
+    if fraction:  # one block pools to float64, the others to int64
+        dense[7, 10] = 0.5
+    counts = sparse.csc_matrix(dense)
+    ad.AnnData(X=counts, obs=cells.obs, var=cells.var).write_h5ad(tmp_path / "c.h5ad")
+    loaded = ad.read_h5ad(tmp_path / "c.h5ad")
+    expected = from_anndata(loaded, sample_key="sample", group_key="cell_type", layers=LAYERS)
+    pooled = from_anndata(
+        tmp_path / "c.h5ad", sample_key="sample", group_key="cell_type", layers=LAYERS
+    )
+    assert pooled.layers["counts"].dtype == (np.float64 if fraction else np.int64)
+    assert pooled.fingerprint == expected.fingerprint
+
+
+def test_dask_matrix_is_read_in_row_blocks(cells: Any, cube: Any) -> None:
+    da = pytest.importorskip("dask.array")
+    lazy = da.from_array(cells.X.toarray(), chunks=(50, 5))
+    source = ad.AnnData(X=lazy, obs=cells.obs, var=cells.var)
+    pooled = from_anndata(source, sample_key="sample", group_key="cell_type")
+    assert pooled.fingerprint == cube.fingerprint
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_lazily_opened_anndata(tmp_path: Path, cells: Any) -> None:
+    pytest.importorskip("xarray")  # anndata's read_lazy needs it
+    pytest.importorskip("dask")
+    cells.write_h5ad(tmp_path / "cells.h5ad")
+    loaded = ad.read_h5ad(tmp_path / "cells.h5ad")
+    expected = from_anndata(loaded, sample_key="sample", group_key="cell_type")
+    lazy = ad.experimental.read_lazy(tmp_path / "cells.h5ad")
+    cube = from_anndata(lazy, sample_key="sample", group_key="cell_type")
+    assert cube.fingerprint == expected.fingerprint
+    to_anndata(cube).write_h5ad(tmp_path / "pseudobulk.h5ad")
+    lazy = ad.experimental.read_lazy(tmp_path / "pseudobulk.h5ad")
+    assert from_pseudobulk(lazy).fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+@pytest.mark.usefixtures("small_blocks")
+def test_progress_bar(
+    tmp_path: Path, cells: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cells.write_h5ad(tmp_path / "cells.h5ad")
+    monkeypatch.setattr(conv._Progress, "_INTERVAL", 0.0)
+    from_anndata(tmp_path / "cells.h5ad", sample_key="sample", group_key="cell_type", progress=True)
+    err = capsys.readouterr().err
+    assert "pooling [" in err
+    assert f"{cells.n_obs}/{cells.n_obs} cells" in err
+    assert err.endswith("\n")
+    from_anndata(tmp_path / "cells.h5ad", sample_key="sample", group_key="cell_type")
+    assert capsys.readouterr().err == ""  # stderr is not a terminal here
+
+
+def test_progress_bar_draws_on_a_stream() -> None:
+    stream = io.StringIO()
+    bar = conv._Progress(10, "pooling", "cells", enabled=True, stream=stream)
+    bar.update(4)
+    bar.update(6)
+    bar.close()
+    assert stream.getvalue().startswith("\rpooling [")
+    assert "100% 10/10 cells" in stream.getvalue()
+
+
+@pytest.mark.interop
+def test_from_anndata_errors(cells: Any) -> None:
+    keys = {"sample_key": "sample", "group_key": "cell_type"}
+    with pytest.raises(KeyError, match="sample_key 'donr' is not a column"):
+        from_anndata(cells, sample_key="donr", group_key="cell_type")
+    with pytest.raises(KeyError, match="no layer 'spliced'"):
+        from_anndata(cells, **keys, layer="spliced")
+    with pytest.raises(ValueError, match="not both"):
+        from_anndata(cells, **keys, layer="counts", use_raw=True)
+    with pytest.raises(ValueError, match=r"adata.raw is None"):
+        from_anndata(cells, **keys, use_raw=True)
+    with pytest.raises(KeyError, match="covariate 'agee'"):
+        from_anndata(cells, **keys, samples=["agee"])
+    with pytest.raises(KeyError, match="feature column 'sym'"):
+        from_anndata(cells, **keys, features=["sym"])
+
+
+@pytest.mark.interop
+def test_null_labels_are_an_error(cells: Any) -> None:
+    broken = cells.copy()
+    broken.obs["sample"] = broken.obs["sample"].astype(object)
+    broken.obs.loc[["cell3", "cell7"], "sample"] = None
+    with pytest.raises(ValueError, match=r"'sample' \(sample_key\).* 2 missing labels.*'cell3'"):
+        from_anndata(broken, sample_key="sample", group_key="cell_type")
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(-1.0, "-1.0"), (np.nan, "nan"), (np.inf, "inf")],
+)
+def test_values_that_are_not_counts(cells: Any, value: float, message: str) -> None:
+    broken = cells.copy()
+    broken.X = broken.X.toarray()
+    broken.X[5, 3] = value
+    pattern = rf"adata.X: counts: row 5, column 3 holds {message}; .* use_raw=True"
+    with pytest.raises(ValueError, match=pattern):
+        from_anndata(broken, sample_key="sample", group_key="cell_type")
+
+
+@pytest.mark.interop
+def test_duplicate_var_names(cells: Any) -> None:
+    broken = cells.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata warns about non-unique names
+        broken.var_names = ["a", "b", "a", *[f"x{i}" for i in range(9)]]
+    with pytest.raises(ValueError, match=r"var names .* not unique \(e.g. 'a' appears 2 times\)"):
+        from_anndata(broken, sample_key="sample", group_key="cell_type")
+
+
+@pytest.mark.interop
+def test_inputs_are_never_modified(tmp_path: Path, cells: Any) -> None:
+    cells.raw = cells.copy()
+    cells.uns["note"] = {"a": np.arange(3)}
+    before = snapshot(cells)
+    cube = from_anndata(cells, sample_key="sample", group_key="cell_type")
+    from_anndata(cells, sample_key="sample", group_key="cell_type", use_raw=True)
+    assert_unchanged(before, cells)
+    pseudobulk = to_anndata(cube)
+    before = snapshot(pseudobulk)
+    from_pseudobulk(pseudobulk)
+    assert_unchanged(before, pseudobulk)
+
+
+# ---------------------------------------------------------------------------------------------
+# to_anndata / from_pseudobulk
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.interop
+def test_cells_to_cube_to_anndata_keeps_everything(cells: Any, cube: Any) -> None:
+    pseudobulk = to_anndata(cube)
+    reference = group_sums(cells)
+    assert pseudobulk.n_obs == len(reference)  # one observation per non-empty profile
+    assert pseudobulk.X.dtype.kind in "iu"
+    assert isinstance(pseudobulk.X, np.ndarray)
+    for row, (name, obs) in enumerate(pseudobulk.obs.iterrows()):
+        assert name == f"{obs['sample_id']}_{obs['group_id']}"
+        np.testing.assert_array_equal(
+            pseudobulk.X[row], reference.loc[(obs["group_id"], obs["sample_id"])]
+        )
+        first = cells.obs[
+            (cells.obs["sample"] == obs["sample_id"]) & (cells.obs["cell_type"] == obs["group_id"])
+        ]
+        assert obs["n_cells"] == len(first)
+        for column in ("donor", "condition", "age", "lineage"):
+            assert obs[column] == first[column].iloc[0]
+    assert list(pseudobulk.var_names) == list(cells.var_names)
+    pd.testing.assert_frame_equal(
+        pseudobulk.var.reset_index(drop=True), cells.var.reset_index(drop=True)
+    )
+    assert from_pseudobulk(pseudobulk).fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+def test_rich_cube_round_trip() -> None:
+    cube = rich_cube()
+    pseudobulk = to_anndata(cube)
+    assert pseudobulk.n_obs == int(np.count_nonzero(cube.cells))
+    assert pseudobulk.X.dtype == np.int32
+    assert pseudobulk.layers["detected"].dtype == np.uint32
+    assert "s4" not in set(pseudobulk.obs["sample_id"])
+    assert pseudobulk.uns["cytepool"]["normalization"]["method"] == "tmm"
+    back = from_pseudobulk(pseudobulk)
+    assert back.fingerprint == cube.fingerprint
+    assert back.metadata == cube.metadata
+    assert [p.operation for p in back.provenance][: len(cube.provenance)] == [
+        p.operation for p in cube.provenance
+    ]
+    full = to_anndata(cube, drop_empty=False)
+    assert full.n_obs == cube.cells.size
+    assert from_pseudobulk(full).fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+def test_to_anndata_other_layer_and_name_clashes() -> None:
+    cube = rich_cube()
+    pseudobulk = to_anndata(cube, layer="detected")
+    assert pseudobulk.X.dtype == np.uint32
+    assert [name for name in pseudobulk.layers if name is not None] == ["counts"]  # 0.13: None=X
+    assert from_pseudobulk(pseudobulk).fingerprint == cube.fingerprint
+    with pytest.raises(KeyError, match="no layer 'spliced'"):
+        to_anndata(cube, layer="spliced")
+    clash = cytepool.Cube(
+        {"counts": np.ones((1, 1, 1), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s"], "n_cells": [7], "kind": ["x"]}),
+        groups=pd.DataFrame({"group_id": ["g"], "kind": ["y"]}),
+        features=pd.DataFrame({"feature_id": ["f"]}),
+        cells=np.array([[1]]),
+    )
+    obs = to_anndata(clash).obs
+    assert list(obs.columns) == [
+        "sample_id",
+        "group_id",
+        "n_cells",
+        "sample_n_cells",
+        "kind",
+        "group_kind",
+    ]
+    assert obs["kind"].iloc[0] == "x"
+    assert obs["group_kind"].iloc[0] == "y"
+
+
+@pytest.mark.interop
+def test_subset_pseudobulk_keeps_present_ids() -> None:
+    cube = rich_cube()
+    pseudobulk = to_anndata(cube)
+    one_group = pseudobulk[pseudobulk.obs["group_id"] == "Mono"].copy()
+    back = from_pseudobulk(one_group)
+    assert list(back.groups.index) == ["Mono"]
+    assert list(back.samples.index) == ["s0", "s1", "s2", "s3"]
+    np.testing.assert_array_equal(back.to_numpy("counts")[0], cube.to_numpy("counts")[2, :4])
+    assert back.normalization is not None
+    np.testing.assert_array_equal(back.normalization.factors, cube.normalization.factors[2:, :4])
+    some_genes = pseudobulk[:, ["g1", "g5"]].copy()
+    assert list(from_pseudobulk(some_genes).features.index) == ["g1", "g5"]
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("suffix", ["h5ad", "zarr"])
+def test_cube_file_to_anndata_file_keeps_fingerprint(tmp_path: Path, suffix: str) -> None:
+    from cytepool.io import read_cube, write_cube
+
+    cube = rich_cube()
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    lazy = read_cube(tmp_path / "c.cube.zarr")
+    pseudobulk = to_anndata(lazy)
+    path = tmp_path / f"pb.{suffix}"
+    if suffix == "h5ad":
+        pseudobulk.write_h5ad(path)
+        again = ad.read_h5ad(path)
+    else:
+        pseudobulk.write_zarr(path)
+        again = ad.read_zarr(path)
+    assert from_pseudobulk(again).fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+def test_record_dtype_mismatch_is_an_error() -> None:
+    pseudobulk = to_anndata(rich_cube())
+    pseudobulk.X = pseudobulk.X * 0.5
+    with pytest.raises(ValueError, match=r"non-integer values .* integers \(int32\) are required"):
+        from_pseudobulk(pseudobulk)
+    pseudobulk.uns["cytepool"]["version"] = 99
+    with pytest.raises(ValueError, match="version 99"):
+        from_pseudobulk(pseudobulk)
+
+
+@pytest.mark.interop
+def test_unknown_ids_with_a_record_are_an_error() -> None:
+    pseudobulk = to_anndata(rich_cube())
+    obs = pseudobulk.obs.copy()
+    obs["sample_id"] = obs["sample_id"].cat.rename_categories({"s0": "zz"})
+    pseudobulk.obs = obs
+    with pytest.raises(ValueError, match=r"sample ids that uns.* does not know, e.g. 'zz'"):
+        from_pseudobulk(pseudobulk)
+
+
+def pseudobulk_frame(sums: Any, cells: list[float], **obs: Any) -> Any:
+    frame = pd.DataFrame(obs, index=[f"p{i}" for i in range(len(cells))])
+    frame["psbulk_cells"] = cells
+    return ad.AnnData(X=np.asarray(sums), obs=frame)
+
+
+@pytest.mark.interop
+def test_from_pseudobulk_foreign_dtypes_and_covariates() -> None:
+    sums = np.array([[1.0, 2.0], [3.0, 0.0], [5.0, 6.0]])
+    adata = pseudobulk_frame(
+        sums,
+        [1.0, 2.0, 3.0],
+        donor=["b", "a", "a"],
+        ct=["T", "T", "B"],
+        sex=["F", "M", "M"],
+        kind=["L", "L", "L"],
+    )
+    cube = from_pseudobulk(adata, sample_key="donor", group_key="ct")
+    assert cube.layers["counts"].dtype == np.int64
+    assert list(cube.samples.index) == ["a", "b"]
+    assert list(cube.groups.index) == ["B", "T"]
+    assert list(cube.samples.columns) == ["sex", "kind"]
+    assert list(cube.groups.columns) == []
+    np.testing.assert_array_equal(cube.cells, [[3, 0], [2, 1]])
+    np.testing.assert_array_equal(cube.profiles("T"), [[3, 0], [1, 2]])
+    fractional = pseudobulk_frame(sums / 2, [1.0, 2.0, 3.0], d=["b", "a", "a"], g=["T", "T", "B"])
+    assert (
+        from_pseudobulk(fractional, sample_key="d", group_key="g").layers["counts"].dtype
+        == np.float64
+    )
+    integers = pseudobulk_frame(sums.astype(np.uint32), [1, 2, 3], d=["b", "a", "a"], g=list("TTB"))
+    assert (
+        from_pseudobulk(integers, sample_key="d", group_key="g").layers["counts"].dtype == np.uint32
+    )
+
+
+@pytest.mark.interop
+def test_from_pseudobulk_errors() -> None:
+    sums = np.array([[1.0, 2.0], [3.0, 0.0]])
+    keys = {"sample_key": "d", "group_key": "g"}
+    adata = pseudobulk_frame(sums, [1.0, 2.0], d=["a", "b"], g=["T", "T"])
+    no_cells = adata.copy()
+    del no_cells.obs["psbulk_cells"]
+    with pytest.raises(ValueError, match=r"no cell numbers .* pass cells_key="):
+        from_pseudobulk(no_cells, **keys)
+    with pytest.raises(KeyError, match="cells_key 'cells'"):
+        from_pseudobulk(adata, **keys, cells_key="cells")
+    fractional = pseudobulk_frame(sums, [1.5, 2.0], d=["a", "b"], g=["T", "T"])
+    with pytest.raises(ValueError, match=r"'psbulk_cells' must hold cell numbers.*1.5.*'p0'"):
+        from_pseudobulk(fractional, **keys)
+    twice = pseudobulk_frame(sums, [1.0, 2.0], d=["a", "a"], g=["T", "T"])
+    with pytest.raises(ValueError, match="sample 'a' and group 'T' appears 2 times"):
+        from_pseudobulk(twice, **keys)
+    negative = pseudobulk_frame(-sums, [1.0, 2.0], d=["a", "b"], g=["T", "T"])
+    with pytest.raises(ValueError, match=r"adata.X holds negative values"):
+        from_pseudobulk(negative, **keys)
+    empty = ad.AnnData(obs=adata.obs, var=adata.var, layers={"sum": sums})
+    with pytest.raises(ValueError, match=r"adata.X is empty.*layer= naming one of \['sum'\]"):
+        from_pseudobulk(empty, **keys)
+    with pytest.raises(KeyError, match="no layer 'summ'"):
+        from_pseudobulk(empty, **keys, layer="summ")
+    with pytest.raises(KeyError, match="group_key 'ct'"):
+        from_pseudobulk(adata, sample_key="d", group_key="ct")
+
+
+# ---------------------------------------------------------------------------------------------
+# The real tools
+# ---------------------------------------------------------------------------------------------
+
+
+def test_scanpy_runs_on_to_anndata_output(cube: Any) -> None:
+    sc = pytest.importorskip("scanpy")
+    pseudobulk = to_anndata(cube)
+    sc.pp.normalize_total(pseudobulk)
+    sc.pp.log1p(pseudobulk)
+    sc.tl.pca(pseudobulk, n_comps=3)
+    assert pseudobulk.obsm["X_pca"].shape == (pseudobulk.n_obs, 3)
+
+
+def test_sums_equal_scanpy_aggregate(cells: Any, cube: Any) -> None:
+    sc = pytest.importorskip("scanpy")
+    before = snapshot(cells)
+    aggregated = sc.get.aggregate(cells, by=["sample", "cell_type"], func="sum")
+    assert_unchanged(before, cells)
+    sizes = cells.obs.groupby(["sample", "cell_type"], observed=True).size()
+    obs = aggregated.obs.copy()
+    obs["n_cells"] = [
+        sizes.get((s, g), 0) for s, g in zip(obs["sample"], obs["cell_type"], strict=True)
+    ]
+    aggregated.obs = obs
+    aggregated = aggregated[aggregated.obs["n_cells"] > 0].copy()
+    pooled = from_pseudobulk(aggregated, sample_key="sample", group_key="cell_type", layer="sum")
+    np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
+    np.testing.assert_array_equal(pooled.cells, cube.cells)
+
+
+def test_sums_equal_decoupler_pseudobulk(cells: Any, cube: Any) -> None:
+    dc = pytest.importorskip("decoupler")
+    before = snapshot(cells)
+    pseudobulk = dc.pp.pseudobulk(cells, sample_col="sample", groups_col="cell_type")
+    assert_unchanged(before, cells)
+    pooled = from_pseudobulk(pseudobulk, sample_key="sample", group_key="cell_type")
+    np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
+    np.testing.assert_array_equal(pooled.cells, cube.cells)
+    assert pooled.layers["counts"].dtype == np.int64
+    assert list(pooled.samples.columns) == ["donor", "condition", "age"]
+
+
+def test_pydeseq2_accepts_one_group(cube: Any) -> None:
+    dds_module = pytest.importorskip("pydeseq2.dds")
+    pseudobulk = to_anndata(cube.select(groups=["T"]))
+    dds = dds_module.DeseqDataSet(adata=pseudobulk, design="~condition", quiet=True)
+    dds.fit_size_factors()
+    assert dds.obs["size_factors"].shape == (pseudobulk.n_obs,)
+    assert (dds.obs["size_factors"] > 0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# MuData
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mudata_round_trip(tmp_path: Path) -> None:
+    md = pytest.importorskip("mudata")
+    cube = rich_cube()
+    mdata = conv.to_mudata(cube)
+    assert list(mdata.mod) == ["B", "T_NK", "Mono"]
+    t_nk = mdata.mod["T_NK"]
+    assert list(t_nk.obs_names) == list(cube.samples.index)
+    np.testing.assert_array_equal(t_nk.obs["n_cells"], cube.cells[1])
+    np.testing.assert_array_equal(t_nk.X, cube.profiles(1))
+    assert t_nk.layers["detected"].dtype == np.uint32
+    assert list(mdata.obs["donor"]) == list(cube.samples["donor"])
+    before = snapshot(mdata)
+    assert conv.from_mudata(mdata).fingerprint == cube.fingerprint
+    assert_unchanged(before, mdata)
+    with md.set_options(pull_on_update=False):
+        mdata.write(tmp_path / "cube.h5mu")
+        again = md.read_h5mu(tmp_path / "cube.h5mu")
+    assert conv.from_mudata(again).fingerprint == cube.fingerprint
+
+
+def test_from_mudata_without_record() -> None:
+    md = pytest.importorskip("mudata")
+    obs = pd.DataFrame({"n_cells": [2, 0]}, index=["s1", "s2"])
+    mods = {
+        name: ad.AnnData(
+            np.array([[1, 2], [0, 0]]) * k, obs=obs, var=pd.DataFrame(index=["a", "b"])
+        )
+        for k, name in enumerate(["B", "T"], start=1)
+    }
+    with md.set_options(pull_on_update=False):
+        mdata = md.MuData(mods, axis=-1)
+    cube = conv.from_mudata(mdata)
+    assert list(cube.groups.index) == ["B", "T"]
+    np.testing.assert_array_equal(cube.profiles("T"), [[2, 4], [0, 0]])
+    other = mods | {"T": ad.AnnData(np.ones((2, 1)), obs=obs, var=pd.DataFrame(index=["c"]))}
+    with md.set_options(pull_on_update=False), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mixed = md.MuData(other, axis=-1)
+    with pytest.raises(ValueError, match="modality 'T' has other features"):
+        conv.from_mudata(mixed)
+
+
+def test_from_mudata_cells_shares_samples_and_groups(cells: Any, cube: Any) -> None:
+    md = pytest.importorskip("mudata")
+    rna = ad.AnnData(cells.X, obs=cells.obs, var=cells.var)
+    keep = cells.obs_names[cells.obs["sample"] != "D1-ctrl"]
+    protein_counts = sparse.csr_matrix(np.arange(len(keep) * 3).reshape(-1, 3) % 5)
+    prot = ad.AnnData(
+        protein_counts,
+        obs=pd.DataFrame(index=keep),
+        var=pd.DataFrame(index=["CD3", "CD19", "CD56"]),
+    )
+    with md.set_options(pull_on_update=False):
+        mdata = md.MuData({"rna": rna, "prot": prot})
+    mdata.obs["sample"] = cells.obs["sample"].reindex(mdata.obs_names).to_numpy()
+    mdata.obs["cell_type"] = cells.obs["cell_type"].reindex(mdata.obs_names).to_numpy()
+    before = snapshot(mdata)
+    cubes = conv.from_mudata_cells(mdata, sample_key="sample", group_key="cell_type")
+    assert_unchanged(before, mdata)
+    assert list(cubes) == ["rna", "prot"]
+    np.testing.assert_array_equal(cubes["rna"].to_numpy("counts"), cube.to_numpy("counts"))
+    for name in ("samples", "groups"):
+        pd.testing.assert_frame_equal(getattr(cubes["rna"], name), getattr(cubes["prot"], name))
+    assert cubes["prot"].cells[:, list(cubes["prot"].samples.index).index("D1-ctrl")].sum() == 0
+    assert cubes["prot"].shape[2] == 3
+    with pytest.raises(KeyError, match="'batch' is in neither"):
+        conv.from_mudata_cells(mdata, sample_key="batch", group_key="cell_type")
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_cells=st.integers(1, 40),
+    n_genes=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+    drop_empty=st.booleans(),
+)
+def test_pool_then_pseudobulk_round_trip(
+    n_cells: int, n_genes: int, seed: int, drop_empty: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    obs = pd.DataFrame(
+        {"sample": rng.choice(["a", "b", "c"], n_cells), "group": rng.choice(["x", "y"], n_cells)},
+        index=[str(i) for i in range(n_cells)],
+    )
+    counts = rng.integers(0, 4, (n_cells, n_genes)).astype(np.float32)
+    adata = ad.AnnData(sparse.csr_matrix(counts), obs=obs)
+    cube = from_anndata(adata, sample_key="sample", group_key="group")
+    assert_pooled_plain(cube, counts, obs)
+    back = from_pseudobulk(to_anndata(cube, drop_empty=drop_empty))
+    assert back.fingerprint == cube.fingerprint
+
+
+def assert_pooled_plain(cube: Any, counts: np.ndarray, obs: Any) -> None:
+    for g, group in enumerate(cube.groups.index):
+        for s, sample in enumerate(cube.samples.index):
+            rows = ((obs["sample"] == sample) & (obs["group"] == group)).to_numpy()
+            np.testing.assert_array_equal(cube.profiles(g)[s], counts[rows].sum(axis=0))
+            assert cube.cells[g, s] == rows.sum()

@@ -1,0 +1,273 @@
+"""The `cytepool` command line: in-process, and once through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ad = pytest.importorskip("anndata")
+pd = pytest.importorskip("pandas")
+sparse = pytest.importorskip("scipy.sparse")
+
+from cytepool.cli import main  # noqa: E402
+from cytepool.io import read_cube  # noqa: E402
+from cytepool.io.anndata import from_anndata  # noqa: E402
+
+COMMANDS = ["pool", "info", "export", "demo"]
+
+
+@pytest.fixture
+def h5ad(tmp_path: Path) -> Path:
+    """A small .h5ad of whole-number counts, its repeated strings already categorical."""
+    rng = np.random.default_rng(1)
+    n_cells = 150
+    obs = pd.DataFrame(
+        {
+            "donor": pd.Categorical(rng.choice(["D1", "D2", "D3"], n_cells)),
+            "cell_type": pd.Categorical(rng.choice(["B", "CD4 T", "NK"], n_cells)),
+        },
+        index=[f"c{i}" for i in range(n_cells)],
+    )
+    counts = rng.poisson(0.8, (n_cells, 9)).astype(np.float32)
+    adata = ad.AnnData(sparse.csr_matrix(counts), obs=obs)
+    adata.var_names = [f"g{j}" for j in range(9)]
+    adata.layers["counts"] = adata.X.copy()
+    path = tmp_path / "cells.h5ad"
+    adata.write_h5ad(path)
+    return path
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, pattern: str) -> None:
+    assert code == 1
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert pattern in err, err
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help(command: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run([command, "--help"] if command else ["--help"], capsys)
+    assert code == 0
+    assert "usage: cytepool" in out
+    if command is None:
+        assert all(name in out for name in COMMANDS)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0
+    assert out.startswith("cytepool ")
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["pool", "in.h5ad"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "required" in err
+    assert "see cytepool pool --help" in err
+    code, _, err = run(["frobnicate"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1
+
+
+def pool(h5ad: Path, out: Path, *extra: str) -> list[str]:
+    keys = ["--sample-key", "donor", "--group-key", "cell_type", "--no-progress"]
+    return ["pool", str(h5ad), str(out), *keys, *extra]
+
+
+@pytest.mark.interop
+def test_pool_info_export(tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cube_path = tmp_path / "cells.cube.zarr"
+    code, out, err = run(pool(h5ad, cube_path, "--compression", "none"), capsys)
+    assert (code, err) == (0, "")
+    assert "into 3 groups x 3 samples x 9 features" in out
+    expected = from_anndata(ad.read_h5ad(h5ad), sample_key="donor", group_key="cell_type")
+    cube = read_cube(cube_path)
+    assert cube.fingerprint == expected.fingerprint
+
+    code, out, _ = run(["info", str(cube_path)], capsys)
+    assert code == 0
+    assert "3 groups x 3 samples x 9 features" in out
+    assert "counts (int64)" in out
+    assert cube.fingerprint in out
+    assert "from_anndata" in out
+    code, out, _ = run(["info", str(cube_path), "--json"], capsys)
+    info = json.loads(out)
+    assert info["shape"] == {"groups": 3, "samples": 3, "features": 9}
+    assert info["fingerprint"] == cube.fingerprint
+    assert info["cells"] == 150
+    assert sum(item["cells"] for item in info["cells_per_group"].values()) == 150
+    assert [record["operation"] for record in info["provenance"]][-1] == "from_anndata"
+
+    code, out, _ = run(
+        ["export", str(cube_path), str(tmp_path / "nk.h5ad"), "--group", "NK"], capsys
+    )
+    assert code == 0
+    exported = ad.read_h5ad(tmp_path / "nk.h5ad")
+    assert set(exported.obs["group_id"]) == {"NK"}
+    assert exported.X.dtype == np.int64
+    nk = cube.profiles("NK")
+    np.testing.assert_array_equal(
+        exported.X, nk[cube.cells[list(cube.groups.index).index("NK")] > 0]
+    )
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+def test_zarr_input_and_output(
+    tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cytepool.io.anndata import from_pseudobulk
+
+    cells = ad.read_h5ad(h5ad)
+    with warnings.catch_warnings():  # the setting is deprecated in anndata 0.13 (v3 default)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with ad.settings.override(zarr_write_format=3):
+            cells.write_zarr(tmp_path / "cells.zarr")
+    cube_path = tmp_path / "z.cube.zarr"
+    code, _, err = run(pool(tmp_path / "cells.zarr", cube_path, "--layer", "counts"), capsys)
+    assert (code, err) == (0, "")
+    cube = read_cube(cube_path)
+    assert (
+        cube.fingerprint
+        == from_anndata(cells, sample_key="donor", group_key="cell_type").fingerprint
+    )
+    code, _, _ = run(["export", str(cube_path), str(tmp_path / "pb.zarr")], capsys)
+    assert code == 0
+    assert (tmp_path / "pb.zarr" / "zarr.json").is_file()  # Zarr v3
+    assert from_pseudobulk(ad.read_zarr(tmp_path / "pb.zarr")).fingerprint == cube.fingerprint
+
+
+def test_progress_bar_only_on_a_terminal(
+    tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = pool(h5ad, tmp_path / "a.cube.zarr")[:-1]  # without --no-progress
+    code, _, err = run(args, capsys)
+    assert (code, err) == (0, "")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    code, _, err = run([*args[:2], str(tmp_path / "b.cube.zarr"), *args[3:]], capsys)
+    assert code == 0
+    assert "pooling [" in err
+
+
+@pytest.mark.interop
+def test_errors_are_one_line(
+    tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cube_path = tmp_path / "c.cube.zarr"
+    cases = [
+        (pool(tmp_path / "missing.h5ad", cube_path), "no such file or store"),
+        (
+            ["pool", str(h5ad), str(cube_path), "--sample-key", "x", "--group-key", "cell_type"],
+            "sample_key 'x' is not a column",
+        ),
+        ([*pool(h5ad, cube_path), "--layer", "spliced"], "no element 'layers/spliced'"),
+        ([*pool(h5ad, cube_path), "--raw"], "no element 'raw/X'"),
+        ([*pool(h5ad, cube_path), "--compression", "gzip", "--level", "42"], "level"),
+        (["info", str(tmp_path / "nothing.cube.zarr")], "nothing.cube.zarr"),
+        (["info", str(h5ad)], "cells.h5ad"),
+        (["export", str(tmp_path / "nothing.cube.zarr"), str(tmp_path / "o.h5ad")], "nothing"),
+        (["export", str(cube_path), str(tmp_path / "o.csv")], "must end in .h5ad or .zarr"),
+        (pool(h5ad, tmp_path / "no" / "dir" / "c.cube.zarr"), "does not exist"),
+    ]
+    for args, message in cases:
+        code, out, err = run(args, capsys)
+        assert_one_line_error(code, err, message)
+        assert out == ""
+    assert not cube_path.exists()
+    assert run(pool(h5ad, cube_path), capsys)[0] == 0
+    code, _, err = run(pool(h5ad, cube_path), capsys)
+    assert_one_line_error(code, err, "exists; pass --overwrite")
+    assert run([*pool(h5ad, cube_path), "--overwrite"], capsys)[0] == 0
+    (tmp_path / "o.h5ad").write_text("mine")
+    code, _, err = run(["export", str(cube_path), str(tmp_path / "o.h5ad")], capsys)
+    assert_one_line_error(code, err, "exists; pass --overwrite")
+    assert (tmp_path / "o.h5ad").read_text() == "mine"
+    code, _, err = run(["export", str(cube_path), str(tmp_path / "o.h5ad"), "--group", "Z"], capsys)
+    assert_one_line_error(code, err, "exists")
+    code, _, err = run(["export", str(cube_path), str(tmp_path / "p.h5ad"), "--group", "Z"], capsys)
+    assert_one_line_error(code, err, "Z")
+    assert not (tmp_path / "p.h5ad").exists()
+
+
+def test_unexpected_errors_are_one_line_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import cytepool.cli
+
+    def boom(args: Any) -> None:
+        raise RuntimeError("something\nbroke")
+
+    monkeypatch.setattr(cytepool.cli, "_info", boom)
+    code, _, err = run(["info", "x"], capsys)
+    assert_one_line_error(code, err, "cytepool info: error: something broke")
+
+
+def test_demo_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "demo"
+    code, out, err = run(["demo", str(directory), "--cells", "2000", "--no-progress"], capsys)
+    assert (code, err) == (0, "")
+    assert "fingerprint" in out
+    assert "matches" in out
+    for name in ("cells.h5ad", "cells.cube.zarr", "CD4_T.h5ad"):
+        assert (directory / name).exists()
+    exported = ad.read_h5ad(directory / "CD4_T.h5ad")
+    assert set(exported.obs["group_id"]) == {"CD4 T"}
+    assert exported.n_obs == 16
+    assert {"donor", "condition"} <= set(exported.obs.columns)
+    cube = read_cube(directory / "cells.cube.zarr")
+    assert cube.shape == (6, 16, 2000)
+    # a second run replaces the earlier demo's files, and leaves other files alone
+    (directory / "notes.txt").write_text("mine")
+    assert run(["demo", str(directory), "--cells", "2000"], capsys)[0] == 0
+    assert (directory / "notes.txt").read_text() == "mine"
+
+
+def test_demo_refuses_to_clobber(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "mine.txt").write_text("precious")
+    code, _, err = run(["demo", str(tmp_path)], capsys)
+    assert_one_line_error(code, err, "not empty and was not written by `cytepool demo`")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(["demo", str(tmp_path / "file")], capsys)
+    assert_one_line_error(code, err, "not a directory")
+
+
+def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
+    """`python -m cytepool`: the README's demo as a user runs it, and a failing command."""
+    result = subprocess.run(
+        [sys.executable, "-m", "cytepool", "demo", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "cytepool demo -> cytepool-demo/" in result.stdout
+    assert (tmp_path / "cytepool-demo" / "cells.cube.zarr" / "zarr.json").is_file()
+    result = subprocess.run(
+        [sys.executable, "-m", "cytepool", "info", "missing.cube.zarr"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,947 @@
+"""The Cube model: construction checks, reading, select, sums, provenance, _from_parts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cytepool
+from cytepool import Cube, Normalization, Provenance
+from cytepool.errors import ConstraintError, FormatError
+from cytepool.fingerprint import Digests
+from cytepool.layers import LazyLayer
+
+pl = pytest.importorskip("polars")
+pa = pytest.importorskip("pyarrow")
+
+BACKENDS = ["pandas", "polars", "pyarrow"]
+GROUPS = ["B", "T", "NK"]
+SAMPLES = ["s1", "s2", "s3", "s4"]
+FEATURES = ["CD3E", "CD19", "MS4A1", "NKG7", "GNLY"]
+
+
+def frame(backend: str, data: dict[str, list[Any]]) -> Any:
+    """A table of ``data`` in ``backend``."""
+    if backend == "pandas":
+        return pd.DataFrame(data)
+    if backend == "polars":
+        return pl.DataFrame(data)
+    return pa.table(data)
+
+
+def ids_of(table: Any, column: str) -> list[str]:
+    """The ids of a table the cube returned, whatever its backend."""
+    if isinstance(table, pd.DataFrame):
+        assert table.index.name == column
+        return list(table.index)
+    names = table.column_names if isinstance(table, pa.Table) else table.columns
+    assert names[0] == column
+    column_values = table[column]
+    items = column_values.to_pylist() if isinstance(table, pa.Table) else column_values.to_list()
+    return [str(v) for v in items]
+
+
+def counts_array(dtype: str = "int64") -> np.ndarray[Any, Any]:
+    rng = np.random.default_rng(1)
+    return rng.integers(0, 50, (3, 4, 5)).astype(dtype)
+
+
+def make_cube(
+    backend: str = "pandas", *, layers: dict[str, Any] | None = None, **kwargs: Any
+) -> Cube:
+    samples = frame(
+        backend,
+        {"sample_id": SAMPLES, "donor": ["d1", "d2", "d1", "d2"], "batch": [1, 1, 2, 2]},
+    )
+    groups = frame(backend, {"group_id": GROUPS, "lineage": ["lymph", "lymph", "lymph"]})
+    features = frame(backend, {"feature_id": FEATURES, "symbol": [f.lower() for f in FEATURES]})
+    args: dict[str, Any] = {
+        "samples": samples,
+        "groups": groups,
+        "features": features,
+        "cells": np.full((3, 4), 7),
+    }
+    args.update(kwargs)
+    return Cube({"counts": counts_array()} if layers is None else layers, **args)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class CountingArray:
+    """An array that records every read (to prove nothing is read)."""
+
+    def __init__(self, data: np.ndarray[Any, Any]):
+        self.data = data
+        self.shape = data.shape
+        self.dtype = data.dtype
+        self.reads: list[Any] = []
+
+    def __getitem__(self, key: Any) -> Any:
+        self.reads.append(key)
+        return self.data[key]
+
+    @property
+    def oindex(self) -> Any:
+        outer = self
+
+        class _O:
+            def __getitem__(self, key: Any) -> Any:
+                outer.reads.append(key)
+                g, s, f = key
+                block = outer.data[g]
+                return block[s][:, f]
+
+        return _O()
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def test_cube_basics(backend: str) -> None:
+    cube = make_cube(backend)
+    assert cube.shape == (3, 4, 5)
+    assert ids_of(cube.samples, "sample_id") == SAMPLES
+    assert ids_of(cube.groups, "group_id") == GROUPS
+    assert ids_of(cube.features, "feature_id") == FEATURES
+    native = {"pandas": pd.DataFrame, "polars": pl.DataFrame, "pyarrow": pa.Table}[backend]
+    assert isinstance(cube.samples, native)
+    assert cube.cells.dtype == np.int64
+    assert cube.normalization is None
+    assert cube.metadata == {}
+    assert [p.operation for p in cube.provenance] == ["Cube"]
+    np.testing.assert_array_equal(cube.to_numpy("counts"), counts_array())
+
+
+def test_pandas_ids_in_index_or_column() -> None:
+    cube = make_cube()
+    indexed = pd.DataFrame({"donor": ["d1", "d2", "d1", "d2"], "batch": [1, 1, 2, 2]})
+    indexed.index = pd.Index(SAMPLES, name="sample_id")
+    other = make_cube(samples=indexed)
+    assert other.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(other.samples, cube.samples)
+    # a column in the middle comes first; an unnamed index is dropped
+    moved = pd.DataFrame(
+        {"donor": ["d1", "d2", "d1", "d2"], "sample_id": SAMPLES, "batch": [1, 1, 2, 2]},
+        index=[9, 8, 7, 6],
+    )
+    assert make_cube(samples=moved).fingerprint == cube.fingerprint
+
+
+def test_tables_are_copies() -> None:
+    samples = pd.DataFrame({"sample_id": SAMPLES, "donor": ["d1", "d2", "d1", "d2"]})
+    cube = make_cube(samples=samples)
+    samples.loc[0, "donor"] = "changed"
+    out = cube.samples
+    out.loc["s1", "donor"] = "changed again"
+    assert cube.samples.loc["s1", "donor"] == "d1"
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"samples": {"sample_id": SAMPLES}}, TypeError, "samples: expected a table"),
+        ({"groups": "B,T,NK"}, TypeError, "groups: expected a table"),
+    ],
+)
+def test_tables_must_be_frames(change: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        make_cube(**change)
+
+
+def test_table_errors(backend: str) -> None:
+    with pytest.raises(ValueError, match="samples: expected an id column 'sample_id'"):
+        make_cube(backend, samples=frame(backend, {"id": SAMPLES}))
+    with pytest.raises(TypeError, match="groups: the ids in 'group_id' must be strings"):
+        make_cube(backend, groups=frame(backend, {"group_id": [1, 2, 3]}))
+    with pytest.raises(
+        ValueError, match=r"features: 1 ids in 'feature_id' are missing \(rows \[2\]"
+    ):
+        make_cube(backend, features=frame(backend, {"feature_id": ["a", "b", None, "d", "e"]}))
+    with pytest.raises(ValueError, match=r"samples: the ids must be unique; .* \['s1'\]"):
+        make_cube(backend, samples=frame(backend, {"sample_id": ["s1", "s2", "s1", "s4"]}))
+    with pytest.raises(ValueError, match=r"cells: expected shape .* = \(3, 3\), found \(3, 4\)"):
+        make_cube(backend, samples=frame(backend, {"sample_id": ["s1", "s2", "s3"]}))
+
+
+def test_table_column_types(backend: str) -> None:
+    nested = {"feature_id": FEATURES, "x": [[1], [2], [3], [4], [5]]}
+    if backend == "pandas":
+        with pytest.raises(TypeError, match="column 'x'"):
+            make_cube(backend, features=frame(backend, nested))
+    else:
+        with pytest.raises(TypeError, match=r"table column 'x': data type List"):
+            make_cube(backend, features=frame(backend, nested))
+
+
+def test_pandas_table_errors() -> None:
+    named = pd.DataFrame({"donor": ["a", "b", "c", "d"]}, index=pd.Index(SAMPLES, name="x"))
+    with pytest.raises(ValueError, match="samples: the index is named 'x'"):
+        make_cube(samples=named)
+    both = pd.DataFrame({"sample_id": SAMPLES}, index=pd.Index(SAMPLES, name="sample_id"))
+    with pytest.raises(ValueError, match="both the index and a column are named 'sample_id'"):
+        make_cube(samples=both)
+    multi = pd.DataFrame(
+        {"v": [1, 2, 3, 4]}, index=pd.MultiIndex.from_tuples([(s, 1) for s in SAMPLES])
+    )
+    with pytest.raises(ValueError, match="MultiIndex"):
+        make_cube(samples=multi)
+    dup = pd.DataFrame([[s, 1, 2] for s in SAMPLES], columns=["sample_id", "a", "a"])
+    with pytest.raises(ValueError, match=r"samples: .*unique column names"):
+        make_cube(samples=dup)
+    with pytest.raises(TypeError, match="column names must be strings"):
+        make_cube(samples=pd.DataFrame({"sample_id": SAMPLES, 3: [1, 2, 3, 4]}))
+    mixed = pd.DataFrame({"sample_id": SAMPLES, "m": [1, "a", 2.5, None]})
+    with pytest.raises(TypeError, match=r"table column 'm'.*Object holding"):
+        make_cube(samples=mixed)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "uint16", "float16", "bool", "complex64"])
+def test_layer_dtypes_rejected(dtype: str) -> None:
+    with pytest.raises(TypeError, match=r"layer 'counts': expected a data type among int32"):
+        make_cube(layers={"counts": counts_array().astype(dtype)})
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64", "float32", "float64"])
+def test_layer_dtypes_accepted(dtype: str) -> None:
+    cube = make_cube(layers={"counts": counts_array(dtype)})
+    assert cube.layers["counts"].dtype == np.dtype(dtype)
+    assert cube.profiles("T").dtype == np.dtype(dtype)
+
+
+def test_layer_byte_order_and_layout() -> None:
+    swapped = counts_array("int32").astype(">i4")
+    cube = make_cube(layers={"counts": swapped})
+    assert cube.layers["counts"].dtype == np.dtype("int32")
+    fortran = make_cube(layers={"counts": np.asfortranarray(counts_array("int32"))})
+    assert cube.fingerprint == fortran.fingerprint
+
+
+def test_layer_errors() -> None:
+    with pytest.raises(TypeError, match="layers: expected a mapping"):
+        make_cube(layers=[counts_array()])
+    with pytest.raises(TypeError, match="layers: names must be strings"):
+        make_cube(layers={1: counts_array()})
+    for bad in ["", "a/b", ".."]:
+        with pytest.raises(ValueError, match="is not a valid layer name"):
+            make_cube(layers={bad: counts_array()})
+    with pytest.raises(ValueError, match=r"layer 'counts': expected shape .* found \(3, 5, 4\)"):
+        make_cube(layers={"counts": np.zeros((3, 5, 4), dtype="int32")})
+    with pytest.raises(ValueError, match="layer 'counts': expected shape"):
+        make_cube(layers={"counts": np.zeros((3, 4), dtype="int32")})
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (-1, "is negative"),
+        (np.nan, "is not finite"),
+        (np.inf, "is not finite"),
+    ],
+)
+def test_layer_value_errors(value: float, match: str) -> None:
+    counts = counts_array("float64")
+    counts[1, 2, 3] = value
+    pattern = rf"layer 'counts', group 'T', sample 's3': value .* at feature 'NKG7' {match}"
+    with pytest.raises(ConstraintError, match=pattern):
+        make_cube(layers={"counts": counts})
+    with pytest.raises(ValueError, match=pattern):
+        make_cube(layers={"counts": counts})
+
+
+def test_layer_negative_integer() -> None:
+    counts = counts_array("int32")
+    counts[2, 0, 0] = -5
+    with pytest.raises(ConstraintError, match="layer 'counts', group 'NK', sample 's1': value -5"):
+        make_cube(layers={"counts": counts})
+
+
+def test_empty_profiles_must_hold_zeros() -> None:
+    cells = np.full((3, 4), 7)
+    cells[0, 1] = 0
+    with pytest.raises(
+        ConstraintError, match="layer 'counts', group 'B', sample 's2': the profile pools 0 cells"
+    ):
+        make_cube(cells=cells)
+    counts = counts_array()
+    counts[0, 1] = 0
+    assert make_cube(cells=cells, layers={"counts": counts}).cells[0, 1] == 0
+
+
+def test_cells_errors() -> None:
+    with pytest.raises(TypeError, match="cells: expected integers, found data type float64"):
+        make_cube(cells=np.full((3, 4), 7.0))
+    with pytest.raises(ValueError, match=r"cells: expected shape \(n_groups, n_samples\)"):
+        make_cube(cells=np.full((4, 3), 7))
+    cells = np.full((3, 4), 7)
+    cells[2, 3] = -1
+    with pytest.raises(ConstraintError, match="cells: group 'NK', sample 's4': -1 cells"):
+        make_cube(cells=cells)
+    huge = np.full((3, 4), 2**63, dtype=np.uint64)
+    with pytest.raises(ValueError, match="does not fit int64"):
+        make_cube(cells=huge)
+    assert make_cube(cells=np.full((3, 4), 7, dtype=np.uint8)).cells.dtype == np.int64
+
+
+def test_normalization() -> None:
+    factors = np.linspace(0.5, 2, 12).reshape(3, 4)
+    n = Normalization("size_factors", factors)
+    cube = make_cube(normalization=n)
+    assert cube.normalization == n
+    assert not cube.normalization.factors.flags.writeable
+    assert n != Normalization("cpm", factors)
+    assert n != "size_factors"
+    assert hash(n) == hash(Normalization("size_factors", factors.copy()))
+    assert "size_factors" in repr(n)
+    with pytest.raises(TypeError, match="normalization: expected a Normalization or None"):
+        make_cube(normalization=factors)
+    with pytest.raises(ValueError, match=r"normalization: expected factors of shape .* \(3, 4\)"):
+        make_cube(normalization=Normalization("x", np.ones((4, 3))))
+
+
+@pytest.mark.parametrize(
+    ("method", "factors", "error", "match"),
+    [
+        (3, np.ones((1, 1)), TypeError, "method must be a string"),
+        ("", np.ones((1, 1)), ValueError, "method must not be empty"),
+        ("m", np.ones(3), ValueError, "factors must be 2-D"),
+        ("m", np.array([["a"]]), TypeError, "factors must be real numbers"),
+        ("m", np.array([[1.0, 0.0]]), ValueError, r"factor 0.0 at group #0, sample #1"),
+        ("m", np.array([[-1.0]]), ValueError, "not positive and finite"),
+        ("m", np.array([[np.nan]]), ValueError, "not positive and finite"),
+        ("m", np.array([[np.inf]]), ValueError, "not positive and finite"),
+    ],
+)
+def test_normalization_errors(method: Any, factors: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        Normalization(method, factors)
+
+
+def test_metadata() -> None:
+    meta = {"study": "x", "n": [1, 2]}
+    cube = make_cube(metadata=meta)
+    meta["study"] = "changed"
+    assert cube.metadata == {"study": "x", "n": [1, 2]}
+    cube.metadata["n"].append(3)
+    assert cube.metadata["n"] == [1, 2]
+    assert cube.fingerprint == make_cube().fingerprint  # metadata is not content
+    with pytest.raises(TypeError, match="metadata: expected a mapping"):
+        make_cube(metadata=[1])
+    with pytest.raises(TypeError, match="metadata: keys must be strings"):
+        make_cube(metadata={1: 2})
+    with pytest.raises(TypeError, match="metadata: expected JSON-serialisable"):
+        make_cube(metadata={"a": {1, 2}})
+    with pytest.raises(ValueError, match="metadata: expected JSON-serialisable"):
+        make_cube(metadata={"a": float("nan")})
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def test_reading(backend: str) -> None:
+    cube = make_cube(backend)
+    counts = counts_array()
+    np.testing.assert_array_equal(cube.profiles("T"), counts[1])
+    np.testing.assert_array_equal(cube.profiles(2), counts[2])
+    np.testing.assert_array_equal(cube.profiles(-1), counts[2])
+    np.testing.assert_array_equal(cube.profiles(np.int64(0)), counts[0])
+    with pytest.raises(KeyError, match=r"groups: unknown ids \['X'\]"):
+        cube.profiles("X")
+    with pytest.raises(IndexError, match="group position 3 is out of range for 3 groups"):
+        cube.profiles(3)
+    with pytest.raises(TypeError, match="group: expected an id"):
+        cube.profiles(True)
+    with pytest.raises(KeyError, match=r"no layer 'umis'; the cube has layers \['counts'\]"):
+        cube.profiles("T", layer="umis")
+    with pytest.raises(KeyError, match="no layer"):
+        cube.to_numpy("umis")
+
+
+def test_read_only() -> None:
+    cube = make_cube()
+    with pytest.raises(TypeError):
+        cube.layers["other"] = counts_array()  # type: ignore[index]
+    with pytest.raises(ValueError, match="read-only"):
+        cube.layers["counts"][0, 0, 0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        cube.cells[0, 0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        cube.to_numpy("counts")[0, 0, 0] = 1
+    with pytest.raises(AttributeError):
+        cube.shape = (1, 1, 1)  # type: ignore[misc]
+
+
+def test_repr() -> None:
+    cube = make_cube(normalization=Normalization("cpm", np.ones((3, 4))))
+    assert repr(cube) == (
+        "<Cube 3 groups x 4 samples x 5 features; layers: counts int64 (memory); "
+        "normalization: cpm>"
+    )
+    lazy = cube.select(groups=["T"])
+    assert "counts int64 (lazy)" in repr(lazy)
+    assert "layers: none" in repr(make_cube(layers={}))
+
+
+def test_lazy_array_layers_checked_when_read() -> None:
+    counts = counts_array()
+    counts[1, 3, 4] = -2
+    array = CountingArray(counts)
+    cube = make_cube(layers={"counts": array})
+    assert array.reads == []
+    assert cube.layers["counts"] is array
+    np.testing.assert_array_equal(cube.profiles("B"), counts[0])
+    with pytest.raises(ConstraintError, match="layer 'counts', group 'T', sample 's4': value -2"):
+        cube.profiles("T")
+    with pytest.raises(ConstraintError, match="group 'T'"):
+        cube._read("counts", 1, samples=[3], features=[4])
+    np.testing.assert_array_equal(
+        cube._read("counts", 1, samples=[0], features=[4]), [[counts[1, 0, 4]]]
+    )
+
+
+def test_lazy_zero_cells_checked_when_read() -> None:
+    cells = np.full((3, 4), 7)
+    cells[2, 0] = 0
+    counts = counts_array()
+    counts[2, 0, 0] = 5
+    counts[2, 0, 1:] = 0
+    cube = make_cube(layers={"counts": CountingArray(counts)}, cells=cells)
+    with pytest.raises(ConstraintError, match="group 'NK', sample 's1': the profile pools 0 cells"):
+        cube.profiles("NK")
+    np.testing.assert_array_equal(cube._read("counts", 2, features=[2, 3]), counts[2][:, [2, 3]])
+
+
+def test_lazy_layer_in_new_cube_checked_against_new_cells() -> None:
+    base = make_cube()
+    lazy = base.select(groups=["T"]).layers["counts"]
+    assert isinstance(lazy, LazyLayer)
+    cells = np.full((1, 4), 3)
+    cells[0, 2] = 0
+    cube = Cube(
+        {"counts": lazy},
+        samples=pd.DataFrame({"sample_id": SAMPLES}),
+        groups=pd.DataFrame({"group_id": ["T"]}),
+        features=pd.DataFrame({"feature_id": FEATURES}),
+        cells=cells,
+    )
+    with pytest.raises(ConstraintError, match="group 'T', sample 's3': the profile pools 0 cells"):
+        cube.profiles("T")
+
+
+# --------------------------------------------------------------------------- select
+
+
+def test_select(backend: str) -> None:
+    cube = make_cube(backend, normalization=Normalization("n", np.arange(1, 13).reshape(3, 4)))
+    sub = cube.select(samples=["s3", "s1"], groups="T", features=[4, 0])
+    assert sub.shape == (1, 2, 2)
+    assert ids_of(sub.samples, "sample_id") == ["s3", "s1"]
+    assert ids_of(sub.groups, "group_id") == ["T"]
+    assert ids_of(sub.features, "feature_id") == ["GNLY", "CD3E"]
+    np.testing.assert_array_equal(sub.profiles("T"), counts_array()[1][np.ix_([2, 0], [4, 0])])
+    np.testing.assert_array_equal(sub.cells, [[7, 7]])
+    assert sub.normalization is not None
+    np.testing.assert_array_equal(sub.normalization.factors, [[7.0, 5.0]])
+    mask = sub.select(features=np.array([False, True]))
+    assert ids_of(mask.features, "feature_id") == ["CD3E"]
+    native = {"pandas": pd.DataFrame, "polars": pl.DataFrame, "pyarrow": pa.Table}[backend]
+    assert isinstance(sub.samples, native)
+
+
+def test_select_variants() -> None:
+    cube = make_cube()
+    assert cube.select().fingerprint == cube.fingerprint
+    assert cube.select(groups=slice(0, 2)).shape == (2, 4, 5)
+    assert cube.select(groups=1).shape == (1, 4, 5)
+    assert cube.select(groups=[]).shape == (0, 4, 5)
+    assert cube.select(samples=pd.Series(["s2"])).shape == (3, 1, 5)
+    assert cube.select(samples=np.array(["s2", "s4"])).shape == (3, 2, 5)
+    assert cube.select(samples=[-1]).shape == (3, 1, 5)
+
+
+def test_select_errors() -> None:
+    cube = make_cube()
+    with pytest.raises(KeyError, match=r"samples: unknown ids \['x', 'y'\]"):
+        cube.select(samples=["s1", "x", "y"])
+    with pytest.raises(KeyError, match=r"features: unknown ids \['nope'\]"):
+        cube.select(features="nope")
+    with pytest.raises(ValueError, match=r"groups: the ids must be unique; it selects \['T'\]"):
+        cube.select(groups=["T", "T"])
+    with pytest.raises(IndexError, match="samples: position 4 is out of range for length 4"):
+        cube.select(samples=[4])
+    with pytest.raises(IndexError, match="a boolean mask needs 4 values, found 2"):
+        cube.select(samples=[True, False])
+    with pytest.raises(TypeError, match="expected ids"):
+        cube.select(samples=[1.5])
+    with pytest.raises(TypeError, match="expected ids"):
+        cube.select(samples=["s1", 2])
+    with pytest.raises(TypeError, match="expected ids, positions or a mask"):
+        cube.select(samples=[[0]])
+
+
+def test_select_reads_nothing() -> None:
+    array = CountingArray(counts_array())
+    cube = make_cube(layers={"counts": array})
+    sub = cube.select(samples=["s2"], groups=["NK"], features=["GNLY", "CD19"])
+    again = sub.select(features=["CD19"])
+    assert array.reads == []
+    assert [p.operation for p in again.provenance] == ["Cube", "select", "select"]
+    assert again.provenance[1].inputs == (None,)  # not known without reading
+    np.testing.assert_array_equal(again.profiles(0), [[counts_array()[2, 1, 1]]])
+    assert len(array.reads) == 1
+    g, s, f = array.reads[0]
+    assert g == 2
+    assert s == slice(1, 2)
+    assert f == slice(1, 2)
+
+
+# --------------------------------------------------------------------------- sums
+
+
+def test_merge_groups(backend: str) -> None:
+    cube = make_cube(backend)
+    merged = cube.merge_groups({"lymphoid": ["NK", "B"]})
+    assert ids_of(merged.groups, "group_id") == ["lymphoid", "T"]
+    counts = counts_array()
+    np.testing.assert_array_equal(merged.profiles("lymphoid"), counts[0] + counts[2])
+    np.testing.assert_array_equal(merged.profiles("T"), counts[1])
+    np.testing.assert_array_equal(merged.cells, [[14] * 4, [7] * 4])
+    assert merged.normalization is None
+    assert "lineage" in (
+        list(merged.groups.columns)
+        if backend == "pandas"
+        else list(merged.groups.columns if backend == "polars" else merged.groups.column_names)
+    )
+    assert merged.provenance[-1].parameters == {"groups": {"lymphoid": ["NK", "B"]}}
+
+
+def test_merge_groups_drops_varying_covariates() -> None:
+    groups = pd.DataFrame({"group_id": GROUPS, "lineage": ["b", "t", "nk"], "kind": ["x"] * 3})
+    merged = make_cube(groups=groups).merge_groups({"L": ["B", "NK"]})
+    assert list(merged.groups.columns) == ["kind"]
+    kept = make_cube(groups=groups).merge_groups({"L": ["B"]})
+    assert list(kept.groups.columns) == ["lineage", "kind"]
+
+
+def test_merge_groups_errors() -> None:
+    cube = make_cube()
+    with pytest.raises(KeyError, match=r"groups: unknown ids \['X'\]"):
+        cube.merge_groups({"L": ["B", "X"]})
+    with pytest.raises(ValueError, match="'L' merges no groups"):
+        cube.merge_groups({"L": []})
+    with pytest.raises(ValueError, match=r"group 'B' is merged twice \(into 'L' and 'M'\)"):
+        cube.merge_groups({"L": ["B", "T"], "M": ["B"]})
+    with pytest.raises(ValueError, match=r"groups: the ids must be unique; it would hold \['T'\]"):
+        cube.merge_groups({"T": ["B", "NK"]})
+    with pytest.raises(TypeError, match="must map to a list of group ids"):
+        cube.merge_groups({"L": "B"})
+    with pytest.raises(TypeError, match="new group ids must be strings"):
+        cube.merge_groups({1: ["B"]})
+    with pytest.raises(TypeError, match="expected a mapping"):
+        cube.merge_groups([("L", ["B"])])  # type: ignore[arg-type]
+
+
+def test_merge_groups_reads_nothing_and_keeps_digests() -> None:
+    array = CountingArray(counts_array())
+    cube = make_cube(layers={"counts": array})
+    merged = cube.merge_groups({"L": ["B", "NK"]})
+    assert array.reads == []
+    np.testing.assert_array_equal(merged.profiles("L"), counts_array()[[0, 2]].sum(axis=0))
+
+
+def test_pool_samples(backend: str) -> None:
+    cube = make_cube(backend, normalization=Normalization("n", np.ones((3, 4))))
+    pooled = cube.pool_samples(by="donor")
+    assert ids_of(pooled.samples, "sample_id") == ["d1", "d2"]
+    counts = counts_array()
+    np.testing.assert_array_equal(
+        pooled.profiles("T"),
+        counts[1][[0, 2]].sum(0, keepdims=True).tolist()
+        + counts[1][[1, 3]].sum(0, keepdims=True).tolist(),
+    )
+    np.testing.assert_array_equal(pooled.cells, np.full((3, 2), 14))
+    assert pooled.normalization is None
+    by_batch = cube.pool_samples(by="batch")
+    assert ids_of(by_batch.samples, "sample_id") == ["1", "2"]
+    if backend == "pandas":
+        assert list(by_batch.samples.columns) == ["batch"]
+
+
+def test_pool_samples_categorical_and_selection() -> None:
+    samples = pd.DataFrame(
+        {"sample_id": SAMPLES, "donor": pd.Categorical(["b", "a", "b", "a"]), "sex": list("ffmm")}
+    )
+    pooled = make_cube(samples=samples).pool_samples(by="donor")
+    assert list(pooled.samples.index) == ["b", "a"]
+    assert list(pooled.samples.columns) == ["donor"]
+    sub = pooled.select(samples=["a"], features=[1])
+    np.testing.assert_array_equal(
+        sub.profiles("B"), counts_array()[0][[1, 3]][:, [1]].sum(0, keepdims=True)
+    )
+
+
+def test_pool_samples_errors() -> None:
+    cube = make_cube()
+    with pytest.raises(KeyError, match="pool_samples: no column 'site' in the samples table"):
+        cube.pool_samples(by="site")
+    with pytest.raises(TypeError, match="by must be a column name"):
+        cube.pool_samples(by=["donor"])  # type: ignore[arg-type]
+    samples = pd.DataFrame({"sample_id": SAMPLES, "donor": ["a", None, "a", None]})
+    with pytest.raises(
+        ValueError, match=r"2 samples have no value in 'donor' \(such as \['s2', 's4'\]"
+    ):
+        make_cube(samples=samples).pool_samples(by="donor")
+
+
+def two_cubes(backend: str = "pandas") -> tuple[Cube, Cube]:
+    counts = counts_array()
+    a = make_cube(backend)
+    b = Cube(
+        {"counts": counts[::-1, ::-1] * 2},
+        samples=frame(backend, {"sample_id": SAMPLES[::-1], "donor": ["x"] * 4}),
+        groups=frame(backend, {"group_id": GROUPS[::-1]}),
+        features=frame(backend, {"feature_id": FEATURES}),
+        cells=np.full((3, 4), 2),
+    )
+    return a, b
+
+
+def test_add(backend: str) -> None:
+    a, b = two_cubes(backend)
+    total = cytepool.add([a, b])
+    np.testing.assert_array_equal(total.to_numpy("counts"), counts_array() * 3)
+    np.testing.assert_array_equal(total.cells, np.full((3, 4), 9))
+    assert ids_of(total.samples, "sample_id") == SAMPLES
+    assert [p.operation for p in total.provenance] == ["Cube", "Cube", "add"]
+    assert total.provenance[-1].inputs == (a.fingerprint, b.fingerprint)
+
+
+def test_add_errors() -> None:
+    a, _ = two_cubes()
+    other = make_cube(samples=pd.DataFrame({"sample_id": ["s1", "s2", "s3", "x"]}))
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"add: cube 1 does not hold the same samples as cube 0 "
+            r"\(not in cube 0: \['x'\]; missing: \['s4'\]\)"
+        ),
+    ):
+        cytepool.add([a, other])
+    with pytest.raises(ValueError, match=r"add: cube 1 has layers \['umis'\]"):
+        cytepool.add([a, make_cube(layers={"umis": counts_array()})])
+    with pytest.raises(TypeError, match="layer 'counts' is int32 in cube 1 and int64 in cube 0"):
+        cytepool.add([a, make_cube(layers={"counts": counts_array("int32")})])
+    with pytest.raises(TypeError, match="add: expected a sequence of cubes"):
+        cytepool.add(a)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="add: expected cubes, found int"):
+        cytepool.add([a, 1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="add: expected at least one cube"):
+        cytepool.add([])
+
+
+@pytest.mark.parametrize("axis", ["samples", "groups", "features"])
+def test_concat(axis: str, backend: str) -> None:
+    counts = counts_array()
+    cube = make_cube(backend)
+    index = {"groups": 0, "samples": 1, "features": 2}[axis]
+    n = counts.shape[index]
+    first = cube.select(**{axis: list(range(n - 1, 1, -1))})
+    second = cube.select(**{axis: [0, 1]})
+    if axis != "features":  # shuffle the other axes of the second cube: aligned by id
+        second = second.select(features=[4, 2, 0, 1, 3])
+    joined = cytepool.concat([first, second], axis=axis)
+    order = [*range(n - 1, 1, -1), 0, 1]
+    np.testing.assert_array_equal(joined.to_numpy("counts"), np.take(counts, order, axis=index))
+    ids = {"samples": SAMPLES, "groups": GROUPS, "features": FEATURES}[axis]
+    id_column = {"samples": "sample_id", "groups": "group_id", "features": "feature_id"}[axis]
+    assert ids_of(getattr(joined, axis), id_column) == [ids[i] for i in order]
+    assert joined.provenance[-1].operation == "concat"
+
+
+def test_concat_tables_with_other_columns() -> None:
+    cube = make_cube()
+    a = cube.select(samples=["s1"])
+    b = Cube(
+        {"counts": counts_array()[:, :1]},
+        samples=pd.DataFrame({"sample_id": ["x1"], "site": ["north"]}),
+        groups=pd.DataFrame({"group_id": GROUPS}),
+        features=pd.DataFrame({"feature_id": FEATURES}),
+        cells=np.full((3, 1), 7),
+    )
+    joined = cytepool.concat([a, b], axis="samples")
+    assert list(joined.samples.columns) == ["donor", "batch", "site"]
+    assert joined.samples["site"].isna().tolist() == [True, False]
+
+
+def test_concat_normalization() -> None:
+    factors = np.arange(1, 13, dtype=float).reshape(3, 4)
+    cube = make_cube(normalization=Normalization("n", factors))
+    joined = cytepool.concat([cube.select(samples=[2, 3]), cube.select(samples=[0, 1])], "samples")
+    assert joined.normalization is not None
+    np.testing.assert_array_equal(joined.normalization.factors, factors[:, [2, 3, 0, 1]])
+    by_features = cytepool.concat(
+        [cube.select(features=[0]), cube.select(features=[1])], "features"
+    )
+    assert by_features.normalization == cube.normalization
+    with pytest.raises(ValueError, match="concat: the cubes have different normalizations"):
+        cytepool.concat([cube.select(samples=[0]), make_cube().select(samples=[1])], "samples")
+    other = make_cube(normalization=Normalization("n", factors * 2))
+    with pytest.raises(ValueError, match="along features they must match"):
+        cytepool.concat([cube.select(features=[0]), other.select(features=[1])], "features")
+    plain = make_cube()
+    assert (
+        cytepool.concat(
+            [plain.select(groups=[0]), plain.select(groups=[1])], "groups"
+        ).normalization
+        is None
+    )
+
+
+def test_concat_errors() -> None:
+    cube = make_cube()
+    with pytest.raises(ValueError, match="concat: axis must be one of"):
+        cytepool.concat([cube], axis="cells")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"samples: the ids must be unique; it would hold \['s1'\]"
+    ):
+        cytepool.concat([cube.select(samples=[0, 1]), cube.select(samples=[0])], axis="samples")
+    with pytest.raises(ValueError, match="concat: cube 1 does not hold the same groups as cube 0"):
+        cytepool.concat([cube.select(samples=[0]), cube.select(samples=[1], groups=[0])], "samples")
+    cells = np.full((3, 4), 7)
+    cells[1, 2] = 8
+    with pytest.raises(
+        ValueError,
+        match="along features the cells must match; cube 1 has 8 cells at group 'T', sample 's3'",
+    ):
+        cytepool.concat(
+            [cube.select(features=[0]), make_cube(cells=cells).select(features=[1])], "features"
+        )
+    pl_cube = make_cube("polars").select(samples=["s2"])
+    mixed = cytepool.concat([cube.select(samples=["s1"]), pl_cube], axis="samples")
+    assert isinstance(mixed.samples, pd.DataFrame)
+    bad = Cube(
+        {"counts": counts_array()[:, :1]},
+        samples=pd.DataFrame({"sample_id": ["x1"], "donor": [3.5]}),
+        groups=pd.DataFrame({"group_id": GROUPS}),
+        features=pd.DataFrame({"feature_id": FEATURES}),
+        cells=np.full((3, 1), 7),
+    )
+    joined = cytepool.concat(
+        [make_cube("polars").select(samples=["s1"]), make_cube("polars").select(samples=["s2"])],
+        "samples",
+    )
+    assert joined.shape == (3, 2, 5)
+    with pytest.raises(ValueError, match="samples: the tables cannot be joined"):
+        cytepool.concat([make_cube("polars").select(samples=["s1"]), bad], "samples")
+
+
+def test_concat_reads_only_needed_parts() -> None:
+    arrays = [CountingArray(counts_array()), CountingArray(counts_array() + 1)]
+    a = make_cube(layers={"counts": arrays[0]})
+    b = Cube(
+        {"counts": arrays[1]},
+        samples=pd.DataFrame({"sample_id": [s + "b" for s in SAMPLES]}),
+        groups=pd.DataFrame({"group_id": GROUPS}),
+        features=pd.DataFrame({"feature_id": FEATURES}),
+        cells=np.full((3, 4), 7),
+    )
+    joined = cytepool.concat([a, b], axis="samples")
+    assert arrays[0].reads == arrays[1].reads == []
+    sub = joined.select(samples=["s2b", "s1b"])
+    np.testing.assert_array_equal(sub.profiles("T"), (counts_array() + 1)[1][[1, 0]])
+    assert arrays[0].reads == []
+    assert len(arrays[1].reads) == 1
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def test_provenance_records() -> None:
+    cube = make_cube()
+    record = cube.provenance[0]
+    assert record.operation == "Cube"
+    assert record.parameters == {
+        "layers": {"counts": "int64"},
+        "shape": [3, 4, 5],
+        "normalization": None,
+    }
+    assert record.version == cytepool.__version__
+    when = dt.datetime.fromisoformat(record.time)
+    assert when.utcoffset() == dt.timedelta(0)
+    assert record.inputs == ()
+    derived = cube.select(groups=["T"]).merge_groups({"X": ["T"]}).pool_samples(by="donor")
+    assert [r.operation for r in derived.provenance] == [
+        "Cube",
+        "select",
+        "merge_groups",
+        "pool_samples",
+    ]
+    assert derived.provenance[1].inputs == (cube.fingerprint,)
+    assert derived.provenance[1].parameters == {"samples": None, "groups": ["T"], "features": None}
+    json.dumps([r.to_json() for r in derived.provenance])
+    for r in derived.provenance:
+        assert Provenance.from_json(r.to_json()) == r
+
+
+def test_provenance_long_id_lists() -> None:
+    features = pd.DataFrame({"feature_id": [f"g{i}" for i in range(1001)]})
+    cube = Cube(
+        {"counts": np.zeros((1, 1, 1001), dtype="int32")},
+        samples=pd.DataFrame({"sample_id": ["s"]}),
+        groups=pd.DataFrame({"group_id": ["g"]}),
+        features=features,
+        cells=[[1]],
+    )
+    param = cube.select(features=list(range(1001))[::-1]).provenance[-1].parameters["features"]
+    assert param["count"] == 1001
+    assert re.fullmatch("[0-9a-f]{64}", param["sha256"])
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ([], "expected an object with keys"),
+        ({"operation": "x"}, "expected an object with keys"),
+        (
+            {"operation": 1, "parameters": {}, "version": "v", "time": "t", "inputs": []},
+            "operation must be a string",
+        ),
+        (
+            {"operation": "x", "parameters": [], "version": "v", "time": "t", "inputs": []},
+            "parameters must be a mapping",
+        ),
+        (
+            {"operation": "x", "parameters": {}, "version": "v", "time": "t", "inputs": "ab"},
+            "inputs must be a list",
+        ),
+        (
+            {"operation": "x", "parameters": {}, "version": "v", "time": "t", "inputs": ["ab"]},
+            "inputs must be fingerprints or None",
+        ),
+    ],
+)
+def test_provenance_from_json_errors(data: Any, match: str) -> None:
+    with pytest.raises(FormatError, match=match):
+        Provenance.from_json(data)
+
+
+def test_provenance_record_helper() -> None:
+    cube = make_cube()
+    lazy = make_cube(layers={"counts": CountingArray(counts_array())})
+    record = Cube._provenance_record(
+        "from_cells", {"layers": ["counts"]}, (cube, lazy, None, "a" * 64)
+    )
+    assert record.inputs == (cube.fingerprint, None, None, "a" * 64)
+    renamed = cube._with_provenance((record,))
+    assert renamed.provenance == (record,)
+    assert renamed.fingerprint == cube.fingerprint
+    with pytest.raises(TypeError, match="expected Provenance records"):
+        cube._with_provenance(("x",))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="parameters must be a mapping"):
+        Provenance("x", [], "v", "t")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- _from_parts
+
+
+def parts(cube: Cube, layers: dict[str, Any] | None = None, **change: Any) -> dict[str, Any]:
+    args = {
+        "samples": cube.samples,
+        "groups": cube.groups,
+        "features": cube.features,
+        "cells": cube.cells,
+        "normalization": cube.normalization,
+        "metadata": cube.metadata,
+        "provenance": cube.provenance,
+        "digests": cube._digests(),
+    }
+    args.update(change)
+    return {"layers": dict(cube.layers) if layers is None else layers, **args}
+
+
+def test_from_parts_knows_fingerprint_without_reading(backend: str) -> None:
+    cube = make_cube(backend, metadata={"a": 1})
+    array = CountingArray(counts_array())
+    stored = Cube._from_parts(**parts(cube, {"counts": array}))
+    assert stored.fingerprint == cube.fingerprint
+    assert stored.provenance == cube.provenance
+    assert stored.metadata == {"a": 1}
+    assert array.reads == []
+    assert (
+        stored.select(groups=["NK", "B"]).fingerprint == cube.select(groups=["NK", "B"]).fingerprint
+    )
+    assert array.reads == []
+    np.testing.assert_array_equal(stored.profiles("T"), counts_array()[1])
+
+
+def test_from_parts_verifies_whole_groups() -> None:
+    cube = make_cube()
+    counts = counts_array()
+    counts[1, 0, 0] += 1
+    stored = Cube._from_parts(**parts(cube, {"counts": CountingArray(counts)}))
+    np.testing.assert_array_equal(stored.profiles("B"), counts[0])
+    np.testing.assert_array_equal(stored._read("counts", 1, features=[0]), counts[1][:, [0]])
+    pattern = "layer 'counts', group 'T': the values do not match their stored digest"
+    with pytest.raises(FormatError, match=pattern):
+        stored.profiles("T")
+    with pytest.raises(FormatError, match=pattern):
+        stored.select(groups=["T"]).to_numpy("counts")
+    with pytest.raises(FormatError, match=pattern):
+        stored.merge_groups({"X": ["T", "B"]}).profiles("X")
+    assert stored.fingerprint == cube.fingerprint  # the stored digests, not re-read
+
+
+def test_from_parts_digest_mismatches() -> None:
+    cube = make_cube(normalization=Normalization("n", np.ones((3, 4))))
+    digests = cube._digests().to_json()
+    other = make_cube(samples=pd.DataFrame({"sample_id": SAMPLES, "donor": list("abcd")}))
+    with pytest.raises(FormatError, match="samples: the table does not match its stored digest"):
+        Cube._from_parts(**parts(other, digests=Digests.from_json(digests)))
+    with pytest.raises(FormatError, match="cells: the cell numbers do not match"):
+        Cube._from_parts(**parts(cube, cells=np.full((3, 4), 8)))
+    with pytest.raises(FormatError, match="normalization: the normalization does not match"):
+        Cube._from_parts(**parts(cube, normalization=None))
+    with pytest.raises(FormatError, match=r"digests: expected layers \['counts', 'umis'\]"):
+        Cube._from_parts(**parts(cube, {"counts": counts_array(), "umis": counts_array()}))
+    with pytest.raises(FormatError, match="the stored data type is int64, the array's is int32"):
+        Cube._from_parts(**parts(cube, {"counts": counts_array("int32")}))
+    short = dict(digests, layers={"counts": digests["layers"]["counts"][:2]})
+    with pytest.raises(FormatError, match="expected 3 group digests, found 2"):
+        Cube._from_parts(**parts(cube, digests=Digests.from_json(short)))
+    with pytest.raises(TypeError, match="expected Provenance records"):
+        Cube._from_parts(**parts(cube, provenance=[{"operation": "x"}]))
+    with pytest.raises(TypeError, match=r"expected a fingerprint\.Digests"):
+        Cube._from_parts(**parts(cube, digests=digests))
+
+
+def test_from_parts_without_digests_and_values_checked() -> None:
+    cube = make_cube()
+    counts = counts_array()
+    counts[0, 0, 0] = -1
+    with pytest.raises(ConstraintError, match="layer 'counts', group 'B', sample 's1'"):
+        Cube._from_parts(**parts(cube, {"counts": counts}, digests=None))
+    lazy = Cube._from_parts(**parts(cube, {"counts": CountingArray(counts)}, digests=None))
+    assert lazy._digests(compute=False).complete is False
+    assert lazy.provenance == cube.provenance
+    with pytest.raises(ConstraintError, match="layer 'counts', group 'B', sample 's1'"):
+        lazy.profiles("B")
+
+
+def test_read_caches_group_digest() -> None:
+    cube = make_cube()
+    lazy = make_cube(layers={"counts": CountingArray(counts_array())})
+    assert lazy._digests(compute=False).layers["counts"] == (None, None, None)
+    lazy.profiles("T")
+    lazy._read("counts", 0, features=[1])
+    known = lazy._digests(compute=False).layers["counts"]
+    assert known[0] is None
+    assert known[1] == cube._digests().layers["counts"][1]
+    assert lazy.fingerprint == cube.fingerprint

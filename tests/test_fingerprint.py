@@ -1,0 +1,589 @@
+"""Digests and the fingerprint: the documented encodings, invariance and sensitivity."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cytepool import Cube, Normalization
+from cytepool.errors import FormatError
+from cytepool.fingerprint import (
+    Digests,
+    cells_digest,
+    group_digest,
+    normalization_digest,
+    table_digest,
+)
+
+pl = pytest.importorskip("polars")
+pa = pytest.importorskip("pyarrow")
+
+BACKENDS = ["pandas", "polars", "pyarrow"]
+
+
+def u64(n: int) -> bytes:
+    return struct.pack("<Q", n)
+
+
+def text(s: str) -> bytes:
+    b = s.encode()
+    return u64(len(b)) + b
+
+
+# --------------------------------------------------------------------------- documented encodings
+
+
+def test_group_digest_encoding() -> None:
+    block = np.array([[1.5, -0.0, 2.0]], dtype="float32")
+    expected = hashlib.sha256(
+        b"cytepool.group/1\0"
+        + text("float32")
+        + u64(1)
+        + u64(3)
+        + struct.pack("<3f", 1.5, 0.0, 2.0)
+    ).hexdigest()
+    assert group_digest("float32", block) == expected
+    assert group_digest(np.dtype(">f4"), block.astype(">f4")) == expected
+
+
+def test_cells_and_normalization_encoding() -> None:
+    cells = np.array([[1, 0, 3]], dtype="uint8")
+    expected = hashlib.sha256(
+        b"cytepool.cells/1\0" + u64(1) + u64(3) + struct.pack("<3q", 1, 0, 3)
+    ).hexdigest()
+    assert cells_digest(cells) == expected
+    assert normalization_digest(None) == hashlib.sha256(b"cytepool.normalization/1\0\0").hexdigest()
+    n = Normalization("cpm", [[0.5, 2.0]])
+    expected = hashlib.sha256(
+        b"cytepool.normalization/1\0\1"
+        + text("cpm")
+        + u64(1)
+        + u64(2)
+        + struct.pack("<2d", 0.5, 2.0)
+    ).hexdigest()
+    assert normalization_digest(n) == expected
+
+
+def test_table_digest_encoding() -> None:
+    frame = pd.DataFrame(
+        {"n": pd.array([7, None], dtype="Int32"), "s": ["é", None]},
+        index=pd.Index(["a", "b"], name="sample_id"),
+    )
+    columns = [
+        text("sample_id") + text("string") + b"\x00" + u64(18) + text("a") + text("b"),
+        text("n") + text("int32") + b"\x02" + u64(8) + struct.pack("<2i", 7, 0),
+        text("s") + text("string") + b"\x02" + u64(18) + text("é") + u64(0),
+    ]
+    expected = hashlib.sha256(b"cytepool.table/1\0" + u64(2) + u64(3) + b"".join(columns))
+    assert table_digest(frame) == expected.hexdigest()
+
+
+def test_fingerprint_encoding() -> None:
+    h = [hashlib.sha256(bytes([i])).hexdigest() for i in range(8)]
+    digests = Digests(
+        tables={"samples": h[0], "groups": h[1], "features": h[2]},
+        cells=h[3],
+        normalization=h[4],
+        layers={"b": (h[5],), "a": (h[6],)},
+        dtypes={"b": "int32", "a": "float64"},
+    )
+    raw = [bytes.fromhex(x) for x in h]
+    expected = hashlib.sha256(
+        b"cytepool.fingerprint/1\0"
+        + raw[0]
+        + raw[1]
+        + raw[2]
+        + raw[3]
+        + raw[4]
+        + u64(2)
+        + text("a")
+        + text("float64")
+        + u64(1)
+        + raw[6]
+        + text("b")
+        + text("int32")
+        + u64(1)
+        + raw[5]
+    ).hexdigest()
+    assert digests.fingerprint() == expected
+
+
+# --------------------------------------------------------------------------- part digests
+
+
+def test_group_digest_layout_and_sensitivity() -> None:
+    block = np.arange(12, dtype="int64").reshape(3, 4)
+    d = group_digest("int64", block)
+    assert group_digest("int64", np.asfortranarray(block)) == d
+    assert group_digest("int64", np.arange(24).reshape(3, 8)[:, ::2] // 2) == d
+    assert group_digest("int64", block.astype(">i8")) == d
+    assert group_digest("int32", block.astype("int32")) != d
+    assert group_digest("int64", block.reshape(4, 3)) != d
+    changed = block.copy()
+    changed[2, 3] += 1
+    assert group_digest("int64", changed) != d
+
+
+def test_group_digest_errors() -> None:
+    with pytest.raises(TypeError, match="expected a data type among int32"):
+        group_digest("int16", np.zeros((1, 1), dtype="int16"))
+    with pytest.raises(TypeError, match="expected a data type among"):
+        group_digest("nonsense", np.zeros((1, 1)))
+    with pytest.raises(TypeError, match="group block: expected data type int32, found int64"):
+        group_digest("int32", np.zeros((1, 1), dtype="int64"))
+    with pytest.raises(ValueError, match=r"expected a 2-D \(samples, features\) array"):
+        group_digest("int64", np.zeros(3, dtype="int64"))
+
+
+def test_cells_digest() -> None:
+    cells = np.array([[1, 2], [3, 4]])
+    assert cells_digest(cells.astype("int32")) == cells_digest(cells.astype("uint16"))
+    assert cells_digest(cells) != cells_digest(cells.T)
+    with pytest.raises(TypeError, match="cells: expected an integer array"):
+        cells_digest(cells.astype(float))
+    with pytest.raises(ValueError, match="cells: expected a 2-D"):
+        cells_digest(np.array([1]))
+    with pytest.raises(ValueError, match="does not fit int64"):
+        cells_digest(np.array([[2**63]], dtype="uint64"))
+
+
+def test_normalization_digest() -> None:
+    n = Normalization("cpm", np.ones((2, 2)))
+    assert normalization_digest(n) == normalization_digest(
+        Normalization("cpm", np.ones((2, 2), int))
+    )
+    assert normalization_digest(n) != normalization_digest(Normalization("tmm", np.ones((2, 2))))
+    assert normalization_digest(n) != normalization_digest(Normalization("cpm", np.ones((1, 4))))
+    assert normalization_digest(n) != normalization_digest(None)
+
+
+# --------------------------------------------------------------------------- tables across backends
+
+
+def variants(kind: str) -> list[Any]:
+    """The same logical column ``x`` (with a missing value) in several backends and dtypes."""
+    ts = [dt.datetime(2020, 1, 1, 12), None, dt.datetime(1969, 12, 31)]
+    if kind == "int16":
+        return [
+            pd.DataFrame({"x": pd.array([1, None, -3], dtype="Int16")}),
+            pl.DataFrame({"x": pl.Series([1, None, -3], dtype=pl.Int16)}),
+            pa.table({"x": pa.array([1, None, -3], type=pa.int16())}),
+        ]
+    if kind == "uint64":
+        return [
+            pd.DataFrame({"x": np.array([1, 2**64 - 1, 0], dtype="uint64")}),
+            pl.DataFrame({"x": pl.Series([1, 2**64 - 1, 0], dtype=pl.UInt64)}),
+            pa.table({"x": pa.array([1, 2**64 - 1, 0], type=pa.uint64())}),
+        ]
+    if kind == "float64":
+        return [
+            pd.DataFrame({"x": [1.5, np.nan, -0.0]}),
+            pd.DataFrame({"x": pd.array([1.5, None, 0.0], dtype="Float64")}),
+            pl.DataFrame({"x": [1.5, None, 0.0]}),
+            pl.DataFrame({"x": [1.5, float("nan"), 0.0]}),
+            pa.table({"x": pa.array([1.5, None, 0.0])}),
+        ]
+    if kind == "float32":
+        return [
+            pd.DataFrame({"x": np.array([1.5, np.nan, 2], dtype="float32")}),
+            pl.DataFrame({"x": pl.Series([1.5, None, 2], dtype=pl.Float32)}),
+            pa.table({"x": pa.array([1.5, None, 2], type=pa.float32())}),
+        ]
+    if kind == "bool":
+        return [
+            pd.DataFrame({"x": pd.array([True, None, False], dtype="boolean")}),
+            pl.DataFrame({"x": [True, None, False]}),
+            pa.table({"x": pa.array([True, None, False])}),
+        ]
+    if kind == "string":
+        values = ["é€😀", None, ""]
+        return [
+            pd.DataFrame({"x": values}),
+            pd.DataFrame({"x": pd.array(values, dtype="string")}),
+            pd.DataFrame({"x": pd.array(values, dtype="string[pyarrow]")}),
+            pl.DataFrame({"x": values}),
+            pa.table({"x": pa.array(values)}),
+            pa.table({"x": pa.array(values, type=pa.large_string())}),
+        ]
+    if kind == "categorical":
+        values = ["CD4 T", None, "B cells"]
+        return [
+            pd.DataFrame({"x": pd.Categorical(values, categories=["CD4 T", "B cells", "NK"])}),
+            pd.DataFrame({"x": pd.Categorical(values, ordered=True)}),
+            pl.DataFrame({"x": pl.Series(values, dtype=pl.Categorical)}),
+            pl.DataFrame({"x": pl.Series(values, dtype=pl.Enum(["B cells", "CD4 T", "NK"]))}),
+            pa.table({"x": pa.array(values).dictionary_encode()}),
+        ]
+    if kind == "categorical_int":
+        return [
+            pd.DataFrame({"x": pd.Categorical([3, None, 1])}),
+            pa.table({"x": pa.array([3, None, 1]).dictionary_encode()}),
+        ]
+    if kind == "datetime_tz":
+        return [
+            pd.DataFrame(
+                {
+                    "x": pd.to_datetime(ts)
+                    .tz_localize("UTC")
+                    .tz_convert("Europe/Berlin")
+                    .as_unit("us")
+                }
+            ),
+            pl.DataFrame({"x": pl.Series(ts, dtype=pl.Datetime("us", "UTC"))}).with_columns(
+                pl.col("x").dt.convert_time_zone("Europe/Berlin")
+            ),
+            pa.table({"x": pa.array(ts, type=pa.timestamp("us", tz="UTC"))}).cast(
+                pa.schema([("x", pa.timestamp("us", tz="Europe/Berlin"))])
+            ),
+        ]
+    if kind == "datetime":
+        return [
+            pd.DataFrame({"x": pd.to_datetime(ts)}),
+            pl.DataFrame({"x": pl.Series(ts, dtype=pl.Datetime("ns"))}),
+            pa.table({"x": pa.array(ts, type=pa.timestamp("ns"))}),
+        ]
+    if kind == "date":
+        days = [dt.date(2020, 2, 29), None, dt.date(1900, 1, 1)]
+        return [
+            pd.DataFrame({"x": days}),
+            pd.DataFrame({"x": pd.array(days, dtype=pd.ArrowDtype(pa.date32()))}),
+            pl.DataFrame({"x": days}),
+            pa.table({"x": pa.array(days)}),
+        ]
+    if kind == "duration":
+        deltas = [dt.timedelta(seconds=1.5), None, dt.timedelta(days=-2)]
+        return [
+            pd.DataFrame({"x": pd.to_timedelta(deltas).as_unit("us")}),
+            pl.DataFrame({"x": pl.Series(deltas, dtype=pl.Duration("us"))}),
+            pa.table({"x": pa.array(deltas, type=pa.duration("us"))}),
+        ]
+    raise AssertionError(kind)  # pragma: no cover
+
+
+KINDS = [
+    "int16",
+    "uint64",
+    "float64",
+    "float32",
+    "bool",
+    "string",
+    "categorical",
+    "categorical_int",
+    "datetime_tz",
+    "datetime",
+    "date",
+    "duration",
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_table_digest_backend_invariance(kind: str) -> None:
+    digests = {table_digest(frame) for frame in variants(kind)}
+    assert len(digests) == 1
+
+
+def test_table_digest_of_categorical_encoding() -> None:
+    frame = pd.DataFrame({"x": pd.Categorical(["CD4 T", None])})
+    column = text("x") + text("categorical[string]") + b"\x02" + u64(21) + text("CD4 T") + u64(0)
+    expected = hashlib.sha256(b"cytepool.table/1\0" + u64(2) + u64(1) + column).hexdigest()
+    assert table_digest(frame) == expected
+
+
+def test_table_digest_is_stable_across_processes() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import pandas as pd; from cytepool.fingerprint import table_digest; "
+        "print(table_digest(pd.DataFrame({'c': pd.Categorical(['lymphoid', 'myeloid']), "
+        "'s': ['alpha', 'beta'], 'n': [1, 2]})))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    here = table_digest(
+        pd.DataFrame(
+            {"c": pd.Categorical(["lymphoid", "myeloid"]), "s": ["alpha", "beta"], "n": [1, 2]}
+        )
+    )
+    assert other == here
+
+
+def test_table_digest_of_categoricals_without_categories() -> None:
+    frames = [
+        pd.DataFrame({"x": pd.Categorical([None, None])}),
+        pl.DataFrame({"x": pl.Series([None, None], dtype=pl.Categorical)}),
+        pa.table({"x": pa.array([None, None], type=pa.string()).dictionary_encode()}),
+    ]
+    assert len({table_digest(f) for f in frames}) == 1
+
+
+def test_table_digests_differ_between_kinds() -> None:
+    digests = [table_digest(variants(kind)[0]) for kind in KINDS]
+    assert len(set(digests)) == len(KINDS)
+
+
+def test_table_digest_sensitivity() -> None:
+    base = pl.DataFrame({"sample_id": ["a", "b"], "n": [1, 2], "s": ["x", "y"]})
+    d = table_digest(base)
+    changes = [
+        base.with_columns(pl.Series("n", [1, 3])),
+        base.with_columns(pl.Series("n", [1, None])),
+        base.rename({"n": "m"}),
+        base.select(["sample_id", "s", "n"]),
+        base.reverse(),
+        base.with_columns(pl.col("n").cast(pl.Int32)),
+        base.with_columns(pl.col("s").cast(pl.Categorical)),
+        base.with_columns(pl.Series("sample_id", ["a", "c"])),
+        base.with_columns(pl.lit(1).alias("extra")),
+        base.head(1),
+        base.with_columns(pl.Series("s", ["x", ""])),
+        base.with_columns(pl.Series("s", ["x", None])),
+    ]
+    found = [table_digest(c) for c in changes]
+    assert d not in found
+    assert len(set(found)) == len(found)
+    tz = pl.DataFrame({"x": pl.Series([dt.datetime(2020, 1, 1)], dtype=pl.Datetime("us", "UTC"))})
+    assert table_digest(tz) != table_digest(
+        tz.with_columns(pl.col("x").dt.convert_time_zone("Asia/Tokyo"))
+    )
+    assert table_digest(tz) != table_digest(tz.with_columns(pl.col("x").dt.cast_time_unit("ns")))
+
+
+def test_table_digest_pandas_index() -> None:
+    indexed = pd.DataFrame({"v": [1, 2]}, index=pd.Index(["a", "b"], name="sample_id"))
+    column = pd.DataFrame({"sample_id": ["a", "b"], "v": [1, 2]}, index=[5, 6])
+    assert table_digest(indexed) == table_digest(column)
+    assert table_digest(indexed) == table_digest(
+        pl.DataFrame({"sample_id": ["a", "b"], "v": [1, 2]})
+    )
+    assert table_digest(pd.DataFrame({"v": [1, 2]})) == table_digest(pl.DataFrame({"v": [1, 2]}))
+    with pytest.raises(TypeError, match="MultiIndex"):
+        table_digest(pd.DataFrame({"v": [1]}, index=pd.MultiIndex.from_tuples([(1, 2)])))
+    with pytest.raises(TypeError, match="column names must be strings, found index name 3"):
+        table_digest(pd.DataFrame({"v": [1]}, index=pd.Index(["a"], name=3)))
+    with pytest.raises(TypeError, match="column names must be strings"):
+        table_digest(pd.DataFrame({4: [1]}))
+
+
+def test_table_digest_unsupported_columns() -> None:
+    with pytest.raises(TypeError, match="table column 'l': data type List"):
+        table_digest(pl.DataFrame({"l": [[1], [2]]}))
+    with pytest.raises(TypeError, match="table column 'b': data type Binary"):
+        table_digest(pl.DataFrame({"b": [b"x"]}))
+    with pytest.raises(TypeError, match=r"table column 'o': .*Object holding int, str"):
+        table_digest(pd.DataFrame({"o": ["a", 1]}))
+    with pytest.raises(
+        TypeError, match="table column 'd': data type Object holding date, datetime"
+    ):
+        table_digest(
+            pd.DataFrame(
+                {"d": pd.Series([dt.date(2020, 1, 1), dt.datetime(2020, 1, 1)], dtype=object)}
+            )
+        )
+    assert table_digest(pd.DataFrame({"o": pd.Series([None, None], dtype=object)}))
+
+
+def roundtrip_table(backend: str) -> Any:
+    data = {
+        "sample_id": ["s1", "s2", "s3"],
+        "donor": ["d1", None, "d2"],
+        "n": [1, None, 3],
+        "f": [0.5, None, 2.0],
+        "flag": [True, False, None],
+        "cat": ["u", None, "v"],
+        "when": [dt.datetime(2020, 1, 1), None, dt.datetime(2021, 6, 1)],
+    }
+    frame = pl.DataFrame(data).with_columns(
+        pl.col("cat").cast(pl.Categorical),
+        pl.col("when").dt.replace_time_zone("UTC"),
+    )
+    if backend == "polars":
+        return frame
+    if backend == "pyarrow":
+        return frame.to_arrow()
+    return pd.DataFrame(
+        {
+            "donor": data["donor"],
+            "n": pd.array(data["n"], dtype="Int64"),
+            "f": [0.5, np.nan, 2.0],
+            "flag": pd.array(data["flag"], dtype="boolean"),
+            "cat": pd.Categorical(data["cat"]),
+            "when": pd.to_datetime(data["when"]).tz_localize("UTC"),
+        },
+        index=pd.Index(data["sample_id"], name="sample_id"),
+    )
+
+
+@pytest.mark.parametrize("source", BACKENDS)
+def test_table_digest_after_write_table(tmp_path: Path, source: str) -> None:
+    from cytepool.io import read_table, write_table
+
+    table = roundtrip_table(source)
+    write_table(table, tmp_path / "samples", index="sample_id")
+    expected = table_digest(table)
+    for backend in BACKENDS:
+        assert table_digest(read_table(tmp_path / "samples", backend=backend)) == expected, backend
+
+
+# --------------------------------------------------------------------------- Digests
+
+
+def make_digests() -> Digests:
+    h = hashlib.sha256(b"x").hexdigest()
+    return Digests(
+        tables={"samples": h, "groups": h, "features": h},
+        cells=h,
+        normalization=h,
+        layers={"counts": (h, None)},
+        dtypes={"counts": "int32"},
+    )
+
+
+def test_digests_json_round_trip() -> None:
+    d = make_digests()
+    assert not d.complete
+    assert Digests.from_json(d.to_json()) == d
+    with pytest.raises(
+        ValueError,
+        match=r"the fingerprint needs every group digest; missing \[\"'counts' group 1\"\]",
+    ):
+        d.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda j: [], "expected an object with keys"),
+        (lambda j: {**j, "extra": 1}, "expected an object with keys"),
+        (lambda j: {**j, "cells": "abc"}, "cells must be 64 lowercase hex digits"),
+        (lambda j: {**j, "cells": "A" * 64}, "cells must be 64 lowercase hex digits"),
+        (lambda j: {**j, "tables": {"samples": j["cells"]}}, "expected tables"),
+        (lambda j: {**j, "tables": "x"}, "'tables' must be an object"),
+        (lambda j: {**j, "layers": {"counts": "ab"}}, "layer 'counts' must be a list"),
+        (lambda j: {**j, "layers": {"counts": [1]}}, "layer 'counts' group 0 must be 64"),
+        (lambda j: {**j, "dtypes": {}}, "the layers .* and the layers with a data type"),
+        (lambda j: {**j, "dtypes": {"counts": "int16"}}, "not a layer type"),
+        (
+            lambda j: {
+                **j,
+                "layers": {"a": [j["cells"]], "b": []},
+                "dtypes": {"a": "int32", "b": "int32"},
+            },
+            "different numbers of groups",
+        ),
+    ],
+)
+def test_digests_from_json_errors(edit: Any, match: str) -> None:
+    with pytest.raises(FormatError, match=match):
+        Digests.from_json(edit(make_digests().to_json()))
+
+
+# --------------------------------------------------------------------------- cube fingerprints
+
+
+def cube_of(values: np.ndarray[Any, Any], backend: str = "pandas", **kwargs: Any) -> Cube:
+    n_g, n_s, n_f = values.shape
+
+    def table(data: dict[str, list[Any]]) -> Any:
+        return {"pandas": pd.DataFrame, "polars": pl.DataFrame, "pyarrow": pa.table}[backend](data)
+
+    args: dict[str, Any] = {
+        "samples": table({"sample_id": [f"s{i}" for i in range(n_s)], "donor": ["d"] * n_s}),
+        "groups": table({"group_id": [f"g{i}" for i in range(n_g)]}),
+        "features": table({"feature_id": [f"f{i}" for i in range(n_f)]}),
+        "cells": np.ones((n_g, n_s), dtype=int),
+    }
+    args.update(kwargs)
+    layers = args.pop("layers", {"counts": values})
+    return Cube(layers, **args)
+
+
+VALUES = np.random.default_rng(5).integers(0, 100, (3, 4, 6)).astype("int32")
+
+
+def test_fingerprint_invariance_layout_backend() -> None:
+    base = cube_of(VALUES).fingerprint
+    assert cube_of(np.asfortranarray(VALUES)).fingerprint == base
+    wide = np.zeros((3, 4, 12), dtype="int32")
+    wide[:, :, ::2] = VALUES
+    assert cube_of(wide[:, :, ::2]).fingerprint == base
+    assert cube_of(VALUES.astype(">i4")).fingerprint == base
+    for backend in BACKENDS:
+        assert cube_of(VALUES, backend).fingerprint == base
+    assert cube_of(VALUES, metadata={"x": 1}).fingerprint == base
+    assert cube_of(VALUES.copy()).fingerprint == base  # the same input pooled twice
+
+
+@pytest.mark.parametrize(
+    ("compression", "chunks"), [("gzip", (1, 2, 3)), (None, (3, 4, 6)), ("gzip", (2, 3, 5))]
+)
+def test_fingerprint_invariance_laziness(tmp_path: Path, compression: Any, chunks: Any) -> None:
+    from cytepool.io.zarr import open_array, write_array
+
+    write_array(tmp_path / "counts", VALUES, chunks=chunks, compression=compression)
+    lazy = cube_of(VALUES, layers={"counts": open_array(tmp_path / "counts")})
+    base = cube_of(VALUES)
+    assert lazy.fingerprint == base.fingerprint
+    assert lazy.select().fingerprint == base.fingerprint
+    assert lazy.select(features=list(range(6))).fingerprint == base.fingerprint
+    assert lazy.select(groups=[2, 0]).fingerprint == base.select(groups=[2, 0]).fingerprint
+    merged = lazy.merge_groups({"g0": ["g0"]})
+    assert merged.fingerprint == base.fingerprint
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    g=st.integers(0, 2),
+    s=st.integers(0, 3),
+    f=st.integers(0, 5),
+    delta=st.integers(1, 5),
+)
+def test_fingerprint_sees_every_value(g: int, s: int, f: int, delta: int) -> None:
+    changed = VALUES.copy()
+    changed[g, s, f] += delta
+    assert cube_of(changed).fingerprint != cube_of(VALUES).fingerprint
+
+
+def test_fingerprint_sensitivity() -> None:
+    base = cube_of(VALUES)
+    samples = pd.DataFrame({"sample_id": ["s0", "s1", "s2", "s3"], "donor": ["d"] * 4})
+    others = [
+        cube_of(VALUES.astype("int64")),
+        cube_of(VALUES.astype("float32")),
+        cube_of(VALUES, layers={"umis": VALUES}),
+        cube_of(VALUES, layers={"counts": VALUES, "detected": VALUES}),
+        cube_of(VALUES, samples=samples.assign(sample_id=["s0", "s1", "s2", "x"])),
+        cube_of(VALUES, samples=samples.assign(donor=["d", "d", "d", "e"])),
+        cube_of(VALUES, samples=samples.assign(age=[1, 2, 3, 4])),
+        cube_of(VALUES, samples=samples.drop(columns="donor")),
+        cube_of(VALUES, groups=pd.DataFrame({"group_id": ["g0", "g1", "g2"], "x": [1, 1, 1]})),
+        cube_of(VALUES, features=pd.DataFrame({"feature_id": [f"f{i}" for i in range(5)] + ["z"]})),
+        cube_of(VALUES, cells=np.full((3, 4), 2)),
+        cube_of(VALUES, normalization=Normalization("n", np.ones((3, 4)))),
+        cube_of(VALUES, normalization=Normalization("n", np.full((3, 4), 2.0))),
+        base.select(samples=[1, 0, 2, 3]),
+    ]
+    prints = [c.fingerprint for c in others]
+    assert base.fingerprint not in prints
+    assert len(set(prints)) == len(prints)
+
+
+def test_fingerprint_of_empty_cube() -> None:
+    empty = cube_of(np.zeros((0, 2, 3), dtype="int32"), cells=np.zeros((0, 2), dtype=int))
+    assert len(empty.fingerprint) == 64
+    assert (
+        empty.fingerprint
+        != cube_of(
+            np.zeros((0, 2, 3), dtype="int64"), cells=np.zeros((0, 2), dtype=int)
+        ).fingerprint
+    )

@@ -1,0 +1,487 @@
+"""Tests of cytepool.from_cells: exact sums for every input kind, labels, tables and errors."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cytepool
+from cytepool import from_cells
+
+BOTH = ("counts", "detected")
+
+
+def reference(
+    x: np.ndarray, sample_labels: Any, group_labels: Any
+) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted str ids, cells, sums and detected counts, the simple way."""
+    s = np.array([str(v) for v in sample_labels])
+    g = np.array([str(v) for v in group_labels])
+    sample_ids, group_ids = sorted(set(s)), sorted(set(g))
+    sums = np.zeros((len(group_ids), len(sample_ids), x.shape[1]), dtype=x.dtype)
+    detected = np.zeros(sums.shape, dtype=np.int64)
+    cells = np.zeros(sums.shape[:2], dtype=np.int64)
+    for i, gid in enumerate(group_ids):
+        for j, sid in enumerate(sample_ids):
+            rows = x[(g == gid) & (s == sid)]
+            sums[i, j] = rows.sum(axis=0)
+            detected[i, j] = (rows != 0).sum(axis=0)
+            cells[i, j] = len(rows)
+    return sample_ids, group_ids, cells, sums, detected
+
+
+def random_counts(
+    rng: np.random.Generator, n_cells: int = 60, n_features: int = 7, density: float = 0.4
+) -> np.ndarray:
+    x = rng.integers(1, 20, size=(n_cells, n_features)).astype(np.float32)
+    x[rng.random(x.shape) > density] = 0
+    return x
+
+
+def row_blocks(x: np.ndarray) -> list[Any]:
+    """Uneven blocks, dense and CSR mixed, one of them empty."""
+    n = len(x)
+    cuts = [0, 0, min(5, n), max(min(5, n), n // 2), n]
+    pairs = enumerate(itertools.pairwise(cuts))
+    return [x[a:b] if i % 2 else sp.csr_matrix(x[a:b]) for i, (a, b) in pairs]
+
+
+INPUTS: dict[str, Callable[[np.ndarray], Any]] = {
+    "dense": lambda x: x,
+    "dense-fortran": np.asfortranarray,
+    "csr": sp.csr_matrix,
+    "csr-array-int64-indices": lambda x: _int64_indices(sp.csr_array(x)),
+    "csc": sp.csc_matrix,
+    "csc-array": sp.csc_array,
+    "row-blocks": row_blocks,
+    "row-blocks-generator": lambda x: (b for b in row_blocks(x)),
+}
+
+
+def _int64_indices(m: Any) -> Any:
+    m.indices = m.indices.astype(np.int64)
+    m.indptr = m.indptr.astype(np.int64)
+    return m
+
+
+def labels(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    return rng.choice(["s1", "s2", "s3"], n), rng.choice(["B", "T", "NK", "Mono"], n)
+
+
+def assert_pooled(cube: cytepool.Cube, x: np.ndarray, sample_labels: Any, group_labels: Any):
+    sample_ids, group_ids, cells, sums, detected = reference(x, sample_labels, group_labels)
+    assert list(cube.samples.index) == sample_ids
+    assert list(cube.groups.index) == group_ids
+    np.testing.assert_array_equal(cube.cells, cells)
+    counts = cube.to_numpy("counts")
+    np.testing.assert_array_equal(counts, sums)
+    if "detected" in cube.layers:
+        np.testing.assert_array_equal(cube.to_numpy("detected"), detected)
+        assert cube.layers["detected"].dtype == np.int64
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@pytest.mark.parametrize("kind", list(INPUTS))
+def test_every_input_kind_pools_exactly(kind: str) -> None:
+    rng = np.random.default_rng(1)
+    x = random_counts(rng)
+    s, g = labels(rng, len(x))
+    cube = from_cells(
+        INPUTS[kind](x), sample_labels=s, group_labels=g, layers=("counts", "detected")
+    )
+    assert_pooled(cube, x.astype(np.int64), s, g)
+    assert cube.layers["counts"].dtype == np.int64
+    assert list(cube.layers) == ["counts", "detected"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "uint64"])
+def test_whole_numbers_pool_to_int64(dtype: str) -> None:
+    rng = np.random.default_rng(2)
+    x = random_counts(rng).astype(dtype)
+    s, g = labels(rng, len(x))
+    for counts in (x, sp.csr_matrix(x)):
+        cube = from_cells(counts, sample_labels=s, group_labels=g)
+        assert cube.layers["counts"].dtype == np.int64
+        assert_pooled(cube, x.astype(np.int64), s, g)
+
+
+def test_bool_counts_pool_to_int64() -> None:
+    x = np.array([[True, False], [True, True], [False, False]])
+    cube = from_cells(sp.csr_matrix(x), sample_labels=["a", "a", "b"], group_labels=["g"] * 3)
+    np.testing.assert_array_equal(cube.to_numpy(), [[[2, 1], [0, 0]]])
+
+
+@pytest.mark.parametrize("kind", list(INPUTS))
+def test_non_integers_pool_to_float64(kind: str) -> None:
+    rng = np.random.default_rng(3)
+    x = random_counts(rng).astype(np.float64)
+    x[-1, :] = np.where(x[-1] > 0, x[-1] + 0.25, 0.5)  # only the last cell is not whole
+    s, g = labels(rng, len(x))
+    cube = from_cells(
+        INPUTS[kind](x), sample_labels=s, group_labels=g, layers=("counts", "detected")
+    )
+    assert cube.layers["counts"].dtype == np.float64
+    assert_pooled(cube, x, s, g)  # quarters add exactly in any order
+
+
+def test_switch_to_float64_keeps_earlier_sums_exact() -> None:
+    # A value of 2**40 would not survive a float32 accumulation; the sums switch to float64
+    # midway through a group and through a later block, and must stay exact.
+    x = np.zeros((6, 2), dtype=np.float64)
+    x[:, 0] = [2.0**30, 2.0**30, 1.0, 3.0, 2.0**30, 2.0**30]
+    x[3, 1] = 0.5
+    blocks = [x[:2], x[2:4], x[4:]]
+    cube = from_cells(blocks, sample_labels=["a"] * 6, group_labels=["g"] * 6)
+    assert cube.layers["counts"].dtype == np.float64
+    np.testing.assert_array_equal(cube.to_numpy()[0, 0], [4 * 2.0**30 + 4, 0.5])
+
+
+def test_large_whole_numbers_pool_to_float64() -> None:
+    x = np.array([[2.0**31], [1.0]])
+    cube = from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
+    assert cube.layers["counts"].dtype == np.float64
+    assert cube.to_numpy()[0, 0, 0] == 2.0**31 + 1
+
+
+def test_detected_ignores_stored_zeros_and_counts_duplicates_once() -> None:
+    # Row 0 stores an explicit zero and, unsorted, column 1 twice (1 + 2); row 1 is canonical.
+    data = np.array([0.0, 1.0, 4.0, 2.0, 5.0], dtype=np.float32)
+    indices = np.array([0, 1, 2, 1, 1], dtype=np.int32)
+    indptr = np.array([0, 4, 5])
+    x = sp.csr_matrix((data, indices, indptr), shape=(2, 3))
+    cube = from_cells(
+        x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=["detected", "counts"]
+    )
+    np.testing.assert_array_equal(cube.to_numpy("counts")[0, 0], [0, 8, 4])
+    np.testing.assert_array_equal(cube.to_numpy("detected")[0, 0], [0, 2, 1])
+    assert list(cube.layers) == ["detected", "counts"]
+    assert x.data.tolist() == data.tolist()  # the input is not modified
+
+
+def test_empty_profiles_have_no_cells_and_zero_values() -> None:
+    x = np.array([[1, 2], [3, 4], [5, 6]])
+    cube = from_cells(x, sample_labels=["s1", "s2", "s2"], group_labels=["B", "T", "T"])
+    np.testing.assert_array_equal(cube.cells, [[1, 0], [0, 2]])
+    np.testing.assert_array_equal(cube.to_numpy(), [[[1, 2], [0, 0]], [[0, 0], [8, 10]]])
+
+
+def test_no_features() -> None:
+    cube = from_cells(np.zeros((3, 0)), sample_labels=["a", "b", "a"], group_labels=["g"] * 3)
+    assert cube.shape == (1, 2, 0)
+    np.testing.assert_array_equal(cube.cells, [[2, 1]])
+
+
+def test_a_non_main_thread_gives_the_same_cube() -> None:
+    rng = np.random.default_rng(4)
+    x = random_counts(rng, n_cells=200)
+    s, g = labels(rng, len(x))
+    results: list[cytepool.Cube] = []
+    thread = threading.Thread(
+        target=lambda: results.append(from_cells(sp.csr_matrix(x), sample_labels=s, group_labels=g))
+    )
+    thread.start()
+    thread.join()
+    assert results[0].fingerprint == from_cells(x, sample_labels=s, group_labels=g).fingerprint
+
+
+def test_the_order_of_cells_does_not_change_the_cube() -> None:
+    rng = np.random.default_rng(5)
+    x = random_counts(rng)
+    s, g = labels(rng, len(x))
+    perm = rng.permutation(len(x))
+    a = from_cells(x, sample_labels=s, group_labels=g)
+    b = from_cells(sp.csr_matrix(x[perm]), sample_labels=s[perm], group_labels=g[perm])
+    assert a.fingerprint == b.fingerprint
+
+
+def test_provenance_record() -> None:
+    cube = from_cells(np.eye(2), sample_labels=["a", "b"], group_labels=["g", "g"])
+    (record,) = cube.provenance
+    assert record.operation == "from_cells"
+    assert record.parameters == {"layers": ["counts"], "cells": 2, "input": "dense"}
+    assert record.version == cytepool.__version__
+    assert record.inputs == ()
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def test_categorical_labels_drop_unused_categories_and_sort_ids() -> None:
+    s = pd.Categorical(["s2", "s1", "s2"], categories=["s3", "s2", "s1"])
+    g = pd.Series(pd.Categorical(["T", "T", "B"], categories=["T", "B", "unused"]))
+    cube = from_cells(np.ones((3, 1)), sample_labels=s, group_labels=g)
+    assert list(cube.samples.index) == ["s1", "s2"]
+    assert list(cube.groups.index) == ["B", "T"]
+    np.testing.assert_array_equal(cube.cells, [[0, 1], [1, 1]])
+
+
+@pytest.mark.parametrize(
+    ("values", "ids"),
+    [
+        pytest.param([10, 9, 2, 10], ["10", "2", "9"], id="ints-sorted-as-strings"),
+        pytest.param(np.array([1.5, 2.0, 1.5]), ["1.5", "2.0"], id="floats"),
+        pytest.param(np.array(["b", "a", "b"]), ["a", "b"], id="numpy-str"),
+        pytest.param(np.array(["b", "a", "b"], dtype="T"), ["a", "b"], id="numpy-stringdtype"),
+        pytest.param(pd.Series(["b", "a", "b"], dtype="string"), ["a", "b"], id="pandas-string"),
+        pytest.param(pl.Series(["b", "a", "b"]), ["a", "b"], id="polars"),
+        pytest.param(np.array([1, "1", "x"], dtype=object), ["1", "x"], id="object-mixed"),
+        pytest.param([True, False, True], ["False", "True"], id="bool"),
+        pytest.param(pd.Categorical([3, 1, 3]), ["1", "3"], id="categorical-ints"),
+    ],
+)
+def test_label_types(values: Any, ids: list[str]) -> None:
+    n = len(values)
+    cube = from_cells(np.ones((n, 1)), sample_labels=values, group_labels=["g"] * n)
+    assert list(cube.samples.index) == ids
+    assert cube.cells.sum() == n
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(["a", None, None], id="none"),
+        pytest.param([1.0, np.nan, np.nan], id="nan"),
+        pytest.param(pd.Series(["a", pd.NA, pd.NA], dtype="string"), id="pd-na"),
+        pytest.param(pd.Categorical(["a", None, None]), id="categorical"),
+        pytest.param(pd.array([1, None, None], dtype="Int64"), id="nullable-int"),
+        pytest.param(np.array(["2024-01-01", "NaT", "NaT"], dtype="datetime64[D]"), id="nat"),
+    ],
+)
+def test_missing_labels_are_counted(values: Any) -> None:
+    with pytest.raises(ValueError, match=r"group_labels: 2 of 3 cells have a missing label"):
+        from_cells(np.ones((3, 1)), sample_labels=["a"] * 3, group_labels=values)
+
+
+def test_label_lengths_must_match() -> None:
+    with pytest.raises(ValueError, match=r"one label per cell in each, found 3 and 2"):
+        from_cells(np.ones((3, 1)), sample_labels=["a"] * 3, group_labels=["g"] * 2)
+    with pytest.raises(ValueError, match=r"one row per label \(2\), found 3 rows"):
+        from_cells(np.ones((3, 1)), sample_labels=["a"] * 2, group_labels=["g"] * 2)
+    with pytest.raises(ValueError, match=r"expected a 1-D array-like of labels"):
+        from_cells(np.ones((3, 1)), sample_labels=[["a"]] * 3, group_labels=["g"] * 3)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def test_tables_are_aligned_to_the_ids() -> None:
+    samples = pd.DataFrame({"sample_id": ["s2", "s1"], "donor": ["d2", "d1"]})
+    groups = pd.DataFrame({"lineage": ["lymphoid", "myeloid"]}, index=["T", "Mono"])
+    groups.index.name = "group_id"
+    features = pd.DataFrame({"feature_id": ["CD3E", "LYZ"], "symbol": ["CD3E", "LYZ"]})
+    cube = from_cells(
+        np.array([[1, 0], [0, 2], [3, 3]]),
+        sample_labels=["s1", "s2", "s2"],
+        group_labels=["T", "Mono", "T"],
+        samples=samples,
+        groups=groups,
+        features=features,
+    )
+    assert cube.samples["donor"].tolist() == ["d1", "d2"]
+    assert cube.groups["lineage"].tolist() == ["myeloid", "lymphoid"]
+    assert cube.features.index.tolist() == ["CD3E", "LYZ"]
+    np.testing.assert_array_equal(cube.to_numpy()[1], [[1, 0], [3, 3]])
+
+
+def test_id_tables_follow_the_backend_of_a_given_table() -> None:
+    features = pl.DataFrame({"feature_id": ["a", "b"]})
+    cube = from_cells(np.eye(2), sample_labels=[2, 1], group_labels=["g", "g"], features=features)
+    assert isinstance(cube.samples, pl.DataFrame)
+    assert cube.samples["sample_id"].to_list() == ["1", "2"]
+    assert cube.groups["group_id"].to_list() == ["g"]
+
+
+def test_id_tables_without_tables() -> None:
+    cube = from_cells(np.eye(3), sample_labels=["a"] * 3, group_labels=["g"] * 3)
+    assert isinstance(cube.features, pd.DataFrame)
+    assert cube.features.index.tolist() == ["0", "1", "2"]
+    assert cube.features.index.name == "feature_id"
+
+
+def test_features_as_ids() -> None:
+    ids = pd.Index(["CD3E", "LYZ"])
+    cube = from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=ids)
+    assert cube.features.index.tolist() == ["CD3E", "LYZ"]
+
+
+def test_table_missing_ids_are_named() -> None:
+    samples = pd.DataFrame({"sample_id": ["s1"]})
+    with pytest.raises(
+        ValueError, match=r"samples: the table has no row for 2 ids .*\['s2', 's3'\]"
+    ):
+        from_cells(
+            np.ones((3, 1)),
+            sample_labels=["s1", "s2", "s3"],
+            group_labels=list("ggg"),
+            samples=samples,
+        )
+
+
+def test_table_extra_rows_are_named() -> None:
+    groups = pl.DataFrame({"group_id": ["T", "B", "NK"]})
+    with pytest.raises(
+        ValueError, match=r"groups: the table has rows for 2 ids that label no cell: \['B', 'NK'\]"
+    ):
+        from_cells(np.ones((1, 1)), sample_labels=["s"], group_labels=["T"], groups=groups)
+
+
+def test_features_table_must_match_the_columns() -> None:
+    features = pd.DataFrame({"feature_id": ["a", "b", "c"]})
+    with pytest.raises(
+        ValueError, match=r"features: expected one row per column of counts \(2\), found 3"
+    ):
+        from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=features)
+    with pytest.raises(
+        ValueError, match=r"features: expected one row per column of counts \(2\), found 1"
+    ):
+        from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=["x"])
+
+
+def test_bad_tables_are_reported_by_the_cube() -> None:
+    with pytest.raises(ValueError, match=r"samples: expected an id column 'sample_id'"):
+        from_cells(
+            np.eye(1), sample_labels=["a"], group_labels=["g"], samples=pd.DataFrame({"x": [1]})
+        )
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("bad", [-1.0, np.nan, np.inf])
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks"])
+def test_invalid_values_are_located(bad: float, kind: str) -> None:
+    x = np.ones((4, 3))
+    x[2, 1] = bad
+    with pytest.raises(
+        ValueError, match=r"counts: row 2, column 1 holds .*expected finite values >= 0"
+    ):
+        from_cells(INPUTS[kind](x), sample_labels=["a"] * 4, group_labels=["g"] * 4)
+
+
+def test_invalid_sparse_indices() -> None:
+    x = sp.csr_matrix((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 3))
+    with pytest.raises(
+        ValueError, match=r"the sparse matrix is invalid: row 1 holds column indices"
+    ):
+        from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
+
+
+@pytest.mark.parametrize(
+    ("counts", "match"),
+    [
+        pytest.param(
+            sp.coo_matrix(np.eye(2)), "expected a CSR or CSC sparse matrix, found coo", id="coo"
+        ),
+        pytest.param(
+            np.eye(2, dtype=np.float16), "expected bool, integer, float32 or float64", id="f16"
+        ),
+        pytest.param(np.eye(2, dtype=complex), "found complex128", id="complex"),
+        pytest.param(pd.DataFrame(np.eye(2)), "found DataFrame", id="frame"),
+        pytest.param(3, "found int", id="int"),
+        pytest.param(
+            [np.ones(2)], r"row block 0: expected a 2-D .*found ndarray\(2,\)", id="1-d-block"
+        ),
+        pytest.param([[1, 2]], "row block 0: expected a 2-D numpy array", id="list"),
+    ],
+)
+def test_unsupported_counts(counts: Any, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        from_cells(counts, sample_labels=["a", "a"], group_labels=["g", "g"])
+
+
+def test_row_blocks_must_fit_the_labels() -> None:
+    s, g = ["a"] * 3, ["g"] * 3
+    with pytest.raises(ValueError, match=r"row block 1: expected 2 columns like the first"):
+        from_cells([np.ones((1, 2)), np.ones((1, 3))], sample_labels=s, group_labels=g)
+    with pytest.raises(ValueError, match=r"row block 1: the blocks hold more rows than the 3"):
+        from_cells([np.ones((2, 2)), np.ones((2, 2))], sample_labels=s, group_labels=g)
+    with pytest.raises(ValueError, match=r"the row blocks hold 2 rows, expected 3"):
+        from_cells([np.ones((2, 2))], sample_labels=s, group_labels=g)
+    with pytest.raises(ValueError, match=r"the row blocks hold 0 rows, expected 3"):
+        from_cells([], sample_labels=s, group_labels=g)
+
+
+def test_dense_counts_must_be_2d() -> None:
+    with pytest.raises(ValueError, match=r"expected a 2-D array \(cells x features\)"):
+        from_cells(np.ones(2), sample_labels=["a"] * 2, group_labels=["g"] * 2)
+
+
+@pytest.mark.parametrize(
+    ("layers", "error"),
+    [(("counts", "mean"), TypeError), ((), ValueError), (("counts", "counts"), ValueError)],
+)
+def test_layers_are_checked(layers: Any, error: type[Exception]) -> None:
+    with pytest.raises(
+        error, match=r"layers: expected distinct names among \['counts', 'detected'\]"
+    ):
+        from_cells(np.eye(1), sample_labels=["a"], group_labels=["g"], layers=layers)
+
+
+def test_layers_may_be_one_name() -> None:
+    cube = from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, layers="detected")
+    assert list(cube.layers) == ["detected"]
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@st.composite
+def pooling_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n_cells = draw(st.integers(1, 40))
+    n_features = draw(st.integers(1, 6))
+    values = st.sampled_from([0.0, 0.0, 0.0, 1.0, 2.0, 7.0, 0.5])
+    x = np.array(
+        draw(st.lists(values, min_size=n_cells * n_features, max_size=n_cells * n_features))
+    )
+    s = np.array(
+        draw(st.lists(st.sampled_from(["s1", "s2", "s3"]), min_size=n_cells, max_size=n_cells))
+    )
+    g = np.array(draw(st.lists(st.integers(0, 3), min_size=n_cells, max_size=n_cells)))
+    return x.reshape(n_cells, n_features), s, g
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=pooling_cases(), kind=st.sampled_from(list(INPUTS)))
+def test_random_matrices_pool_like_numpy(case: tuple[np.ndarray, ...], kind: str) -> None:
+    x, s, g = case
+    cube = from_cells(
+        INPUTS[kind](x), sample_labels=s, group_labels=g, layers=("counts", "detected")
+    )
+    whole = bool((x == np.floor(x)).all())
+    assert cube.layers["counts"].dtype == (np.int64 if whole else np.float64)
+    assert_pooled(cube, x, s, g)
+
+
+# --------------------------------------------------------------------------- scanpy
+
+
+def test_equals_scanpy_aggregate_sum() -> None:
+    sc = pytest.importorskip("scanpy")
+    anndata = pytest.importorskip("anndata")
+    rng = np.random.default_rng(6)
+    x = random_counts(rng, n_cells=300, n_features=25)
+    s, g = labels(rng, len(x))
+    obs = pd.DataFrame({"sample": pd.Categorical(s), "group": pd.Categorical(g)})
+    obs.index = obs.index.astype(str)
+    adata = anndata.AnnData(sp.csr_matrix(x), obs=obs)
+    theirs = sc.get.aggregate(adata, by=["group", "sample"], func="sum")
+    cube = from_cells(adata.X, sample_labels=obs["sample"], group_labels=obs["group"])
+    ours = cube.to_numpy()
+    group_ids = list(cube.groups.index)
+    sample_ids = list(cube.samples.index)
+    assert theirs.n_obs == int((cube.cells > 0).sum())
+    for i, row in enumerate(theirs.obs.itertuples()):
+        profile = ours[group_ids.index(row.group), sample_ids.index(row.sample)]
+        np.testing.assert_array_equal(profile, theirs.layers["sum"][i])

@@ -1,0 +1,121 @@
+"""from_cells on dask arrays: the same cube as in memory, threaded and on a LocalCluster."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from cytepool import from_cells
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+BOTH = ("counts", "detected")
+
+
+def data(seed: int, n_cells: int = 500, n_features: int = 12, *, whole: bool = True):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(1, 9, size=(n_cells, n_features)).astype(np.float32)
+    x[rng.random(x.shape) < 0.6] = 0
+    if not whole:
+        x[x > 6] += 0.25  # quarters: every order of additions gives the same float64 sums
+    s = pd.Categorical(rng.choice(["s1", "s2", "s3"], n_cells), categories=["s0", "s1", "s2", "s3"])
+    g = rng.choice(["B", "T", "NK"], n_cells)
+    return x, s, g
+
+
+def csr_chunks(array: Any) -> Any:
+    return array.map_blocks(sp.csr_matrix, dtype=array.dtype)
+
+
+CHUNKINGS = {
+    "even-rows": ((100,) * 5, (12,)),
+    "uneven-with-empty-blocks": ((0, 7, 250, 0, 143, 100), (12,)),
+    "rows-and-columns": ((200, 300), (5, 7)),
+}
+
+
+@pytest.mark.parametrize("chunks", list(CHUNKINGS))
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+@pytest.mark.parametrize("whole", [True, False], ids=["integer", "float"])
+def test_threaded_equals_in_memory(chunks: str, sparse: bool, whole: bool) -> None:
+    x, s, g = data(1, whole=whole)
+    counts = da.from_array(x, chunks=CHUNKINGS[chunks])
+    counts = csr_chunks(counts) if sparse else counts
+    with dask.config.set(scheduler="threads"):
+        cube = from_cells(counts, sample_labels=s, group_labels=g, layers=BOTH)
+    expected = from_cells(x, sample_labels=s, group_labels=g, layers=BOTH)
+    assert cube.layers["counts"].dtype == (np.int64 if whole else np.float64)
+    assert cube.fingerprint == expected.fingerprint
+    assert list(cube.samples.index) == ["s1", "s2", "s3"]  # the unused category is left out
+    assert cube.provenance[0].parameters["input"] == "dask"
+
+
+def test_dask_labels_and_sync_scheduler() -> None:
+    x, s, g = data(2)
+    counts = da.from_array(x, chunks=(64, 12))
+    labels = da.from_array(np.asarray(g), chunks=64)
+    with dask.config.set(scheduler="sync"):
+        cube = from_cells(counts, sample_labels=s, group_labels=labels)
+    assert cube.fingerprint == from_cells(x, sample_labels=s, group_labels=g).fingerprint
+
+
+def test_invalid_values_are_located_in_the_whole_array() -> None:
+    x = np.ones((10, 6))
+    x[7, 4] = -2.0
+    counts = da.from_array(x, chunks=(5, 3))
+    with pytest.raises(ValueError, match=r"counts: row 7, column 4 holds -2.0"):
+        from_cells(counts, sample_labels=["a"] * 10, group_labels=["g"] * 10)
+
+
+def test_unknown_chunk_sizes() -> None:
+    x = da.from_array(np.ones((6, 2)), chunks=(3, 2))
+    counts = x[x[:, 0] > 0]
+    with pytest.raises(ValueError, match=r"unknown chunk sizes; call .compute_chunk_sizes\(\)"):
+        from_cells(counts, sample_labels=["a"] * 6, group_labels=["g"] * 6)
+
+
+def test_unsupported_chunks() -> None:
+    counts = da.from_array(np.ones((4, 2)), chunks=(2, 2))
+    counts = counts.map_blocks(lambda b: b.tolist(), meta=np.empty((0, 0)))
+    with pytest.raises(TypeError, match=r"expected dask chunks that are numpy arrays or scipy"):
+        from_cells(counts, sample_labels=["a"] * 4, group_labels=["g"] * 4)
+
+
+def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeDaskArray:
+        __module__ = "dask.array.core"
+
+        def to_delayed(self) -> None:
+            raise AssertionError
+
+    monkeypatch.setitem(sys.modules, "dask.array", None)
+    with pytest.raises(ImportError, match=r"pip install 'cytepool\[dask\]'"):
+        from_cells(FakeDaskArray(), sample_labels=["a"], group_labels=["g"])
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["integer", "float"])
+def test_local_cluster_equals_in_memory(client: Any, whole: bool) -> None:
+    x, s, g = data(3, n_cells=2000, whole=whole)
+    counts = csr_chunks(da.from_array(x, chunks=((300, 0, 700, 1000), (6, 6))))
+    cube = from_cells(counts, sample_labels=s, group_labels=g, layers=BOTH)
+    expected = from_cells(x, sample_labels=s, group_labels=g, layers=BOTH)
+    assert cube.fingerprint == expected.fingerprint
