@@ -62,7 +62,7 @@ def generate(directory: Path, args: argparse.Namespace) -> Path:
         indptr = np.concatenate([[0], np.cumsum(counts)])
         block = sp.csr_matrix((data, indices, indptr), shape=(len(counts), args.genes))
         if i == 0:
-            write_elem(root, "X", block)
+            write_elem(root, "X", block, dataset_kwargs={"chunks": (2**22,)})
         else:
             sparse_dataset(root["X"]).append(block)
     (path / "done").touch()
@@ -193,7 +193,7 @@ def table(results: dict[str, list[dict[str, Any]]], cells: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", type=int, default=1_000_000)
+    parser.add_argument("--cells", type=int, default=500_000)
     parser.add_argument("--genes", type=int, default=20_000)
     parser.add_argument("--density", type=float, default=0.05)
     parser.add_argument("--samples", type=int, default=24)

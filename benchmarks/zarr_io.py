@@ -10,8 +10,11 @@ On a float32 array shaped like a cube layer (groups x samples x features, chunks
 * write: ``write_array`` vs zarr-python's ``create_array`` + ``z[...] = data`` (zstd with a
   checksum on both sides, as cytepool writes it).
 
-Reads use the store written by cytepool, warm in the page cache. The script prints medians over
-the repeats and the ratios as a markdown table.
+Reads use the store written by cytepool, warm in the page cache. The script prints medians of the
+wall-clock time over the repeats and the ratios as a markdown table, plus the ratio of the CPU
+time (summed over the process's threads: zarr-python decodes and encodes chunks in a thread pool,
+cytepool one chunk at a time), which tells efficiency apart from parallelism and from a busy
+machine.
 
 Usage::
 
@@ -66,13 +69,14 @@ def make_counts(groups: int, samples: int, features: int, seed: int) -> np.ndarr
     return out
 
 
-def timed(function: Callable[[], object]) -> float:
+def timed(function: Callable[[], object]) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (all threads of the process) of one call."""
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = function()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     del result
-    return seconds
+    return seconds, cpu_seconds
 
 
 def floor_read(path: Path, shape: tuple[int, ...], chunks: tuple[int, ...], codec: str) -> Any:
@@ -149,7 +153,7 @@ def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
             )
             z[...] = data
 
-        writes: dict[str, list[float]] = {"ours": [], "theirs": []}
+        writes: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": []}
         for _ in range(args.repeats):
             writes["ours"].append(timed(write_ours))
             writes["theirs"].append(timed(write_theirs))
@@ -179,7 +183,7 @@ def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
             raise SystemExit(f"{codec}: the selective reads disagree with the data")
         del full
 
-        full_reads: dict[str, list[float]] = {"ours": [], "theirs": [], "floor": []}
+        full_reads: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": [], "floor": []}
         for _ in range(args.repeats):
             full_reads["ours"].append(timed(lambda p=ours_path: np.asarray(open_array(p))))
             full_reads["theirs"].append(
@@ -188,7 +192,7 @@ def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
             full_reads["floor"].append(
                 timed(lambda p=ours_path, c=codec: floor_read(p, shape, chunks, c))
             )
-        selective: dict[str, list[float]] = {"ours": [], "theirs": []}
+        selective: dict[str, list[tuple[float, float]]] = {"ours": [], "theirs": []}
         for _ in range(4 * args.repeats):
             selective["ours"].append(
                 timed(lambda p=ours_path: open_array(p).oindex[group, :, picked])
@@ -205,10 +209,13 @@ def run(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def row(operation: str, codec: str, times: dict[str, list[float]], target: str) -> dict[str, Any]:
-    medians = {key: statistics.median(values) for key, values in times.items()}
-    ours, theirs = medians["ours"], medians["theirs"]
-    floor = medians.get("floor")
+def row(
+    operation: str, codec: str, times: dict[str, list[tuple[float, float]]], target: str
+) -> dict[str, Any]:
+    wall = {key: statistics.median(t[0] for t in values) for key, values in times.items()}
+    cpu = {key: statistics.median(t[1] for t in values) for key, values in times.items()}
+    ours, theirs = wall["ours"], wall["theirs"]
+    floor = wall.get("floor")
     if operation == "full read":
         met = ours <= FULL_VS_FLOOR * floor and ours <= theirs  # type: ignore[operator]
     elif operation == "selective read":
@@ -221,13 +228,14 @@ def row(operation: str, codec: str, times: dict[str, list[float]], target: str) 
         "ours": ours,
         "theirs": theirs,
         "floor": floor,
+        "cpu ratio": cpu["ours"] / cpu["theirs"],
         "target": target,
         "met": met,
     }
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    def seconds(value: float | None) -> str:
+    def ms(value: float | None) -> str:
         return "" if value is None else f"{value * 1000:.1f}"
 
     def ratio(a: float, b: float | None) -> str:
@@ -235,14 +243,16 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
     lines = [
         "| operation | codec, level | cytepool (ms) | zarr-python (ms) | floor (ms) "
-        "| cytepool / floor | cytepool / zarr-python | target | met |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| cytepool / floor | cytepool / zarr-python | CPU time: cytepool / zarr-python "
+        "| target | met |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['operation']} | {r['codec']} | {seconds(r['ours'])} | {seconds(r['theirs'])} "
-            f"| {seconds(r['floor'])} | {ratio(r['ours'], r['floor'])} "
-            f"| {ratio(r['ours'], r['theirs'])} | {r['target']} | {'yes' if r['met'] else 'no'} |"
+            f"| {r['operation']} | {r['codec']} | {ms(r['ours'])} | {ms(r['theirs'])} "
+            f"| {ms(r['floor'])} | {ratio(r['ours'], r['floor'])} "
+            f"| {ratio(r['ours'], r['theirs'])} | {r['cpu ratio']:.2f} "
+            f"| {r['target']} | {'yes' if r['met'] else 'no'} |"
         )
     return "\n".join(lines)
 

@@ -49,11 +49,11 @@ def random_counts(
 
 
 def row_blocks(x: np.ndarray) -> list[Any]:
-    """Uneven blocks, dense and CSR mixed, one of them empty."""
+    """Uneven blocks, CSR, dense and CSC in turn, one of them empty."""
     n = len(x)
     cuts = [0, 0, min(5, n), max(min(5, n), n // 2), n]
-    pairs = enumerate(itertools.pairwise(cuts))
-    return [x[a:b] if i % 2 else sp.csr_matrix(x[a:b]) for i, (a, b) in pairs]
+    kinds = [sp.csr_matrix, np.asarray, sp.csc_matrix]
+    return [kinds[i % 3](x[a:b]) for i, (a, b) in enumerate(itertools.pairwise(cuts))]
 
 
 INPUTS: dict[str, Callable[[np.ndarray], Any]] = {
@@ -155,17 +155,24 @@ def test_large_whole_numbers_pool_to_float64() -> None:
     assert cube.to_numpy()[0, 0, 0] == 2.0**31 + 1
 
 
-def test_detected_ignores_stored_zeros_and_counts_duplicates_once() -> None:
-    # Row 0 stores an explicit zero and, unsorted, column 1 twice (1 + 2); row 1 is canonical.
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_detected_ignores_stored_zeros_and_counts_duplicates_once(fmt: str) -> None:
+    # Line 0 stores an explicit zero and, unsorted, position 1 twice (1 + 2); line 1 is
+    # canonical. As CSR the lines are cells; as CSC, features (the expected values transposed).
     data = np.array([0.0, 1.0, 4.0, 2.0, 5.0], dtype=np.float32)
     indices = np.array([0, 1, 2, 1, 1], dtype=np.int32)
     indptr = np.array([0, 4, 5])
-    x = sp.csr_matrix((data, indices, indptr), shape=(2, 3))
-    cube = from_cells(
-        x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=["detected", "counts"]
-    )
-    np.testing.assert_array_equal(cube.to_numpy("counts")[0, 0], [0, 8, 4])
-    np.testing.assert_array_equal(cube.to_numpy("detected")[0, 0], [0, 2, 1])
+    if fmt == "csr":
+        x = sp.csr_matrix((data, indices, indptr), shape=(2, 3))
+        labels = {"sample_labels": ["a", "a"], "group_labels": ["g", "g"]}
+        counts, detected = [[0, 8, 4]], [[0, 2, 1]]
+    else:
+        x = sp.csc_matrix((data, indices, indptr), shape=(3, 2))
+        labels = {"sample_labels": ["a", "b", "c"], "group_labels": ["g"] * 3}
+        counts, detected = [[0, 0], [3, 5], [4, 0]], [[0, 0], [1, 1], [1, 0]]
+    cube = from_cells(x, **labels, layers=["detected", "counts"])
+    np.testing.assert_array_equal(cube.to_numpy("counts")[0], counts)
+    np.testing.assert_array_equal(cube.to_numpy("detected")[0], detected)
     assert list(cube.layers) == ["detected", "counts"]
     assert x.data.tolist() == data.tolist()  # the input is not modified
 
@@ -372,9 +379,10 @@ def test_invalid_values_are_located(bad: float, kind: str) -> None:
 
 def test_invalid_sparse_indices() -> None:
     x = sp.csr_matrix((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 3))
-    with pytest.raises(
-        ValueError, match=r"the sparse matrix is invalid: row 1 holds column indices"
-    ):
+    with pytest.raises(ValueError, match=r"the sparse matrix is invalid: row 1 holds column"):
+        from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
+    x = sp.csc_matrix((np.ones(2), np.array([0, -1]), np.array([0, 1, 1, 2])), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"the sparse matrix is invalid: column 2 holds row"):
         from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
 
 

@@ -3,9 +3,10 @@
 Every cell adds its counts to one profile, the (group, sample) its labels name. The cells are
 sorted by profile with a counting sort of their row positions, and each profile's rows are then
 added one after the other, so the profile's output row stays in cache while its cells stream
-past. One numba kernel (:mod:`cytepool._pool_kernels`) does this for every input: CSR rows are
-read in place, CSC matrices and dense arrays are handed over as CSR blocks, row blocks from an
-iterable one at a time.
+past; the groups run in threads. The numba kernels (:mod:`cytepool._pool_kernels`) read CSR rows
+and CSC columns in place; dense arrays are handed over as CSR blocks, row blocks from an
+iterable one at a time, and the blocks of a dask array as dask tasks whose partial sums add up
+in a tree.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ LAYERS = ("counts", "detected")
 
 # Data types the kernel reads (bool is read as uint8).
 _KINDS = "biuf"
-# A dense array is converted to CSR this many elements at a time (at least); a CSC matrix in
-# column blocks of about a twentieth of its nonzeros -- either way under 10% of the input.
+# A dense array is converted to CSR this many elements at a time (at least: a 64th of it at
+# most); a CSC matrix is read in place in this many tasks of columns (of equal nonzeros).
 _DENSE_BLOCK = 2**16
-_CSC_BLOCKS = 20
-_MIN_CSC_BLOCK = 2**20
+_COLUMN_TASKS = 16
 
 Block = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]
 
@@ -51,17 +51,22 @@ def from_cells(
     Each cell is added to the profile of its group and sample. Counts held as whole numbers
     (integers, or floats such as the float32 counts of most h5ad files) pool exactly into an
     int64 layer; as soon as a value is not a whole number below 2**31, the layer becomes
-    float64 (the sums so far carry over exactly, and X is not read again). Nothing is
+    float64 (the sums so far carry over exactly, and X is not read again). The layer is
+    int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
+    it must not depend on the values, and cubes pooled from parts of the data must add up
+    (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is
     accumulated in float32 and X is never copied: the extra memory is the output, plus, for
-    CSC and dense input, blocks of under a tenth of X.
+    dense input, blocks of at most a 64th of X.
 
     Parameters
     ----------
     counts
         The counts, one row per cell: a numpy array, a scipy.sparse CSR or CSC matrix or
-        array, or an iterable of row blocks (numpy arrays or scipy.sparse matrices, read one
-        at a time: for data that does not fit in memory). Values must be finite and >= 0;
-        data types bool, integers, float32 and float64.
+        array, an iterable of row blocks (numpy arrays or scipy.sparse matrices, read one at
+        a time: for data that does not fit in memory), or a dask array of numpy or
+        scipy.sparse chunks (such as anndata's lazy readers give), pooled on dask's scheduler
+        in use (see "Pooling an atlas on dask"). Values must be finite and >= 0; data types
+        bool, integers, float32 and float64.
     sample_labels, group_labels
         One label per cell (any 1-D array-like: a pandas Categorical or Series, numpy array,
         list of strings or integers, ...). The ids are the labels' ``str`` values, in sorted
@@ -93,6 +98,9 @@ def from_cells(
     ------
     TypeError
         For an unsupported input type or data type, or unknown layers.
+    ImportError
+        For a dask array when dask's array module cannot be imported (the message names
+        the extra to install).
     ValueError
         For a missing label (the message counts them), labels and counts of different
         lengths, a value that is negative, infinite or NaN (naming the cell and feature), a
@@ -334,42 +342,68 @@ class _Sums:
         self.totals = np.zeros((n_profiles, n_features), dtype=np.int64)
         self.detected = np.zeros((n_profiles, n_features if detected else 0), dtype=np.int64)
 
-    def order(self, first: int, n_rows: int) -> tuple[Any, Any]:
-        """Rows ``first:first + n_rows`` sorted by profile: ``(rows, starts)``."""
-        from cytepool import _pool_kernels
+    def add(self, block: Block, first: int) -> None:
+        """Add a CSR block of the cells from ``first``, one group per task."""
+        from cytepool import _pool_kernels as kernels
 
-        profiles = self.profiles[first : first + n_rows]
-        return _pool_kernels.sort_rows(profiles, self.n_groups * self.n_samples)
+        if not self.n_groups:
+            return
+        indptr = block[2]
+        profiles = self.profiles[first : first + len(indptr) - 1]
+        rows, starts = kernels.sort_rows(profiles, self.n_groups * self.n_samples)
+        resume = starts[: -1 : self.n_samples].copy()
+        groups = np.argsort(-np.diff(resume, append=starts[-1]), kind="stable")  # largest first
 
-    def add(
-        self, block: Block, first: int, columns: tuple[int, int] | None = None, order: Any = None
+        def invalid(g: int) -> None:
+            row = int(rows[resume[g]])
+            _raise_invalid(block, row, (self.offset[0] + first + row, self.offset[1]), by_row=True)
+
+        args = (*block, rows, starts)
+        self._run(kernels.scatter, args, resume, list(groups), invalid)
+
+    def add_columns(self, matrix: Any, first: int) -> None:
+        """Add a CSC block of the cells from ``first``, read in place, in tasks of columns."""
+        from cytepool import _pool_kernels as kernels
+
+        block = (_data(matrix.data, "counts"), matrix.indices, _indptr(matrix.indptr))
+        indptr = block[2]
+        target = max(int(indptr[-1]) // _COLUMN_TASKS, 1)
+        bounds = [0]
+        while bounds[-1] < self.n_features:
+            stop = int(np.searchsorted(indptr, indptr[bounds[-1]] + target, side="right")) - 1
+            bounds.append(min(max(stop, bounds[-1] + 1), self.n_features))
+        resume = np.array(bounds[:-1], dtype=np.int64)
+
+        def invalid(task: int) -> None:
+            column = int(resume[task])
+            at = (self.offset[0] + first, self.offset[1] + column)
+            _raise_invalid(block, column, at, by_row=False)
+
+        profiles = self.profiles[first : first + matrix.shape[0]]
+        args = (*block, profiles, np.array(bounds, dtype=np.int64))
+        self._run(kernels.scatter_columns, args, resume, list(range(len(resume))), invalid)
+
+    def _run(
+        self, kernel: Any, args: tuple[Any, ...], resume: Any, tasks: list[int], invalid: Any
     ) -> None:
-        """Add a CSR block of the cells from ``first`` (and of the columns ``start:stop``).
+        """Run the kernel's tasks in threads until all are done.
 
-        Groups run in threads. A group that meets a value that is not a whole number stops
-        there; once all have run, the sums become float64 and those groups go on from there.
+        A task that meets a value that is not a whole number stops there; once all have run,
+        the sums become float64 and the stopped tasks go on from where they stopped. A task
+        that meets an invalid value calls ``invalid(task)``, which raises.
         """
         from cytepool import _pool_kernels as kernels
 
-        data, indices, indptr = block
-        if not self.n_groups:
-            return
-        rows, starts = order if order is not None else self.order(first, len(indptr) - 1)
-        resume = starts[: -1 : self.n_samples].copy()
-        columns = columns or (0, self.n_features)
-        pending = list(np.argsort(-np.diff(resume, append=starts[-1]), kind="stable"))
-        while pending:
+        while tasks:
             integers = self.totals.dtype.kind == "i"
-            args: tuple[Any, ...] = (data, indices, indptr, rows, starts, columns)
-            args += (self.totals, self.detected, resume, integers)
-            status = _run_groups(kernels.scatter, args, pending)
-            for g, code in zip(pending, status, strict=True):
+            status = _run_tasks(
+                kernel, (*args, self.totals, self.detected, resume, integers), tasks
+            )
+            for task, code in zip(tasks, status, strict=True):
                 if code not in (kernels.DONE, kernels.NOT_INTEGER):
-                    row = int(rows[resume[g]])
-                    at = (self.offset[0] + first + row, self.offset[1] + columns[0])
-                    _raise_invalid(block, row, at)
-            pending = [g for g, code in zip(pending, status, strict=True) if code]
-            if pending:
+                    invalid(task)
+            tasks = [task for task, code in zip(tasks, status, strict=True) if code]
+            if tasks:
                 self.totals = self.totals.astype(np.float64)
 
     def arrays(self) -> dict[str, np.ndarray[Any, Any]]:
@@ -380,34 +414,33 @@ class _Sums:
         return arrays
 
 
-def _run_groups(kernel: Any, args: tuple[Any, ...], groups: list[int]) -> list[int]:
-    """``kernel(*args, g)`` for each group, in threads from the main thread (numba's count)."""
+def _run_tasks(kernel: Any, args: tuple[Any, ...], tasks: list[int]) -> list[int]:
+    """``kernel(*args, task)`` for each task, in threads from the main thread (numba's count)."""
     import numba
 
-    threads = min(numba.get_num_threads(), len(groups))
+    threads = min(numba.get_num_threads(), len(tasks))
     if threads <= 1 or threading.current_thread() is not threading.main_thread():
-        return [kernel(*args, g) for g in groups]
+        return [kernel(*args, task) for task in tasks]
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(lambda g: kernel(*args, g), groups))
+        return list(pool.map(lambda task: kernel(*args, task), tasks))
 
 
-def _raise_invalid(block: Block, row: int, at: tuple[int, int]) -> None:
-    """Raise the ValueError for the first invalid value or column of a row of a CSR block.
+def _raise_invalid(block: Block, line: int, at: tuple[int, int], *, by_row: bool) -> None:
+    """Raise the ValueError for the first invalid value or index of a row (or column).
 
-    ``at`` is the position in counts of the row and of the block's first column.
+    ``line`` is a row of a CSR block (``by_row``) or a column of a CSC matrix; ``at`` is the
+    (row, column) in counts where it starts.
     """
-    cell, first_column = at
     data, indices, indptr = block
-    values = data[indptr[row] : indptr[row + 1]]
-    columns = indices[indptr[row] : indptr[row + 1]]
-    for value, column in zip(values.tolist(), columns.tolist(), strict=True):
+    values = data[indptr[line] : indptr[line + 1]]
+    positions = indices[indptr[line] : indptr[line + 1]]
+    for value, i in zip(values.tolist(), positions.tolist(), strict=True):
         if not (value >= 0 and value != float("inf")):
-            msg = (
-                f"counts: row {cell}, column {first_column + column} holds {value!r}; "
-                "expected finite values >= 0"
-            )
+            row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
+            msg = f"counts: row {row}, column {column} holds {value!r}; expected finite values >= 0"
             raise ValueError(msg)
-    msg = f"counts: the sparse matrix is invalid: row {cell} holds column indices out of range"
+    what = f"row {at[0]} holds column" if by_row else f"column {at[1]} holds row"
+    msg = f"counts: the sparse matrix is invalid: {what} indices out of range"
     raise ValueError(msg)
 
 
@@ -422,10 +455,7 @@ def _pool(
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
         sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], detected)
-        if fmt == "csc":
-            _add_csc(sums, counts)
-        else:
-            _add_block(sums, counts, 0, "counts")
+        _add_block(sums, counts, 0, "counts")
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
         msg = (
@@ -468,36 +498,18 @@ def _pool_blocks(
 
 
 def _add_block(sums: _Sums, block: Any, first: int, what: str) -> None:
-    """Add a numpy array or scipy.sparse block of rows (a copy only for non-CSR blocks)."""
+    """Add a numpy array or scipy.sparse block of rows (a copy only for neither CSR nor CSC)."""
     if isinstance(block, np.ndarray):
         for start, csr in _dense_csr(block, what):
             sums.add(csr, first + start)
         return
-    if _sparse_format(block) != "csr":
+    fmt = _sparse_format(block)
+    if fmt == "csc":
+        sums.add_columns(block, first)
+        return
+    if fmt != "csr":
         block = block.tocsr()
     sums.add((_data(block.data, what), block.indices, _indptr(block.indptr)), first)
-
-
-def _add_csc(sums: _Sums, matrix: Any) -> None:
-    """Add a CSC matrix in column blocks, each converted to CSR (the rows sorted once)."""
-    import scipy.sparse as sp
-
-    indptr = matrix.indptr
-    n_cells, n_features = matrix.shape
-    target = max(int(indptr[-1]) // _CSC_BLOCKS, _MIN_CSC_BLOCK)
-    order = sums.order(0, n_cells)
-    start = 0
-    while start < n_features:
-        stop = int(np.searchsorted(indptr, indptr[start] + target, side="right")) - 1
-        stop = min(max(stop, start + 1), n_features)
-        a, b = indptr[start], indptr[stop]
-        block = sp.csc_matrix(
-            (matrix.data[a:b], matrix.indices[a:b], indptr[start : stop + 1] - a),
-            shape=(n_cells, stop - start),
-        ).tocsr()
-        csr = (_data(block.data, "counts"), block.indices, _indptr(block.indptr))
-        sums.add(csr, 0, (start, stop), order)
-        start = stop
 
 
 def _dense_csr(array: np.ndarray[Any, Any], what: str) -> Iterator[tuple[int, Block]]:

@@ -496,6 +496,18 @@ def test_unstorable_layer_names(tmp_path: Path, name: str) -> None:
         cubes._check_layer_names([name])
 
 
+@pytest.mark.parametrize("names", [("a:b",), ("__x",), ("counts", "Counts")])
+def test_write_refuses_unstorable_layer_names(tmp_path: Path, names) -> None:
+    cube = make_cube()
+    layers = {name: cube.to_numpy("counts") for name in names}
+    renamed = Cube(
+        layers, samples=cube.samples, groups=cube.groups, features=cube.features, cells=cube.cells
+    )
+    with pytest.raises(ValueError, match="layer name"):
+        write_cube(renamed, tmp_path / "a.cube.zarr")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_layer_names_differing_in_case() -> None:
     with pytest.raises(ValueError, match="differ only in case"):
         cubes._check_layer_names(["Counts", "counts"])

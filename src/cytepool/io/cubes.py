@@ -127,7 +127,9 @@ def write_cube(
         If ``cube`` is not a Cube, or an argument has the wrong type.
     ValueError
         If ``compression`` or ``level`` is invalid, ``path`` is a URL, or a lazy layer
-        gives a value that breaks a constraint.
+        gives a value that breaks a constraint. Also if a layer name cannot name a Zarr
+        node on every file system: empty, ``.`` or ``..``, starting with ``__``, holding
+        one of ``/ \\ : * ? " < > |``, or differing from another only in case.
     OverflowError
         If a sum of a derived lazy layer does not fit (see "Sums" in Cube).
     FileExistsError

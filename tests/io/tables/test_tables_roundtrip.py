@@ -310,6 +310,9 @@ def test_range_index_becomes_row_number_strings(tmp_path: Path) -> None:
     assert list(result.index) == ["0", "1", "2"]
     assert result.index.name is None
     assert read_table(tmp_path / "t", backend="polars").columns == ["x"]
+    stepped = pd.DataFrame({"x": [1, 2, 3, 4, 5]}, index=pd.RangeIndex(10, 0, -2))
+    write_table(stepped, tmp_path / "u", chunks=2)
+    assert list(read_table(tmp_path / "u").index) == ["10", "8", "6", "4", "2"]
 
 
 def test_index_column_of_polars_comes_first(backend: str, tmp_path: Path) -> None:

@@ -441,8 +441,8 @@ def test_reads_open_only_the_touched_chunks(
     opened: list[str] = []
     original = reading_module.open_chunk
 
-    def spy(path: Path) -> Any:
-        opened.append(path.relative_to(array.path).as_posix())
+    def spy(path: str) -> Any:
+        opened.append(Path(path).relative_to(array.path).as_posix())
         return original(path)
 
     monkeypatch.setattr(reading_module, "open_chunk", spy)
@@ -587,7 +587,7 @@ class ReadLog:
             def __exit__(self, *args: Any) -> None:
                 self.file.close()
 
-        def logged(path: Path) -> Any:
+        def logged(path: str) -> Any:
             file = original_open(path)
             return None if file is None else LoggedFile(file)
 
@@ -650,6 +650,31 @@ def test_short_and_long_chunks_are_refused(tmp_path: Path, compression: str | No
         (tmp_path / "a/c/0").write_bytes(codec.encode(payload) if codec else payload)
         with pytest.raises(FormatError, match=problem):
             open_array(tmp_path / "a")[...]
+
+
+@pytest.mark.parametrize("chunks", [(1, 256, 1024), (2, 128, 512)])
+def test_a_read_holds_the_result_and_about_one_chunk(tmp_path: Path, chunks: Any) -> None:
+    import tracemalloc
+
+    data = np.random.default_rng(0).poisson(2.0, (8, 256, 1024)).astype(np.float32)
+    write_array(tmp_path / "a", data, chunks=chunks, compression="gzip", level=1)
+    array = open_array(tmp_path / "a")
+    tracemalloc.start()
+    try:
+        result = array[...]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    chunk = 4 * int(np.prod(chunks))
+    assert result.tobytes() == data.tobytes()
+    assert peak < data.nbytes + chunk + 6 * PIECE_BYTES  # the pieces in flight
+
+
+def test_string_chunks_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_array(tmp_path / "s", np.array(["x" * 5000, "y"]), chunks=(2,), compression="zstd")
+    monkeypatch.setattr(reading_module, "MAX_CHUNK_BYTES", 1000)
+    with pytest.raises(FormatError, match="decodes to more bytes than a valid chunk holds"):
+        open_array(tmp_path / "s")[...]
 
 
 def test_bool_chunks_hold_only_zero_and_one(tmp_path: Path) -> None:

@@ -1,15 +1,17 @@
 """Decompression bombs and chunks of too many gzip members / zstd frames.
 
 A bomb is a small chunk file whose compressed stream would inflate to at least 1 GiB, in an array
-whose metadata says the chunk holds 4 KiB. Reading it must fail with a ValueError after decoding
-little more than 4 KiB. The reads run in a subprocess that reports how far its peak resident set
-grew (ru_maxrss), so the allocations of zlib and zstd outside Python count too.
+whose metadata says the chunk holds 4 KiB (1,024 float32 values, or 1,024 strings). Reading it
+must fail with a ValueError after decoding little more than that. The reads run in a subprocess
+that reports how far its peak resident set grew (VmHWM after resetting it through
+/proc/self/clear_refs, else ru_maxrss), so the allocations of zlib and zstd outside Python count.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import struct
 import subprocess
 import sys
 import textwrap
@@ -57,27 +59,35 @@ def gzip_bomb() -> bytes:
     return header + _deflate_zeros(BOMB_BYTES) + trailer
 
 
-def zstd_bomb(*, declare_size: bool) -> bytes:
-    """A zstd frame of 1 GiB of zeros (about 32 KB), with or without its content size."""
+def zstd_bomb(*, declare_size: bool, prefix: bytes = b"") -> bytes:
+    """A zstd frame of ``prefix`` then 1 GiB of zeros (about 32 KB), with or without its size."""
     zstd = _zstd()
     compressor = zstd.ZstdCompressor(level=1)
     if declare_size:
-        compressor.set_pledged_input_size(BOMB_BYTES)
+        compressor.set_pledged_input_size(len(prefix) + BOMB_BYTES)
     zeros = bytes(PIECE)
-    parts = [compressor.compress(zeros) for _ in range(BOMB_BYTES // PIECE)]
+    parts = [compressor.compress(prefix)]
+    parts += [compressor.compress(zeros) for _ in range(BOMB_BYTES // PIECE)]
     return b"".join([*parts, compressor.flush()])
 
 
-def _metadata(codecs: list[dict[str, object]], n: int = CHUNK_ELEMENTS) -> dict[str, object]:
+def _metadata(
+    codecs: list[dict[str, object]], n: int = CHUNK_ELEMENTS, *, strings: bool = False
+) -> dict[str, object]:
+    serializer = (
+        {"name": "vlen-utf8", "configuration": {}}
+        if strings
+        else {"name": "bytes", "configuration": {"endian": "little"}}
+    )
     return {
         "zarr_format": 3,
         "node_type": "array",
         "shape": [n],
-        "data_type": "float32",
+        "data_type": "string" if strings else "float32",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [n]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0.0,
-        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, *codecs],
+        "fill_value": "" if strings else 0.0,
+        "codecs": [serializer, *codecs],
     }
 
 
@@ -85,11 +95,19 @@ GZIP = {"name": "gzip", "configuration": {"level": 1}}
 ZSTD = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
 
 
-def _store(root: Path, name: str, codecs: list[dict[str, object]], chunk: bytes, n: int) -> str:
+def _store(
+    root: Path,
+    name: str,
+    codecs: list[dict[str, object]],
+    chunk: bytes,
+    n: int,
+    *,
+    strings: bool = False,
+) -> str:
     path = root / name
     (path / "c").mkdir(parents=True)
     (path / "c" / "0").write_bytes(chunk)
-    (path / "zarr.json").write_text(json.dumps(_metadata(codecs, n)))
+    (path / "zarr.json").write_text(json.dumps(_metadata(codecs, n, strings=strings)))
     return name
 
 
@@ -100,6 +118,7 @@ def bombs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     g = gzip_bomb()
     z = zstd_bomb(declare_size=False)
     z_sized = zstd_bomb(declare_size=True)
+    z_strings = zstd_bomb(declare_size=False, prefix=struct.pack("<I", CHUNK_ELEMENTS))
     n = CHUNK_ELEMENTS
     names = [
         _store(root, "gzip", [GZIP], g, n),
@@ -115,6 +134,14 @@ def bombs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
         _store(root, "gzip_second_member", [GZIP], gzip.compress(bytes(4 * n)) + g, n),
         _store(root, "zstd_second_frame", [ZSTD], zstd.compress(bytes(4 * n)) + z, n),
         _store(root, "gzip_second_member_2mib", [GZIP], gzip.compress(bytes(2**21)) + g, 2**19),
+        # Strings (vlen-utf8): a valid chunk has no fixed size, so the decoder must stop on
+        # what the stream itself says — a count of 0 items where 1,024 are expected, or
+        # 1,024 empty strings followed by a gigabyte of trailing zeros.
+        _store(root, "strings_zstd", [ZSTD], z, n, strings=True),
+        _store(root, "strings_gzip", [GZIP], g, n, strings=True),
+        _store(root, "strings_zstd_trailing", [ZSTD], z_strings, n, strings=True),
+        _store(root, "strings_huge_count", [], struct.pack("<I", 2**32 - 1), n, strings=True),
+        _store(root, "strings_huge_length", [], struct.pack("<II", n, 2**31), n, strings=True),
     ]
     for name in names:  # all small files, yet each would inflate to >= 1 GiB
         assert (root / name / "c" / "0").stat().st_size < 1_100_000

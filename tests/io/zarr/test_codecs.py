@@ -519,3 +519,33 @@ def test_vlen_utf8_items_must_be_valid_on_their_own() -> None:
 def test_vlen_utf8_refuses_lone_surrogates() -> None:
     with pytest.raises(UnicodeEncodeError):
         VlenUtf8Codec().encode(np.array(["\ud800"], dtype=object))
+
+
+@pytest.mark.parametrize("piece", [1, 3, 7, 64, 10_000])
+def test_vlen_decoder_streams_in_any_pieces(piece: int) -> None:
+    from cytepool.io.zarr._vlen import Decoder
+
+    values = [*(["abcd"] * 40), "x", *(["ef"] * 30), "", "é" * 5, *(["gh"] * 20)]
+    data = VlenUtf8Codec().encode(np.array(values, dtype=object))
+    decoder = Decoder(len(values), "c/0")
+    for i in range(0, len(data), piece):
+        decoder.feed(data[i : i + piece])
+    assert decoder.finish().tolist() == values
+    assert decoder.finish(objects=True).tolist() == values
+
+
+def test_vlen_decoder_fails_as_soon_as_the_stream_is_wrong() -> None:
+    from cytepool.io.zarr._vlen import Decoder
+
+    decoder = Decoder(5, "c/0")
+    with pytest.raises(FormatError, match="holds 4 items, expected 5"):
+        decoder.feed(vlen(b"a", b"b", b"c", b"d")[:4])
+    decoder = Decoder(40, "c/0")
+    decoder.feed(vlen(*[b"xy"] * 40))
+    with pytest.raises(FormatError, match="1 trailing bytes"):
+        decoder.feed(b"\0")  # fails at once, not when the stream ends
+    equal = vlen(*[b"xy"] * 40)
+    decoder = Decoder(40, "c/0")
+    decoder.feed(equal[:100] + b"\x05" + equal[101:])  # a different length inside a run
+    with pytest.raises(FormatError, match=r"claims|trailing|truncated"):
+        decoder.finish()

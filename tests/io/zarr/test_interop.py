@@ -347,3 +347,50 @@ def test_sharded_reads_touch_only_the_index_and_needed_inner_chunks(
     reads.clear()
     assert array.oindex[[0, 39], [0, 39]].tolist() == data[np.ix_([0, 39], [0, 39])].tolist()
     assert sum(reads) == 4 * ((16 * 16 + 4) + 5 * 5 * 8)  # four shards, one inner chunk each
+
+
+def test_reads_every_array_of_an_anndata_store(tmp_path: Path) -> None:
+    """Every node anndata writes (consolidated, sharded with anndata >= 0.13) reads as in zarr."""
+    import warnings
+
+    anndata = pytest.importorskip("anndata")
+    pd = pytest.importorskip("pandas")
+    from cytepool.io.zarr import node_type, read_group_attributes
+
+    obs = pd.DataFrame(
+        {
+            "kind": pd.Categorical(["a", "b", "a", "c"] * 25),
+            "label": [f"cell-{i}-é" for i in range(100)],
+            "n": np.arange(100, dtype=np.int64),
+            "ok": np.arange(100) % 3 == 0,
+        },
+        index=[f"c{i}" for i in range(100)],
+    )
+    adata = anndata.AnnData(
+        X=np.random.default_rng(0).poisson(1.0, (100, 30)).astype(np.float32), obs=obs
+    )
+    adata.uns["when"] = np.array(["2024-01-02", "NaT"], dtype="M8[ms]")
+    settings = anndata.settings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = getattr(settings, "zarr_write_format", 3)
+        try:
+            settings.zarr_write_format = 3
+            adata.write_zarr(tmp_path / "a.zarr")
+        finally:
+            settings.zarr_write_format = before
+    checked = sharded = 0
+    for meta in sorted((tmp_path / "a.zarr").rglob("zarr.json")):
+        node = meta.parent
+        if node_type(node) == "group":
+            assert isinstance(read_group_attributes(node), dict)
+            continue
+        expected = zarr.open_array(node, mode="r", use_consolidated=False)[...]
+        same(open_array(node)[...], np.asarray(expected))
+        checked += 1
+        sharded += "sharding_indexed" in meta.read_text()
+    assert checked >= 8
+    from importlib.metadata import version
+
+    if tuple(int(part) for part in version("anndata").split(".")[:2]) >= (0, 13):
+        assert sharded, "anndata 0.13 shards by default"

@@ -11,6 +11,7 @@ import datetime as dt
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -122,8 +123,13 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
             raise TypeError(msg)
 
 
-def _row_numbers(n: int) -> Dense:
-    return Dense("string", LazyRows(n, _STRING, lambda a, b: np.arange(a, b).astype(_STRING)))
+def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
+    """Row numbers as strings, ``start``, ``start + step``, ..., made a slice at a time."""
+
+    def rows(a: int, b: int) -> np.ndarray:
+        return np.arange(start + a * step, start + b * step, step).astype(_STRING)
+
+    return Dense("string", LazyRows(n, _STRING, rows))
 
 
 def _take_index_column(names: list[str], index: str) -> list[str]:
@@ -172,12 +178,9 @@ def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None)
             )
             raise ValueError(msg)
         return Source(names, name, makers)
-    if isinstance(pandas_index, pd.RangeIndex):
-        start, stop, step = pandas_index.start, pandas_index.stop, pandas_index.step
-
-        def make_index() -> Column:
-            return Dense("string", np.arange(start, stop, step).astype(_STRING))
-
+    make_index: Callable[[], Column]
+    if isinstance(pandas_index, pd.RangeIndex):  # its numbers as strings, made chunk by chunk
+        make_index = partial(_row_numbers, len(pandas_index), pandas_index.start, pandas_index.step)
     else:
         make_index = _maker(_pandas_column, pandas_index, name)
     return Source(names, name, {name: make_index, **makers})

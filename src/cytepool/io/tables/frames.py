@@ -6,7 +6,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,9 +16,6 @@ from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
 
 __all__ = ["read_table", "write_table"]
-
-_THREADS = min(4, os.cpu_count() or 1)
-"""Columns written or read side by side (compression releases the GIL)."""
 
 
 def write_table(
@@ -92,7 +88,7 @@ def write_table(
     level = _zarr.check_compression(compression, level)
     source = _b.source_of(frame, index)
     _check_target(target)
-    options = _r.WriteOptions(chunks, compression, level, threads=_THREADS)
+    options = _r.WriteOptions(chunks, compression, level)
     plan = GroupPlan(
         {"column-order": source.column_order, "_index": source.index_name}, source.columns
     )
@@ -235,14 +231,12 @@ def _read_dataframe(
         raise FormatError(msg)
     else:  # an unnamed index that is not returned: only its length is needed
         n_rows = node.array.shape[0]
-    shared = index is not None and index_name in selection  # one node, read once
-    names = [name for name in selection if not (shared and name == index_name)]
-    tasks = [partial(_r.read_element, root / name, objects=objects) for name in names]
-    read = dict(zip(names, _r.run_in_threads(tasks, _THREADS), strict=True))
     stored: dict[str, Column] = {}
     for name in selection:
-        column = read.get(name, index)
-        assert column is not None  # only a shared index is not in read
+        if name == index_name and index is not None:
+            column: Column = index  # an index shared with a column is one node, read once
+        else:
+            column = _r.read_element(root / name, objects=objects)
         if len(column) != n_rows:
             msg = f"{root}: column {name!r} has {len(column)} rows but the index has {n_rows}"
             raise FormatError(msg)

@@ -10,13 +10,12 @@ element's path to any error raised on the way (once, by the innermost element).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -33,12 +32,10 @@ __all__ = [
     "add_path_note",
     "read_element",
     "read_node",
-    "run_in_threads",
     "write_element",
     "write_plan",
 ]
 
-T = TypeVar("T")
 _NOTE_PREFIX = "Error raised while "
 TARGET_CHUNK_BYTES = 1 << 20
 """Default chunks aim at about this many bytes per chunk of a column."""
@@ -111,7 +108,6 @@ class WriteOptions:
     chunks: int | None
     compression: str | None
     level: int | None
-    threads: int = 1
 
     def chunk_rows(self, data: np.ndarray | _c.LazyRows) -> int:
         """Return the rows per chunk for ``data``."""
@@ -161,15 +157,7 @@ def write_plan(
     except Exception as error:
         add_path_note(error, "writing", shown)
         raise
-    children = list(plan.children.items())
-    if options.threads > 1 and len(children) > 1:
-        inner = replace(options, threads=1)
-        run_in_threads(
-            [partial(_write_child, path, name, child, inner, shown) for name, child in children],
-            options.threads,
-        )
-        return
-    for name, child in children:
+    for name, child in plan.children.items():  # one at a time: each is made only now
         _write_child(path, name, child, options, shown)
 
 
@@ -186,25 +174,6 @@ def _write_child(
         add_path_note(error, "writing", f"{shown}/{name}")
         raise
     write_element(path / name, column, options, f"{shown}/{name}")
-
-
-def run_in_threads(tasks: Sequence[Callable[[], T]], threads: int) -> list[T]:
-    """Run ``tasks`` on up to ``threads`` threads; return their results in order.
-
-    Compression and decompression release the GIL, so columns are written and read side by
-    side. The first error cancels the tasks not yet started and is raised once the running
-    ones have finished.
-    """
-    if threads <= 1 or len(tasks) <= 1:
-        return [task() for task in tasks]
-    with ThreadPoolExecutor(max_workers=min(threads, len(tasks))) as executor:
-        futures = [executor.submit(task) for task in tasks]
-        try:
-            return [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
 
 
 def read_node(path: Path, *, objects: bool = True) -> _c.Node:

@@ -17,18 +17,20 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError
+from cytepool.io.zarr._vlen import Decoder
 from cytepool.io.zarr.codecs import (
     MAX_CHUNK_BYTES,
     PIECE_BYTES,
     BytesCodec,
     ShardingCodec,
-    VlenUtf8Codec,
 )
 from cytepool.io.zarr.indexing import ChunkPiece, Selection, as_index
 from cytepool.io.zarr.metadata import ArrayMetadata
 from cytepool.io.zarr.sharding import read_shard_index
 
 __all__ = ["Reader", "open_chunk"]
+
+_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
 
 
 class _Source:
@@ -75,18 +77,18 @@ def _reader_of(file: io.FileIO) -> Any:
     return read
 
 
-def open_chunk(path: Path) -> io.FileIO | None:
+def open_chunk(path: str) -> io.FileIO | None:
     """Open a chunk or shard file; None if it is not stored."""
     try:
-        file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the caller
+        fd = os.open(path, os.O_RDONLY | _O_BINARY)
     except FileNotFoundError:
         return None
     except (NotADirectoryError, IsADirectoryError) as error:
-        raise _corrupt(str(path), "the chunk key does not name a regular file") from error
-    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-        file.close()
-        raise _corrupt(str(path), "the chunk key does not name a regular file")
-    return file
+        raise _corrupt(path, "the chunk key does not name a regular file") from error
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _corrupt(path, "the chunk key does not name a regular file")
+    return io.FileIO(fd, "rb")
 
 
 class _FlatSink:
@@ -154,6 +156,7 @@ class Reader:
 
     def __init__(self, path: Path, meta: ArrayMetadata, *, objects: bool = False):
         self.path, self.meta, self.objects = path, meta, objects
+        self.root = str(path)
         self.fill = str(meta.fill_value) if objects else meta.fill_value
         head = meta.codecs.array_bytes
         self.shard = head if isinstance(head, ShardingCodec) else None
@@ -184,8 +187,8 @@ class Reader:
         else:
             self._read_shards(pieces, work)
 
-    def _key_path(self, coords: Sequence[int]) -> Path:
-        return self.path / self.meta.chunk_key_encoding.encode(coords)
+    def _key_path(self, coords: Sequence[int]) -> str:
+        return os.path.join(self.root, self.meta.chunk_key_encoding.encode(coords))
 
     def _fill(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
         work[_index(piece.out_sel)] = self.fill
@@ -198,7 +201,7 @@ class Reader:
             return
         with file:
             size = os.fstat(file.fileno()).st_size
-            self._decode(_Source(file, 0, size, str(path)), piece, work)
+            self._decode(_Source(file, 0, size, path), piece, work)
 
     def _read_shards(self, pieces: Iterator[ChunkPiece], work: np.ndarray[Any, Any]) -> None:
         assert self.shard is not None  # internal invariant
@@ -225,7 +228,7 @@ class Reader:
         with file:
             size = os.fstat(file.fileno()).st_size
             index = read_shard_index(
-                _reader_of(file), size, self.shard, self._shard_shape, self.max_encoded, str(path)
+                _reader_of(file), size, self.shard, self._shard_shape, self.max_encoded, path
             )
             for flat, piece in items:
                 entry = index.entry(flat)
@@ -294,16 +297,13 @@ class Reader:
         self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]
     ) -> None:
         self._check_encoded_size(source)
+        decoder = Decoder(self.count, source.where)
+        pieces = source.pieces()
         if self.chain.compressors:
-            data = bytearray()
-            for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
-                data += out
-        else:
-            data = bytearray(source.size)
-            source.readinto(memoryview(data))
-        codec = VlenUtf8Codec()
-        chunk = codec.decode(data, self.count, source.where, objects=self.objects)
-        chunk = chunk.reshape(self.chunk_shape)
+            pieces = self.chain.decode_stream(pieces, self.nbytes, source.where)
+        for out in pieces:
+            decoder.feed(out)
+        chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
 
 

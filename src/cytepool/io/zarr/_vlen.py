@@ -78,62 +78,89 @@ def decode(
     data: bytes | bytearray, count: int, where: str, *, objects: bool = False
 ) -> np.ndarray[Any, Any]:
     """Decode a chunk of ``count`` strings into a 1-D StringDType (or object) array."""
-    if len(data) < 4:
-        raise _corrupt(where, f"the vlen-utf8 data is truncated: {len(data)} bytes")
-    found = _U32.unpack_from(data, 0)[0]
-    if found != count:
-        raise _corrupt(where, f"the vlen-utf8 data holds {found} items, expected {count}")
-    buffer = np.frombuffer(data, dtype=np.uint8)
-    lengths = _equal_lengths(buffer, count)
-    if lengths is None:
-        lengths = _scan_lengths(data, count, where)
-    return _split(buffer, lengths, where, objects)
+    decoder = Decoder(count, where)
+    decoder.feed(data)
+    return decoder.finish(objects=objects)
 
 
-def _equal_lengths(buffer: np.ndarray[Any, Any], count: int) -> np.ndarray[Any, Any] | None:
-    """The lengths if every item has the byte length of the first (no loop needed), else None."""
-    if len(buffer) < 8:
-        return None
-    first = int(buffer[4:8].view("<u4")[0])
-    if len(buffer) != 4 + count * (4 + first):
-        return None
-    rows = buffer[4:].reshape(count, 4 + first)
-    found = np.ascontiguousarray(rows[:, :4]).view("<u4").reshape(-1)
-    if not (found == first).all():
-        return None
-    return np.full(count, first, dtype=np.int64)
+class Decoder:
+    """Checks a vlen-utf8 stream piece by piece while it is decompressed, then splits it.
 
+    The item count is checked as soon as it arrives, and every length field as soon as it is
+    complete, so a stream that holds more bytes than its items (a decompression bomb of
+    padding, say) fails within one piece of the last valid byte. Runs of items of equal
+    length are checked with numpy, other items one by one.
+    """
 
-def _scan_lengths(data: bytes | bytearray, count: int, where: str) -> np.ndarray[Any, Any]:
-    unpack = _U32.unpack_from
-    lengths: list[int] = []
-    append = lengths.append
-    pos = 4
-    try:
-        for _ in range(count):
-            length = unpack(data, pos)[0]
+    _RUN = 16  # equal lengths in a row before trying a vectorised run
+
+    def __init__(self, count: int, where: str):
+        self.count, self.where = count, where
+        self.data = bytearray()
+        self.items, self.pos = 0, 4  # items whose length is known; the next length field
+        self.parts: list[np.ndarray[Any, Any]] = []
+        self.pending: list[int] = []
+
+    def feed(self, piece: bytes | bytearray | memoryview) -> None:
+        """Append decoded bytes and check them (FormatError as soon as something is wrong)."""
+        had = len(self.data)
+        self.data += piece
+        if had < 4 <= len(self.data):
+            found = _U32.unpack_from(self.data, 0)[0]
+            if found != self.count:
+                problem = f"the vlen-utf8 data holds {found} items, expected {self.count}"
+                raise _corrupt(self.where, problem)
+        if len(self.data) >= 4:
+            self._advance()
+        if self.items == self.count and len(self.data) > self.pos:
+            problem = f"{len(self.data) - self.pos} trailing bytes after the last vlen-utf8 item"
+            raise _corrupt(self.where, problem)
+
+    def _advance(self) -> None:
+        data, unpack, append = self.data, _U32.unpack_from, self.pending.append
+        end, streak, previous = len(data), 0, -1
+        while self.items < self.count and self.pos + 4 <= end:
+            length = unpack(data, self.pos)[0]
             append(length)
-            pos += 4 + length
-    except struct.error:
-        pass
-    if len(lengths) != count or pos != len(data):
-        _explain_lengths(data, count, where)
-    return np.array(lengths, dtype=np.int64)
+            self.items += 1
+            self.pos += 4 + length
+            streak = streak + 1 if length == previous else 0
+            previous = length
+            if streak >= self._RUN:
+                self._run(length)
+                streak = 0
 
+    def _run(self, length: int) -> None:
+        """Skip the items that follow with the same length, checked with numpy."""
+        step, end = 4 + length, len(self.data)
+        fit = min(self.count - self.items, (end - self.pos - 4) // step + 1)
+        if fit <= 0:
+            return
+        starts = self.pos + step * np.arange(fit)
+        found = np.frombuffer(self.data, dtype=np.uint8)[starts[:, None] + _OFFSETS]
+        same = found.view("<u4").reshape(-1) == length
+        run = fit if same.all() else int(np.argmin(same))
+        if run:
+            self.parts += [np.array(self.pending, dtype=np.int64), np.full(run, length)]
+            self.pending.clear()
+            self.items += run
+            self.pos += run * step
 
-def _explain_lengths(data: bytes | bytearray, count: int, where: str) -> None:
-    """Raise the error that describes what is wrong with the item lengths."""
-    pos, end = 4, len(data)
-    for i in range(count):
-        if end - pos < 4:
-            raise _corrupt(where, f"the vlen-utf8 data is truncated in the length of item {i}")
-        length = _U32.unpack_from(data, pos)[0]
-        pos += 4
-        if length > end - pos:
-            problem = f"vlen-utf8 item {i} claims {length} bytes, only {end - pos} remain"
-            raise _corrupt(where, problem)
-        pos += length
-    raise _corrupt(where, f"{end - pos} trailing bytes after the last vlen-utf8 item")
+    def finish(self, *, objects: bool = False) -> np.ndarray[Any, Any]:
+        """Check that the stream is complete and return its strings."""
+        size = len(self.data)
+        if size < 4:
+            raise _corrupt(self.where, f"the vlen-utf8 data is truncated: {size} bytes")
+        lengths = np.concatenate([*self.parts, np.array(self.pending, dtype=np.int64)])
+        if self.pos > size:
+            i, length = self.items - 1, int(lengths[-1])
+            remain = size - (self.pos - length)
+            problem = f"vlen-utf8 item {i} claims {length} bytes, only {remain} remain"
+            raise _corrupt(self.where, problem)
+        if self.items < self.count:
+            problem = f"the vlen-utf8 data is truncated in the length of item {self.items}"
+            raise _corrupt(self.where, problem)
+        return _split(np.frombuffer(self.data, dtype=np.uint8), lengths, self.where, objects)
 
 
 def _split(

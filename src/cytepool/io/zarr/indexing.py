@@ -10,11 +10,10 @@ the ``default`` and ``v2`` encodings are made here too.
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -34,8 +33,7 @@ __all__ = [
 AxisSel: TypeAlias = "slice | np.ndarray[Any, np.dtype[np.intp]]"
 
 
-@dataclass(frozen=True)
-class AxisPiece:
+class AxisPiece(NamedTuple):
     """One chunk's part of an axis selection."""
 
     chunk: int
@@ -43,8 +41,7 @@ class AxisPiece:
     out_sel: AxisSel
 
 
-@dataclass(frozen=True)
-class ChunkPiece:
+class ChunkPiece(NamedTuple):
     """One chunk's part of a selection: its grid coordinates and the two selections."""
 
     coords: tuple[int, ...]
@@ -96,21 +93,30 @@ class SliceAxis:
         if self.step >= chunk:
             return _points(np.arange(self.start, self.stop, self.step), chunk)
         last = self.start + (self.size - 1) * self.step
-        return [
-            piece
-            for c in range(self.start // chunk, last // chunk + 1)
-            if (piece := self._piece(c, chunk)) is not None
-        ]
+        chunks = range(self.start // chunk, last // chunk + 1)
+        if self.step == 1:
+            return [self._contiguous(c, chunk) for c in chunks]
+        return [piece for c in chunks if (piece := self._piece(c, chunk)) is not None]
+
+    def _contiguous(self, c: int, chunk: int) -> AxisPiece:
+        low = c * chunk
+        first, end = max(low, self.start), min(low + chunk, self.stop)
+        out = first - self.start
+        return AxisPiece(c, slice(first - low, end - low, 1), slice(out, out + end - first, 1))
 
     def _piece(self, c: int, chunk: int) -> AxisPiece | None:
         low, high = c * chunk, min((c + 1) * chunk, self.stop)
-        first = self.start + max(0, math.ceil((low - self.start) / self.step)) * self.step
+        first = self.start + max(0, _ceil_div(low - self.start, self.step)) * self.step
         if first >= high:
             return None
-        count = math.ceil((high - first) / self.step)
+        count = _ceil_div(high - first, self.step)
         out = (first - self.start) // self.step
         inner = slice(first - low, first - low + (count - 1) * self.step + 1, self.step)
         return AxisPiece(c, inner, slice(out, out + count, 1))
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,11 +182,10 @@ class Selection:
         """The chunk pieces, in C order of the chunk grid."""
         per_axis = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
         for combination in itertools.product(*per_axis):
-            yield ChunkPiece(
-                tuple(p.chunk for p in combination),
-                tuple(p.chunk_sel for p in combination),
-                tuple(p.out_sel for p in combination),
+            coords, chunk_sel, out_sel = (
+                zip(*combination, strict=True) if combination else ((),) * 3
             )
+            yield ChunkPiece(coords, chunk_sel, out_sel)
 
 
 def parse_selection(key: Any, shape: Sequence[int], *, orthogonal: bool) -> Selection:
