@@ -2,25 +2,31 @@
 
 The counts (whole numbers as float32 CSR, ~5% nonzero, 24 samples x 12 groups, cells in random
 order; the generator of ``benchmarks/pooling.py``) are written once, block by block, as a zarr
-AnnData. Each case then runs in a fresh process and pools them with ``from_cells``:
+(v3, zstd) AnnData. Each case then runs in a fresh process and pools them with ``from_cells``:
 
-- ``memory``: X read whole into a scipy CSR matrix first (untimed), with 1 and 2 threads;
-- ``threads``: X opened lazily (``anndata.experimental.read_elem_lazy``, CSR chunks of
-  ``--chunk-rows`` rows) and pooled on dask's threaded scheduler with 1 and 2 workers;
-- ``cluster``: the same on a ``dask.distributed`` ``LocalCluster`` of 1 and 2 worker processes
-  (one thread each).
+- ``memory-N``: X read whole into a scipy CSR matrix first (untimed), pooled with N threads;
+- ``dask-memory-N``: the same X in memory as a dask array of CSR chunks of ``--chunk-rows``
+  rows, on dask's threaded scheduler with N workers: the cost of the map-reduce itself;
+- ``zarr-threads-N``: X opened lazily (``anndata.experimental.read_elem_lazy``, CSR chunks of
+  ``--chunk-rows`` rows), read and pooled on dask's threaded scheduler with N workers;
+- ``zarr-cluster-N``: the same on a ``dask.distributed`` ``LocalCluster`` of N worker
+  processes of one thread each;
+- ``zarr-read-N``: a floor: the threaded scheduler only reads the chunks (counts their
+  nonzeros), so the zarr cases can be compared with what reading X costs.
 
-The lazy cases read and decompress X as they go; the memory cases do not. Peak memory is
-``ru_maxrss`` after minus before the call: of the process for memory and threads, of each worker
-process for the cluster (the largest worker). Every case must give the same fingerprint. Prints a
-markdown table with time, throughput per core and its ratio to the in-memory single-thread path.
+Peak memory is ``ru_maxrss`` after minus before the call (the peak reset first where Linux
+allows): of the process, or of each worker process for the cluster (the largest worker). Every
+pooling case must give the same fingerprint. Prints a markdown table with time, throughput per
+core and how many times slower per core than the in-memory path on one thread.
 
-Run: ``.venv/bin/python benchmarks/dask_pool.py`` (``--help`` for the size).
+Run: ``.venv/bin/python benchmarks/dask_pool.py`` (``--help`` for the size and the cases).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import os
 import resource
@@ -35,10 +41,40 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pooling import cell_labels, csr_rows, obs
 
-CASES = ("memory-1", "memory-2", "threads-1", "threads-2", "cluster-1", "cluster-2")
+def _sibling(name: str) -> Any:
+    """Load another benchmark script as a module (without putting benchmarks/ on sys.path)."""
+    path = Path(__file__).resolve().with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_pooling = _sibling("pooling")
+cell_labels, csr_rows, obs = _pooling.cell_labels, _pooling.csr_rows, _pooling.obs
+
+CASES = (
+    "memory-1",
+    "memory-2",
+    "dask-memory-1",
+    "dask-memory-2",
+    "zarr-read-1",
+    "zarr-read-2",
+    "zarr-threads-1",
+    "zarr-threads-2",
+    "zarr-cluster-1",
+    "zarr-cluster-2",
+)
+NAMES = {
+    "memory": "in memory, numba threads",
+    "dask-memory": "dask threads, X in memory",
+    "zarr-read": "floor: dask threads, only reading X from zarr",
+    "zarr-threads": "dask threads, X from zarr",
+    "zarr-cluster": "LocalCluster processes, X from zarr",
+}
 
 
 def generate(directory: Path, args: argparse.Namespace) -> Path:
@@ -85,6 +121,12 @@ def maxrss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def reset_maxrss() -> None:
+    """Make the peak the current resident memory, where Linux allows (else it stays)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
 def pool(x: Any, s: Any, g: Any) -> str:
     import cytepool
 
@@ -101,24 +143,45 @@ def warm_up() -> None:
 
 
 def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:
-    kind, n = case.split("-")
+    kind, n = case.rsplit("-", 1)
     workers = int(n)
     x, s, g = open_lazy(path, chunk_rows)
     chunk = x.blocks[0].compute()
     chunk_bytes = chunk.data.nbytes + chunk.indices.nbytes + chunk.indptr.nbytes
     warm_up()
+    if kind in ("memory", "dask-memory"):
+        x = x.compute()
+    if kind == "dask-memory":
+        x = dask_of_rows(x, chunk_rows)
     if kind == "memory":
         return run_memory(x, s, g, workers, chunk_bytes)
-    if kind == "threads":
-        return run_threads(x, s, g, workers, chunk_bytes)
-    return run_cluster(x, s, g, workers, chunk_bytes)
+    if kind == "zarr-cluster":
+        return run_cluster(x, s, g, workers, chunk_bytes)
+    return run_threads(x, s, g, workers, chunk_bytes, read_only=kind == "zarr-read")
+
+
+def dask_of_rows(x: Any, chunk_rows: int) -> Any:
+    """A dask array of CSR blocks that share the memory of ``x`` (no copy, no slicing cost)."""
+    import dask
+    import dask.array as da
+    import scipy.sparse as sp
+
+    blocks = []
+    for a in range(0, x.shape[0], chunk_rows):
+        b = min(a + chunk_rows, x.shape[0])
+        s, e = x.indptr[a], x.indptr[b]
+        part = (x.data[s:e], x.indices[s:e], x.indptr[a : b + 1] - s)
+        block = sp.csr_matrix(part, shape=(b - a, x.shape[1]), copy=False)
+        meta = x[:0]
+        blocks.append(da.from_delayed(dask.delayed(block), block.shape, x.dtype, meta=meta))
+    return da.concatenate(blocks, axis=0)
 
 
 def run_memory(x: Any, s: Any, g: Any, threads: int, chunk_bytes: int) -> dict[str, Any]:
     import numba
 
-    x = x.compute()
     numba.set_num_threads(threads)
+    reset_maxrss()
     before = maxrss()
     start = time.perf_counter()
     fingerprint = pool(x, s, g)
@@ -126,13 +189,20 @@ def run_memory(x: Any, s: Any, g: Any, threads: int, chunk_bytes: int) -> dict[s
     return record(seconds, maxrss() - before, fingerprint, threads, chunk_bytes)
 
 
-def run_threads(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[str, Any]:
+def run_threads(
+    x: Any, s: Any, g: Any, workers: int, chunk_bytes: int, *, read_only: bool
+) -> dict[str, Any]:
     import dask
 
+    reset_maxrss()
     before = maxrss()
     start = time.perf_counter()
     with dask.config.set(scheduler="threads", num_workers=workers):
-        fingerprint = pool(x, s, g)
+        if read_only:
+            nnz = x.map_blocks(lambda b: np.full((1, 1), b.nnz), dtype=int, chunks=(1, 1))
+            fingerprint = str(int(nnz.sum().compute()))
+        else:
+            fingerprint = pool(x, s, g)
     seconds = time.perf_counter() - start
     return record(seconds, maxrss() - before, fingerprint, workers, chunk_bytes)
 
@@ -147,6 +217,7 @@ def run_cluster(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[
         Client(cluster) as client,
     ):
         client.run(warm_up)
+        client.run(reset_maxrss)
         before = client.run(maxrss)
         start = time.perf_counter()
         fingerprint = pool(x, s, g)
@@ -179,8 +250,7 @@ def table(results: dict[str, list[dict[str, Any]]], cells: int) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for case, runs in results.items():
-        kind = {"memory": "in memory", "threads": "dask threads", "cluster": "LocalCluster"}
-        name = kind[case.split("-")[0]]
+        name = NAMES[case.rsplit("-", 1)[0]]
         seconds = statistics.median(r["seconds"] for r in runs)
         peak = statistics.median(r["peak"] for r in runs)
         ratio = f"{base / per_core(runs):.2f}" if base else "–"
@@ -232,7 +302,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"{case} failed:\n{done.stderr[-3000:]}")
             results[case].append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(case, results[case][-1]["seconds"], file=sys.stderr)
-    fingerprints = {r["fingerprint"] for runs in results.values() for r in runs}
+    fingerprints = {
+        r["fingerprint"]
+        for case, runs in results.items()
+        for r in runs
+        if not case.startswith("zarr-read")
+    }
     if len(fingerprints) != 1:
         raise AssertionError(f"the cases gave {len(fingerprints)} different fingerprints")
     command = "python benchmarks/dask_pool.py " + " ".join(

@@ -282,12 +282,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     import zarr
 
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     with tempfile.TemporaryDirectory(prefix="zarr-io-bench-", dir=args.dir) as name:
         rows = run(args, Path(name))
+    load = max(load, os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
     print(
         f"Python {platform.python_version()}, numpy {np.__version__}, zarr-python "
-        f"{zarr.__version__}, {os.cpu_count()} CPUs, {platform.machine()}; medians of "
-        f"{args.repeats} repeats ({4 * args.repeats} for selective reads)\n"
+        f"{zarr.__version__}, {os.cpu_count()} CPUs, {platform.machine()}, 1-minute load "
+        f"average up to {load:.1f}; medians of {args.repeats} repeats "
+        f"({4 * args.repeats} for selective reads)\n"
     )
     print(table(rows))
     return 0

@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cytepool import Cube, Normalization
 from cytepool.errors import FormatError
 from cytepool.fingerprint import (
     Digests,
+    canonical_column,
     cells_digest,
     group_digest,
     normalization_digest,
@@ -433,6 +434,148 @@ def test_table_digest_after_write_table(tmp_path: Path, source: str) -> None:
     expected = table_digest(table)
     for backend in BACKENDS:
         assert table_digest(read_table(tmp_path / "samples", backend=backend)) == expected, backend
+
+
+# --------------------------------------------------------------------------- golden digests
+
+# Digests pinned as literal hex strings, recorded with the first (per-row Python) implementation:
+# any change of the canonical table encoding makes these fail. Each case lists several backends
+# and storages of the same logical table, all of which must give the pinned digest.
+
+GOLDEN_STRINGS = ["é€😀", None, "", "CD4 T", "中文字符", "tab\tnl\n", None, "ß", "a" * 70, "🧬"]
+
+
+def golden_long_strings() -> tuple[list[str], list[str | None]]:
+    """70,000 ids of one width and symbols of varying widths (ASCII and not, some missing)."""
+    ids = [f"ENSG{i:011d}" for i in range(70_000)]
+    symbols = [
+        None if i % 13 == 5 else ("" if i % 17 == 3 else f"G{i * 7919 % 100_003}" + "é" * (i % 3))
+        for i in range(70_000)
+    ]
+    return ids, symbols
+
+
+def golden_table(backend: str) -> Any:
+    """A samples table with a column of each kind (strings, numbers, dates, categoricals)."""
+    days = [dt.date(2020, 2, 29), None, dt.date(1900, 1, 1)]
+    frame = roundtrip_table("polars").with_columns(pl.Series("day", days))
+    if backend == "polars":
+        return frame
+    if backend == "pyarrow":
+        return frame.to_arrow()
+    table = roundtrip_table("pandas").assign(day=pd.Series(days, dtype=object).to_numpy())
+    return table.assign(when=table["when"].dt.as_unit("us"))
+
+
+def golden_frames(case: str) -> list[Any]:
+    """The tables of one golden case, in several backends and storages."""
+    values = GOLDEN_STRINGS
+    if case == "strings":
+        whole = pa.array(["x", *values, "y"])
+        return [
+            pd.DataFrame({"x": pd.Series(values, dtype=object)}),
+            pd.DataFrame({"x": pd.array(values, dtype="string[python]")}),
+            pd.DataFrame({"x": pd.array(values, dtype="string[pyarrow]")}),
+            pd.DataFrame({"x": pd.Series(values, dtype=pd.StringDtype("python", na_value=np.nan))}),
+            pd.DataFrame({"x": pd.Series(values, dtype=pd.ArrowDtype(pa.large_string()))}),
+            pl.DataFrame({"x": pl.Series(values, dtype=pl.String)}),
+            pl.DataFrame({"x": values[:4]}).vstack(pl.DataFrame({"x": values[4:]})),
+            pa.table({"x": pa.array(values)}),
+            pa.table({"x": pa.array(values, type=pa.string_view())}),
+            pa.table(
+                {"x": pa.chunked_array([whole.slice(1, 3), whole.slice(4, 0), whole.slice(4, 7)])}
+            ),
+        ]
+    if case == "categorical":
+        cats = sorted({v for v in values if v is not None})
+        return [
+            pd.DataFrame({"x": pd.Categorical(values)}),
+            pd.DataFrame({"x": pd.Categorical(values, categories=["unused", *cats], ordered=True)}),
+            pl.DataFrame({"x": pl.Series(values, dtype=pl.Categorical)}),
+            pl.DataFrame({"x": pl.Series(values, dtype=pl.Enum(cats))}),
+            pa.table({"x": pa.array(values).dictionary_encode()}),
+        ]
+    if case == "missing":
+        return [
+            pd.DataFrame({"x": pd.Series([None, np.nan, None], dtype=object)}),
+            pd.DataFrame({"x": pd.array([None] * 3, dtype="string")}),
+            pl.DataFrame({"x": pl.Series([None] * 3, dtype=pl.String)}),
+            pa.table({"x": pa.array([None] * 3, type=pa.string())}),
+        ]
+    if case == "empty":
+        return [
+            pd.DataFrame({"x": pd.Series([], dtype=object), "n": pd.Series([], dtype="int64")}),
+            pl.DataFrame({"x": pl.Series([], dtype=pl.String), "n": pl.Series([], dtype=pl.Int64)}),
+            pa.table({"x": pa.array([], type=pa.string()), "n": pa.array([], type=pa.int64())}),
+        ]
+    if case == "table":
+        return [golden_table(backend) for backend in BACKENDS]
+    if case == "long":
+        ids, symbols = golden_long_strings()
+        return [
+            pd.DataFrame({"symbol": symbols}, index=pd.Index(ids, name="feature_id")),
+            pl.DataFrame({"feature_id": ids, "symbol": symbols}),
+            pa.table({"feature_id": ids, "symbol": pa.array(symbols, type=pa.large_string())}),
+        ]
+    raise AssertionError(case)  # pragma: no cover
+
+
+GOLDEN = {
+    "strings": "73bddb4d5cf3fe4379b579550b2821cd90e582df663ac71ab0f88c4c50ea35d2",
+    "categorical": "b609cacde4e91c704d10576fb9ba257441cc2c309d622165aca806de81982b03",
+    "missing": "bdd70e365a33ff87ad5aa7657ef85892c8216756df4c184af32f2d29f06c743a",
+    "empty": "22b8a8441f9fab3aad472db265dd27d315ff66fc15c0684c3ee9f88c8a3976ef",
+    "table": "1de3f832d703d5420284637dd8c6dd9ccdb4aad91b6546f3c73a74fcd5c49336",
+    "long": "1467e69a8a52afa9d41e4fd713686cab419fcefa391a0cad99ded479f9bc5986",
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN))
+def test_table_digest_golden(case: str) -> None:
+    found = [table_digest(frame) for frame in golden_frames(case)]
+    assert found == [GOLDEN[case]] * len(found)
+
+
+def reference_string_digest(name: str, values: list[str | None]) -> str:
+    """The digest of a one-column string table, built row by row as docs/cube.md says."""
+    mask = np.array([v is None for v in values], dtype=np.uint8)
+    bits = np.packbits(mask, bitorder="little").tobytes()
+    payload = b"".join(text(v or "") for v in values)
+    column = text(name) + text("string") + bits + u64(len(payload)) + payload
+    return hashlib.sha256(b"cytepool.table/1\0" + u64(len(values)) + u64(1) + column).hexdigest()
+
+
+def string_storages(values: list[str | None]) -> list[Any]:
+    """A string column ``x`` in the storages whose values are read in different ways."""
+    padded = pa.array(["pad", *values, "pad"], type=pa.large_string())
+    return [
+        pd.DataFrame({"x": pd.Series(values, dtype=object)}),
+        pd.DataFrame({"x": pd.array(values, dtype="string[pyarrow]")}),
+        pl.DataFrame({"x": pl.Series(values, dtype=pl.String)}),
+        pa.table({"x": pa.array(values, type=pa.string_view())}),
+        pa.table({"x": padded.slice(1, len(values))}),
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.none() | st.text(max_size=12), max_size=40))
+@example(["\0", None, "a\0b", ""])  # a NUL inside a value
+@example(["abc", "déf", "ghi"])  # values of one size in bytes
+@example([None, None])
+@example([])
+def test_table_digest_of_strings_matches_the_documented_encoding(
+    values: list[str | None],
+) -> None:
+    expected = reference_string_digest("x", values)
+    for frame in string_storages(values):
+        assert table_digest(frame) == expected, type(frame)
+    keys = canonical_column(pd.Series(values, dtype=object), "x").row_keys()
+    assert keys == [None if v is None else v.encode() for v in values]
+
+
+def test_table_digest_of_a_lone_surrogate() -> None:
+    with pytest.raises(UnicodeEncodeError, match="position 1: surrogates not allowed"):
+        table_digest(pd.DataFrame({"o": ["a", "b\ud800"]}))
 
 
 # --------------------------------------------------------------------------- Digests

@@ -38,6 +38,7 @@ CHUNKINGS = {
     "even-rows": ((100,) * 5, (12,)),
     "uneven-with-empty-blocks": ((0, 7, 250, 0, 143, 100), (12,)),
     "rows-and-columns": ((200, 300), (5, 7)),
+    "chains-of-small-blocks": ((13,) * 38 + (6,), (12,)),
 }
 
 

@@ -15,8 +15,9 @@ import datetime as _dt
 import hashlib
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +49,9 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _TIME_UNITS = ("s", "ms", "us", "ns")
 _PIECE_BYTES = 1 << 20
+_PIECE_ROWS = 1 << 16
+_MIN_DAY = _dt.date.min.toordinal() - _EPOCH_ORDINAL
+_MAX_DAY = _dt.date.max.toordinal() - _EPOCH_ORDINAL
 
 
 def _u64(value: int) -> bytes:
@@ -188,31 +192,103 @@ def normalization_digest(normalization: Normalization | None) -> str:
 # --------------------------------------------------------------------------- tables
 
 
+@dataclass(frozen=True, eq=False)
+class Utf8Values:
+    """The values of a string column: the UTF-8 bytes of its rows back to back, and their sizes.
+
+    A null row has size 0. The canonical encoding of the column (each row as its byte count,
+    a little-endian uint64, then its bytes) is built from these with numpy, without a Python
+    loop over the rows.
+    """
+
+    data: np.ndarray[Any, Any]
+    sizes: np.ndarray[Any, Any]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def offsets(self) -> np.ndarray[Any, Any]:
+        """Where each row starts in ``data``, and where the last one ends (n + 1 values)."""
+        out = np.zeros(len(self.sizes) + 1, dtype=np.int64)
+        np.cumsum(self.sizes, out=out[1:])
+        return out
+
+    def blank(self, mask: np.ndarray[Any, Any]) -> Utf8Values:
+        """The values with the rows in ``mask`` made empty."""
+        if not self.sizes[mask].any():
+            return self
+        keep = np.repeat(~mask, self.sizes)
+        return Utf8Values(self.data[keep], np.where(mask, 0, self.sizes))
+
+    def to_list(self) -> list[bytes]:
+        """One ``bytes`` per row."""
+        data = self.data.tobytes()
+        bounds = self.offsets().tolist()
+        return [data[a:b] for a, b in pairwise(bounds)]
+
+    def encoded_size(self) -> int:
+        """The number of bytes of the canonical encoding."""
+        return 8 * len(self.sizes) + int(self.data.size)
+
+    def encoded(self) -> Iterator[memoryview]:
+        """The canonical encoding, in pieces of at most ``_PIECE_ROWS`` rows."""
+        bounds = self.offsets()
+        for start in range(0, len(self.sizes), _PIECE_ROWS):
+            stop = min(start + _PIECE_ROWS, len(self.sizes))
+            data = self.data[bounds[start] : bounds[stop]]
+            yield memoryview(_length_prefixed(data, self.sizes[start:stop]))
+
+
+def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
+    """Each row's size as a little-endian uint64 followed by its bytes, for all rows."""
+    n = len(sizes)
+    prefixes = sizes.astype("<u8").view(np.uint8)
+    if n and not (sizes - sizes[0]).any():  # rows of one size: a 2-D table
+        return np.concatenate([prefixes.reshape(n, 8), data.reshape(n, -1)], axis=1).ravel()
+    counts = np.empty(2 * n, dtype=np.int64)
+    counts[0::2] = 8
+    counts[1::2] = sizes
+    is_prefix = np.repeat(np.tile([True, False], n), counts)
+    out = np.empty(is_prefix.size, dtype=np.uint8)
+    out[is_prefix] = prefixes
+    out[~is_prefix] = data
+    return out
+
+
 @dataclass(frozen=True)
 class CanonicalColumn:
     """A column in canonical form: a type tag, a null mask and one value per row.
 
     ``values`` is a little-endian fixed-width numpy array (null rows hold 0) or, for the
-    ``string`` tag, an object array of UTF-8 ``bytes`` (null rows hold ``b""``).
+    ``string`` tag, :class:`Utf8Values` (null rows are empty).
     """
 
     name: str
     tag: str
     mask: np.ndarray[Any, Any]
-    values: np.ndarray[Any, Any]
+    values: np.ndarray[Any, Any] | Utf8Values
+
+    def encoded(self) -> Iterator[bytes | memoryview]:
+        """The canonical bytes of the column (see ``docs/cube.md``), in pieces."""
+        bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
+        head = _text(self.name) + _text(self.tag) + bits
+        if isinstance(self.values, Utf8Values):  # also the values of a categorical[string]
+            yield head + _u64(self.values.encoded_size())
+            yield from self.values.encoded()
+        else:
+            payload = np.ascontiguousarray(self.values).tobytes()
+            yield head + _u64(len(payload)) + payload
 
     def encode(self) -> bytes:
         """The canonical bytes of the column (see ``docs/cube.md``)."""
-        bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
-        if self.values.dtype == object:  # string values, also of a categorical[string]
-            payload = b"".join(_u64(len(v)) + v for v in self.values)
-        else:
-            payload = np.ascontiguousarray(self.values).tobytes()
-        return _text(self.name) + _text(self.tag) + bits + _u64(len(payload)) + payload
+        return b"".join(self.encoded())
 
     def row_keys(self) -> list[Any]:
         """One hashable, comparable key per row (None for a null)."""
-        vals = self.values.tolist()
+        if isinstance(self.values, Utf8Values):
+            vals: list[Any] = self.values.to_list()
+        else:
+            vals = self.values.tolist()
         return [None if m else v for m, v in zip(self.mask.tolist(), vals, strict=True)]
 
 
@@ -264,9 +340,7 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
         inner, extra = _decode_categorical(s)
         col = canonical_column(inner, name)
         mask = col.mask | extra
-        values = col.values.copy()
-        values[mask] = b"" if col.tag == "string" else 0
-        return CanonicalColumn(name, f"categorical[{col.tag}]", mask, values)
+        return CanonicalColumn(name, f"categorical[{col.tag}]", mask, _blanked(col.values, mask))
     mask = np.asarray(s.is_null().to_numpy(), dtype=bool)
     if dtype == nw.Datetime or dtype == nw.Duration:
         return _temporal(s, name, mask)
@@ -276,9 +350,9 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
     if tag is None:
         raise _unsupported(name, dtype)
     if tag == "string":
-        return _string_column(s.to_list(), name, mask, dtype)
+        return CanonicalColumn(name, "string", mask, _string_values(s, name, mask))
     if tag == "date":
-        return _date_column(s.to_list(), name, mask, dtype)
+        return CanonicalColumn(name, "date", mask, _date_values(s, name, mask))
     fill: Any = False if tag == "bool" else 0
     values = np.asarray(s.fill_null(fill).to_numpy())
     if tag == "bool":
@@ -292,42 +366,162 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
     return CanonicalColumn(name, tag, mask, values)
 
 
-def _string_column(items: list[Any], name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Any:
-    out = np.empty(len(items), dtype=object)
-    for i, (item, missing) in enumerate(zip(items, mask.tolist(), strict=True)):
-        if missing:
-            out[i] = b""
-        elif isinstance(item, str):
-            out[i] = item.encode("utf-8")
-        else:
-            raise _unsupported(name, f"{dtype} holding {type(item).__name__}")
-    return CanonicalColumn(name, "string", mask, out)
+def _blanked(
+    values: np.ndarray[Any, Any] | Utf8Values, mask: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any] | Utf8Values:
+    """The values with the rows in ``mask`` set to the null value (0 or empty)."""
+    if isinstance(values, Utf8Values):
+        return values.blank(mask)
+    out = values.copy()
+    out[mask] = 0
+    return out
 
 
-def _date_column(items: list[Any], name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Any:
+def _object_values(s: Any) -> np.ndarray[Any, Any]:
+    """The values of a series as a 1-D object array of Python objects."""
+    values = np.asarray(s.to_numpy())
+    if values.dtype == object and values.ndim == 1:
+        return values
+    return np.fromiter(s.to_list(), dtype=object, count=len(s))
+
+
+def _string_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> Utf8Values:
+    """The values of a string column: from its Arrow buffers if it has them, else from str."""
+    arrow = _arrow_strings(s)
+    if arrow is not None:
+        return _utf8_from_arrow(arrow, name, mask, s.dtype)
+    return _utf8_from_objects(_object_values(s), name, mask, s.dtype)
+
+
+def _arrow_strings(s: Any) -> Any:
+    """The column as a pyarrow Array if it is Arrow-backed (pyarrow, polars, pandas), or None."""
+    impl = s.implementation
+    if impl.is_pandas():
+        import pandas as pd
+
+        dtype = s.to_native().dtype
+        storage = str(getattr(dtype, "storage", ""))  # StringDtype: "python" or "pyarrow"
+        if not isinstance(dtype, pd.ArrowDtype) and not storage.startswith("pyarrow"):
+            return None
+    elif impl.is_polars():
+        try:
+            import pyarrow  # noqa: F401  (polars needs it for to_arrow)
+        except ImportError:  # pragma: no cover - the polars extra installs pyarrow
+            return None
+    elif not impl.is_pyarrow():
+        return None
+    return s.to_arrow()
+
+
+def _utf8_from_arrow(array: Any, name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Utf8Values:
+    """Values from a pyarrow string Array (any offset width or view), by its buffers."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    array = array.cast(pa.large_string())
+    nulls = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if (nulls & ~mask).any():  # pragma: no cover - narwhals' null mask is Arrow's
+        raise _unsupported(name, f"{dtype} holding NoneType")
+    n = len(array)
+    if n == 0:
+        return Utf8Values(np.empty(0, dtype=np.uint8), np.zeros(0, dtype=np.int64))
+    _, offsets_buffer, data_buffer = array.buffers()
+    bounds = np.frombuffer(offsets_buffer, dtype="<i8", count=n + 1, offset=8 * array.offset)
+    data = np.frombuffer(b"" if data_buffer is None else data_buffer, dtype=np.uint8)
+    sizes = np.diff(bounds).astype(np.int64)
+    return Utf8Values(data[bounds[0] : bounds[-1]], sizes).blank(mask)
+
+
+def _utf8_from_objects(
+    items: np.ndarray[Any, Any], name: str, mask: np.ndarray[Any, Any], dtype: Any
+) -> Utf8Values:
+    """Values from an object array holding str (or anything at the null rows)."""
+    present = items[~mask]
+    try:  # joined by NUL, which tells where each row ends unless a value holds a NUL
+        text = "\0".join(present)
+    except TypeError:
+        found = next(type(v).__name__ for v in present if not isinstance(v, str))
+        raise _unsupported(name, f"{dtype} holding {found}") from None
+    split = _split_nul_joined(_utf8_encode(text, present), len(present))
+    data, sizes = split if split is not None else _encode_each(present)
+    out = np.zeros(len(items), dtype=np.int64)
+    out[~mask] = sizes
+    return Utf8Values(data, out)
+
+
+def _utf8_encode(text: str, present: np.ndarray[Any, Any]) -> bytes:
+    """``text`` in UTF-8; for a lone surrogate, the error of the row holding it."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        for value in present:
+            value.encode("utf-8")
+        raise  # pragma: no cover - a row raised above
+
+
+def _split_nul_joined(
+    joined: bytes, n: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
+    """The bytes and sizes of ``n`` values joined by NUL bytes; None if a value holds a NUL."""
+    buffer = np.frombuffer(joined, dtype=np.uint8)
+    is_nul = buffer == 0
+    nuls = np.flatnonzero(is_nul)
+    if len(nuls) != max(n - 1, 0):
+        return None
+    if n == 0:
+        return buffer, np.zeros(0, dtype=np.int64)
+    ends = np.append(nuls, buffer.size)
+    starts = np.concatenate([[0], nuls + 1])
+    return buffer[~is_nul], ends - starts
+
+
+def _encode_each(
+    present: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The UTF-8 bytes of str values back to back, and their sizes."""
+    encoded = list(map(str.encode, present))
+    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), sizes
+
+
+def _date_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Days since 1970-01-01 (int32, 0 at the null rows) of a Date column."""
+    raw = np.asarray(s.to_numpy())
+    if raw.dtype == np.dtype("datetime64[D]"):
+        days = np.where(mask, 0, raw.view(np.int64))
+        if days.size == 0 or (days.min() >= _MIN_DAY and days.max() <= _MAX_DAY):
+            return days.astype("<i4")
+    return _days_from_objects(_object_values(s), name, mask, s.dtype)
+
+
+def _days_from_objects(
+    items: np.ndarray[Any, Any], name: str, mask: np.ndarray[Any, Any], dtype: Any
+) -> np.ndarray[Any, Any]:
+    """Days since 1970-01-01 from an object array holding datetime.date (not datetime)."""
+    present = items[~mask]
+    if any(_not_a_date(kind) for kind in set(map(type, present))):
+        found = next(type(v).__name__ for v in present if _not_a_date(type(v)))
+        raise _unsupported(name, f"{dtype} holding {found}")
     out = np.zeros(len(items), dtype="<i4")
-    for i, (item, missing) in enumerate(zip(items, mask.tolist(), strict=True)):
-        if missing:
-            continue
-        if not isinstance(item, _dt.date) or isinstance(item, _dt.datetime):
-            raise _unsupported(name, f"{dtype} holding {type(item).__name__}")
-        out[i] = item.toordinal() - _EPOCH_ORDINAL
-    return CanonicalColumn(name, "date", mask, out)
+    ordinals = np.fromiter(map(_dt.date.toordinal, present), dtype=np.int64, count=len(present))
+    out[~mask] = ordinals - _EPOCH_ORDINAL
+    return out
+
+
+def _not_a_date(kind: type) -> bool:
+    return not issubclass(kind, _dt.date) or issubclass(kind, _dt.datetime)
 
 
 def _object_column(s: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalColumn:
-    items = s.to_list()
-    present = [v for v, m in zip(items, mask.tolist(), strict=True) if not m]
-    if present and all(isinstance(v, str) for v in present):
-        return _string_column(items, name, mask, s.dtype)
-    if present and all(
-        isinstance(v, _dt.date) and not isinstance(v, _dt.datetime) for v in present
-    ):
-        return _date_column(items, name, mask, s.dtype)
-    if not present:
-        return _string_column(items, name, mask, s.dtype)
-    kinds = sorted({type(v).__name__ for v in present})
-    raise _unsupported(name, f"Object holding {', '.join(kinds)}")
+    items = _object_values(s)
+    kinds = set(map(type, items[~mask]))
+    if all(issubclass(kind, str) for kind in kinds):  # also when every row is null
+        return CanonicalColumn(name, "string", mask, _utf8_from_objects(items, name, mask, s.dtype))
+    if not any(_not_a_date(kind) for kind in kinds):
+        return CanonicalColumn(name, "date", mask, _days_from_objects(items, name, mask, s.dtype))
+    names = sorted({kind.__name__ for kind in kinds})
+    raise _unsupported(name, f"Object holding {', '.join(names)}")
 
 
 def _temporal(s: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalColumn:
@@ -444,7 +638,8 @@ def table_digest(frame: Any) -> str:
     h = hashlib.sha256(b"cytepool.table/1\0")
     h.update(_u64(n_rows) + _u64(len(columns)))
     for column in columns:
-        h.update(column.encode())
+        for piece in column.encoded():
+            h.update(piece)
     return h.hexdigest()
 
 

@@ -11,6 +11,9 @@ in a tree.
 
 from __future__ import annotations
 
+import itertools
+import math
+import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -334,13 +337,18 @@ class _Sums:
         n_features: int,
         detected: bool,
         offset: tuple[int, int] = (0, 0),
+        start: dict[str, np.ndarray[Any, Any]] | None = None,
     ):
         self.profiles = profiles
         self.offset = offset  # of these rows and columns in counts, for messages
         self.n_groups, self.n_samples, self.n_features = n_groups, n_samples, n_features
         n_profiles = n_groups * n_samples
-        self.totals = np.zeros((n_profiles, n_features), dtype=np.int64)
-        self.detected = np.zeros((n_profiles, n_features if detected else 0), dtype=np.int64)
+        if start is None:  # else go on adding into the sums of arrays()
+            start = {"counts": np.zeros((n_profiles, n_features), dtype=np.int64)}
+        self.totals = start["counts"]
+        self.detected = start.get("detected", np.zeros((n_profiles, 0), dtype=np.int64))
+        if detected and self.detected.shape[1] != n_features:
+            self.detected = np.zeros((n_profiles, n_features), dtype=np.int64)
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -550,10 +558,13 @@ def _require_dask() -> Any:
 def _pool_dask(
     counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Pool a dask array: each block into partial sums, then a tree of additions.
+    """Pool a dask array: chains of blocks into partial sums, then a tree of additions.
 
-    Whole-number blocks give int64 partial sums, so integer counts add exactly; a block with
-    other values gives float64, and so does every sum it enters. One compute, on the
+    Each chain of consecutive row blocks adds them, one task per block, into one partial sum
+    (a dense ``(n_profiles, n_features)`` array: making one per block would cost as much as
+    pooling a small block); there are enough chains for every worker. Whole-number blocks
+    give int64 partial sums, so integer counts add exactly; a block with other values makes
+    its chain's sums float64, and so does every sum that chain enters. One compute, on the
     scheduler in use (threads, processes or a dask.distributed client).
     """
     dask = _require_dask()
@@ -565,22 +576,47 @@ def _pool_dask(
     rows = np.cumsum((0, *counts.chunks[0]))
     columns = np.cumsum((0, *counts.chunks[1]))
     blocks = counts.to_delayed()
+    n_chains = min(len(blocks), max(4 * _dask_workers(dask), math.isqrt(len(blocks) - 1) + 1))
+    cuts = np.linspace(0, len(blocks), n_chains + 1).round().astype(int)
     pool = dask.delayed(_pool_chunk)
     trees = []
     for j in range(blocks.shape[1]):
-        parts = [
-            pool(block, profiles[a:b], (n_groups, n_samples), detected, (a, columns[j]))
-            for block, a, b in zip(blocks[:, j], rows[:-1], rows[1:], strict=True)
-        ]
-        trees.append(_tree(dask.delayed(_add_partials), parts))
+        chains = []
+        for first, stop in itertools.pairwise(cuts):
+            partial = None
+            for i in range(first, stop):
+                where = (rows[i], columns[j])
+                block_profiles = profiles[rows[i] : rows[i + 1]]
+                args = (block_profiles, (n_groups, n_samples), detected, where)
+                partial = pool(partial, blocks[i, j], *args)
+            chains.append(partial)
+        trees.append(_tree(dask.delayed(_add_partials), chains))
     finals = dask.compute(*trees)
     return {name: np.concatenate([f[name] for f in finals], axis=1) for name in finals[0]}
 
 
+def _dask_workers(dask: Any) -> int:
+    """How many tasks the scheduler in use runs at once: a client's threads, else dask's."""
+    try:
+        from distributed import default_client
+
+        return sum(default_client().nthreads().values())
+    except (ImportError, ValueError):
+        return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+
+
 def _pool_chunk(
-    block: Any, profiles: Any, axes: tuple[int, int], detected: bool, offset: tuple[int, int]
+    partial: dict[str, np.ndarray[Any, Any]] | None,
+    block: Any,
+    profiles: Any,
+    axes: tuple[int, int],
+    detected: bool,
+    offset: tuple[int, int],
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Partial sums of one block of a dask array (a dask task)."""
+    """Add one block of a dask array to the partial sums of its chain (a dask task).
+
+    The chain's partial sums have this task as their one consumer: they are added into.
+    """
     n_groups, n_samples = axes
     if not (isinstance(block, np.ndarray) or _sparse_format(block)):
         msg = (
@@ -588,17 +624,23 @@ def _pool_chunk(
             f"found {type(block).__name__}"
         )
         raise TypeError(msg)
-    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected, offset)
+    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected, offset, partial)
     _add_block(sums, block, 0, "counts")
     return sums.arrays()
 
 
 def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
-    """The sum of partial sums (int64 + float64 gives float64, exactly below 2**53)."""
+    """The sum of partial sums, into the first (each partial has this one consumer).
+
+    int64 + float64 gives float64, exact below 2**53 (so is every sum of such counts).
+    """
     total = dict(parts[0])
     for part in parts[1:]:
         for name, values in part.items():
-            total[name] = total[name] + values
+            if np.result_type(total[name], values) == total[name].dtype:
+                np.add(total[name], values, out=total[name])
+            else:
+                total[name] = total[name] + values
     return total
 
 

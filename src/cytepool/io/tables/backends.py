@@ -8,6 +8,7 @@ and numpy dtypes, categorical codes, the UTC values behind a time zone).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
+from cytepool.io.tables import strings as _s
 from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
 
 __all__ = ["BACKENDS", "Source", "build_frame", "import_backend", "source_of"]
@@ -124,12 +126,8 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
 
 
 def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
-    """Row numbers as strings, ``start``, ``start + step``, ..., made a slice at a time."""
-
-    def rows(a: int, b: int) -> np.ndarray:
-        return np.arange(start + a * step, start + b * step, step).astype(_STRING)
-
-    return Dense("string", LazyRows(n, _STRING, rows))
+    """Row numbers as strings, ``start``, ``start + step``, ..., made a chunk at a time."""
+    return Dense("string", _s.RowNumbers(n, start, step))
 
 
 def _take_index_column(names: list[str], index: str) -> list[str]:
@@ -137,6 +135,16 @@ def _take_index_column(names: list[str], index: str) -> list[str]:
         msg = f"index {index!r} is not a column of the frame; its columns are {names}"
         raise ValueError(msg)
     return [name for name in names if name != index]
+
+
+@functools.cache
+def _has_pyarrow() -> bool:
+    """Whether pyarrow can be imported (polars strings go through Arrow buffers with it)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # pandas ---------------------------------------------------------------------------------------
@@ -329,7 +337,11 @@ def _polars_column(series: Any, name: str) -> Column:
     has_nulls = series.null_count() > 0
     if dtype == pl.String:
         filled = series.fill_null("")
-        strings = LazyRows(len(series), _OBJECT, lambda a, b: filled.slice(a, b - a).to_numpy())
+        strings: LazyRows | _s.StringRows
+        if _has_pyarrow():  # the UTF-8 buffers, no str objects
+            strings = _s.Utf8Strings.from_arrow(filled.to_arrow())
+        else:
+            strings = LazyRows(len(series), _OBJECT, lambda a, b: filled.slice(a, b - a).to_numpy())
         if has_nulls:
             return Dense("nullable-string", strings, series.is_null().to_numpy())
         return Dense("string", strings)
@@ -348,15 +360,20 @@ def _polars_column(series: Any, name: str) -> Column:
 def _polars_categorical(series: Any, name: str) -> Categorical:
     import polars as pl
 
+    physical = series.to_physical()  # a category's id (an Enum's position), null if missing
     if isinstance(series.dtype, pl.Enum):
-        enum = series.dtype
+        categories = series.dtype.categories.to_numpy().astype(_STRING)
+        codes = physical.cast(pl.Int64).fill_null(-1).to_numpy()
         ordered = True
-    else:  # categories in order of first appearance
-        enum = pl.Enum(series.drop_nulls().unique(maintain_order=True).cast(pl.String))
+    else:  # categories in order of first appearance: renumber the ids in that order
+        present = physical.drop_nulls().unique(maintain_order=True).to_numpy().astype(np.int64)
+        names = series.drop_nulls().unique(maintain_order=True).cast(pl.String)
+        categories = names.to_numpy().astype(_STRING)
+        renumber = np.full(int(present.max(initial=-1)) + 2, -1, dtype=np.int64)
+        renumber[present] = np.arange(len(present))
+        missing = len(renumber) - 1  # reads -1
+        codes = renumber[physical.cast(pl.Int64).fill_null(missing).to_numpy()]
         ordered = False
-        series = series.cast(pl.String).cast(enum)
-    categories = enum.categories.to_numpy().astype(_STRING)
-    codes = series.to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
     return Categorical(
         codes.astype(codes_dtype(len(categories))), Dense("string", categories), ordered
     )
@@ -399,12 +416,7 @@ def _arrow_column(chunked: Any, name: str) -> Column:
             return Dense("duration", values.view(f"timedelta64[{kind.unit}]"))
         return Dense("datetime", values.view(f"datetime64[{kind.unit}]"), time_zone=kind.tz)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
-        filled = pc.fill_null(array, "")
-        strings = LazyRows(
-            len(filled),
-            _OBJECT,
-            lambda a, b: filled.slice(a, b - a).to_numpy(zero_copy_only=False),
-        )
+        strings = _s.Utf8Strings.from_arrow(array)  # the UTF-8 buffers, no str objects
         if has_nulls:
             return Dense("nullable-string", strings, array.is_null().to_numpy(zero_copy_only=False))
         return Dense("string", strings)
@@ -514,7 +526,10 @@ def _to_polars(column: Column, name: str) -> Any:
             dtype = pl.Enum(categories) if column.ordered else pl.Categorical()
             taken = taken.cast(dtype)
         return taken.alias(name)
-    kind, values = column.kind, column.array
+    kind = column.kind
+    if isinstance(column.values, _s.Utf8Strings) and _has_pyarrow():
+        return pl.Series(name, column.values.to_arrow(column.mask))
+    values = column.array
     if kind == "string" or kind == "nullable-string":
         return _polars_with_nulls(pl.Series(name, values, dtype=pl.String), column.mask)
     if kind in ("datetime", "duration"):
@@ -535,6 +550,8 @@ def _to_arrow(column: Column, name: str) -> Any:
         codes = column.codes.astype(np.int32)
         indices = pa.array(codes, mask=codes < 0, type=pa.int32())
         return pa.DictionaryArray.from_arrays(indices, dictionary, ordered=column.ordered)
+    if isinstance(column.values, _s.Utf8Strings):
+        return column.values.to_arrow(column.mask)
     kind, values, mask = column.kind, column.array, column.mask
     if kind in ("string", "nullable-string"):
         return pa.array(values.astype(object, copy=False), type=pa.string(), mask=mask)

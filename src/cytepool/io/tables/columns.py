@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.io.tables import strings as _s
 
 if TYPE_CHECKING:
     from cytepool.io.zarr import ZarrArray
@@ -76,7 +77,8 @@ class LazyRows:
     """A 1-D column whose rows are made on demand, a slice at a time, for ``write_array``.
 
     A large string column is converted to Python strings one row of chunks at a time, so a
-    write never holds the whole column as Python objects.
+    write never holds the whole column as Python objects (polars without pyarrow; with it,
+    strings are written from their buffers, see :mod:`cytepool.io.tables.strings`).
     """
 
     def __init__(self, length: int, dtype: np.dtype, rows: Callable[[int, int], np.ndarray]):
@@ -105,12 +107,13 @@ class Dense:
     ``"nullable-string"``, ``"nullable-float"`` (values plus ``mask``, True = missing),
     ``"datetime"`` (``time_zone`` set when the UTC values belong to a zone), ``"date"`` and
     ``"duration"`` (missing = NaT). Strings are numpy StringDType, ``U`` or object arrays of
-    ``str`` (the Zarr module writes all three), or :class:`LazyRows` of them, whose missing
-    values already read ``""``.
+    ``str`` (the Zarr module writes all three), :class:`LazyRows` of them, or
+    :class:`~cytepool.io.tables.strings.StringRows` (UTF-8 buffers, row numbers), whose
+    missing values already read ``""``.
     """
 
     kind: Kind
-    values: np.ndarray | LazyRows
+    values: np.ndarray | LazyRows | _s.StringRows
     mask: np.ndarray | None = None
     time_zone: str | None = None
     na_value: Literal["NA", "NaN"] = "NA"
@@ -121,7 +124,7 @@ class Dense:
     @property
     def array(self) -> np.ndarray:
         """The values as one numpy array (lazy rows are made now)."""
-        if isinstance(self.values, LazyRows):
+        if isinstance(self.values, LazyRows | _s.StringRows):
             return self.values[0 : len(self.values)]
         return self.values
 
@@ -154,7 +157,7 @@ Column = Dense | Categorical
 class ArrayPlan:
     """An array to store, with its attributes (besides the encoding attributes)."""
 
-    data: np.ndarray | LazyRows
+    data: np.ndarray | LazyRows | _s.StringRows
     attributes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -170,8 +173,8 @@ class GroupPlan:
 class Node:
     """A stored element to read: where it is, its attributes, and the array if it is one.
 
-    ``objects`` asks for strings as an object array of ``str`` (fast for pandas), else as a
-    numpy StringDType array (compact, for polars and pyarrow).
+    ``objects`` asks for strings as an object array of ``str`` (fast for pandas), else as
+    UTF-8 buffers (:class:`~cytepool.io.tables.strings.Utf8Strings`, for polars and pyarrow).
     """
 
     path: Path
@@ -265,7 +268,7 @@ def read_array(node: Node, read: Read) -> Column:
     if array.dtype.kind in "TOU":
         if node.objects:  # straight into str objects
             return Dense("string", np.asarray(array, dtype=object))
-        return Dense("string", np.asarray(array).astype(np.dtypes.StringDType(), copy=False))
+        return Dense("string", _s.read_strings(array))  # UTF-8 buffers, no str objects
     values = np.asarray(array)
     extra = node.attributes.get(DTYPE_ATTRIBUTE)
     kind = values.dtype.kind
@@ -330,7 +333,9 @@ def read_nullable_string(node: Node, read: Read) -> Column:
     return Dense("nullable-string", values, mask, na_value=na_value)
 
 
-def _read_values_and_mask(node: Node, read: Read, kinds: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_values_and_mask(
+    node: Node, read: Read, kinds: str
+) -> tuple[np.ndarray | LazyRows | _s.StringRows, np.ndarray]:
     values = read(node.path / "values")
     mask = read(node.path / "mask")
     if (
@@ -346,7 +351,7 @@ def _read_values_and_mask(node: Node, read: Read, kinds: str) -> tuple[np.ndarra
     if len(mask) != len(values):
         msg = f"{node.path}: values has {len(values)} elements but mask has {len(mask)}"
         raise FormatError(msg)
-    return values.array, mask.array
+    return values.values, mask.array
 
 
 def _read_datetime(node: Node, values: np.ndarray, extra: Any) -> Dense:

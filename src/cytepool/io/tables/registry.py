@@ -22,6 +22,7 @@ import numpy as np
 from cytepool.errors import FormatError, UnsupportedFeatureError
 from cytepool.io import zarr as _zarr
 from cytepool.io.tables import columns as _c
+from cytepool.io.tables import strings as _s
 
 __all__ = [
     "DATAFRAME",
@@ -109,7 +110,7 @@ class WriteOptions:
     compression: str | None
     level: int | None
 
-    def chunk_rows(self, data: np.ndarray | _c.LazyRows) -> int:
+    def chunk_rows(self, data: np.ndarray | _c.LazyRows | _s.StringRows) -> int:
         """Return the rows per chunk for ``data``."""
         if self.chunks is not None:
             return self.chunks
@@ -143,6 +144,16 @@ def write_plan(
     """Store a plan at ``path``, stamping the encoding of ``spec`` after its own attributes."""
     attributes = {**plan.attributes, **spec.to_attributes()}
     try:
+        if isinstance(plan, _c.ArrayPlan) and _is_strings(plan.data):
+            _s.write_strings(
+                path,
+                plan.data,
+                chunks=options.chunk_rows(plan.data),
+                compression=options.compression,
+                level=options.level,
+                attributes=attributes,
+            )
+            return
         if isinstance(plan, _c.ArrayPlan):
             _zarr.write_array(
                 path,
@@ -159,6 +170,11 @@ def write_plan(
         raise
     for name, child in plan.children.items():  # one at a time: each is made only now
         _write_child(path, name, child, options, shown)
+
+
+def _is_strings(data: np.ndarray | _c.LazyRows | _s.StringRows) -> bool:
+    """Whether ``data`` is a 1-D string column (written by :func:`strings.write_strings`)."""
+    return data.ndim == 1 and data.dtype.kind in "OTU"
 
 
 def _write_child(

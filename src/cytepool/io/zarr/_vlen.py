@@ -7,7 +7,6 @@ trailing bytes and UTF-8 (each item on its own), and raises FormatError naming t
 
 from __future__ import annotations
 
-import itertools
 import struct
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from cytepool.errors import FormatError
 
-__all__ = ["decode", "encode"]
+__all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
 
 _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
@@ -30,17 +29,52 @@ def _corrupt(where: str, problem: str) -> FormatError:
 # Encoding
 
 
-def encode(values: np.ndarray[Any, Any]) -> bytes:
-    """The vlen-utf8 encoding of a 1-D array of str (UnicodeEncodeError for lone surrogates)."""
+def encode(values: np.ndarray[Any, Any], count: int | None = None) -> bytes:
+    """The vlen-utf8 encoding of a 1-D array of str (UnicodeEncodeError for lone surrogates).
+
+    ``count`` (at least the number of values) pads the chunk with empty strings.
+    """
+    return payload(values, count).tobytes()
+
+
+def payload(values: np.ndarray[Any, Any], count: int | None = None) -> np.ndarray[Any, Any]:
+    """:func:`encode` as a uint8 array (no copy into a bytes object)."""
+    lengths, raw, separated = _encode_items(values)
+    return _assemble(lengths, raw, separated, count)
+
+
+def assemble(
+    lengths: np.ndarray[Any, Any], body: np.ndarray[Any, Any], count: int | None = None
+) -> np.ndarray[Any, Any]:
+    """The vlen-utf8 encoding (uint8) of items given as byte lengths and their bytes joined.
+
+    The bytes must be the items' UTF-8, which is not checked here. ``count`` (at least the
+    number of items) pads the chunk with empty items.
+    """
+    return _assemble(np.asarray(lengths, dtype=np.int64), body, False, count)
+
+
+def _encode_items(
+    values: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]:
+    """The byte length of each item, their UTF-8 joined, and whether NULs separate the items.
+
+    The items are joined with NUL separators, encoded once, and the separators found with
+    numpy; only when an item holds a NUL are the lengths counted from the characters.
+    """
     strings = values.tolist()
+    n = len(strings)
+    raw = np.frombuffer("\0".join(strings).encode("utf-8"), dtype=np.uint8)
+    if n:
+        separators = np.flatnonzero(raw == 0)
+        if len(separators) == n - 1:  # no item holds a NUL: the usual case
+            bounds = np.concatenate([[-1], separators, [len(raw)]])
+            return np.diff(bounds) - 1, raw, True
     text = "".join(strings)
     body = text.encode("utf-8")
-    if values.dtype.kind in "TU":
-        chars = np.strings.str_len(values).astype(np.int64)
-    else:
-        chars = np.fromiter(map(len, strings), dtype=np.int64, count=len(strings))
+    chars = np.fromiter(map(len, strings), dtype=np.int64, count=n)  # str_len stops at NUL
     lengths = chars if len(body) == len(text) else _utf8_lengths(text, chars)
-    return _assemble(body, lengths)
+    return lengths, np.frombuffer(body, dtype=np.uint8), False
 
 
 def _utf8_lengths(text: str, chars: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -52,17 +86,48 @@ def _utf8_lengths(text: str, chars: np.ndarray[Any, Any]) -> np.ndarray[Any, Any
     return np.asarray(total[ends] - total[ends - chars], dtype=np.int64)
 
 
-def _assemble(body: bytes, lengths: np.ndarray[Any, Any]) -> bytes:
+def _assemble(
+    lengths: np.ndarray[Any, Any],
+    raw: np.ndarray[Any, Any],
+    separated: bool,
+    count: int | None,
+) -> np.ndarray[Any, Any]:
+    """Interleave the length fields with the items' bytes (``raw``: joined by NULs if
+    ``separated``, else back to back), then pad with ``count - n`` empty items."""
     n = len(lengths)
-    out = np.empty(4 + 4 * n + len(body), dtype=np.uint8)
-    out[:4] = np.frombuffer(_U32.pack(n), dtype=np.uint8)
-    fields = _field_bytes(4 + 4 * np.arange(n) + np.cumsum(lengths) - lengths)
-    out[fields] = lengths.astype("<u4").view(np.uint8)
-    keep = np.ones(len(out), dtype=bool)
-    keep[:4] = False
-    keep[fields] = False
-    out[keep] = np.frombuffer(body, dtype=np.uint8)
-    return out.tobytes()
+    count = n if count is None else count
+    if count < n:
+        msg = f"a chunk of {count} items cannot hold {n} strings"
+        raise ValueError(msg)
+    size = len(raw) - (n - 1 if separated and n else 0)
+    end = 4 + 4 * n + size
+    out = np.empty(end + 4 * (count - n), dtype=np.uint8)
+    out[:4] = np.frombuffer(_U32.pack(count), dtype=np.uint8)
+    out[end:] = 0  # the length fields of the padding
+    if not n:
+        return out
+    first = int(lengths[0])
+    if (lengths == first).all():  # one length: a 2-D block, no index arrays
+        rows = out[4:end].reshape(n, 4 + first)
+        rows[:, :4] = np.frombuffer(_U32.pack(first), dtype=np.uint8)
+        if first and separated:
+            rows[: n - 1, 4:] = raw[: (n - 1) * (first + 1)].reshape(n - 1, first + 1)[:, :first]
+            rows[n - 1, 4:] = raw[len(raw) - first :]
+        elif first:
+            rows[:, 4:] = raw.reshape(n, first)
+        return out
+    fields = 4 + 4 * np.arange(n) + np.cumsum(lengths) - lengths
+    keep = np.ones(end, dtype=bool)
+    if separated:  # the separator before item i lands on the last byte of its length field
+        keep[:8] = False
+        later = fields[1:]
+        keep[later] = keep[later + 1] = keep[later + 2] = False
+    else:
+        keep[:4] = False
+        keep[_field_bytes(fields)] = False
+    out[:end][keep] = raw
+    out[_field_bytes(fields)] = lengths.astype("<u4").view(np.uint8)
+    return out
 
 
 def _field_bytes(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -118,17 +183,22 @@ class Decoder:
 
     def _advance(self) -> None:
         data, unpack, append = self.data, _U32.unpack_from, self.pending.append
-        end, streak, previous = len(data), 0, -1
-        while self.items < self.count and self.pos + 4 <= end:
-            length = unpack(data, self.pos)[0]
+        end, count, items, pos = len(data), self.count, self.items, self.pos
+        streak, previous = 0, -1
+        while items < count and pos + 4 <= end:
+            (length,) = unpack(data, pos)
             append(length)
-            self.items += 1
-            self.pos += 4 + length
-            streak = streak + 1 if length == previous else 0
-            previous = length
+            items += 1
+            pos += 4 + length
+            if length != previous:
+                streak, previous = 0, length
+                continue
+            streak += 1
             if streak >= self._RUN:
+                self.items, self.pos = items, pos
                 self._run(length)
-                streak = 0
+                items, pos, streak = self.items, self.pos, 0
+        self.items, self.pos = items, pos
 
     def _run(self, length: int) -> None:
         """Skip the items that follow with the same length, checked with numpy."""
@@ -136,9 +206,9 @@ class Decoder:
         fit = min(self.count - self.items, (end - self.pos - 4) // step + 1)
         if fit <= 0:
             return
-        starts = self.pos + step * np.arange(fit)
-        found = np.frombuffer(self.data, dtype=np.uint8)[starts[:, None] + _OFFSETS]
-        same = found.view("<u4").reshape(-1) == length
+        fields = np.ndarray((fit,), dtype="<u4", buffer=self.data, offset=self.pos, strides=(step,))
+        same = fields == length
+        del fields  # release the buffer, which grows with the next piece
         run = fit if same.all() else int(np.argmin(same))
         if run:
             self.parts += [np.array(self.pending, dtype=np.int64), np.full(run, length)]
@@ -147,7 +217,23 @@ class Decoder:
             self.pos += run * step
 
     def finish(self, *, objects: bool = False) -> np.ndarray[Any, Any]:
-        """Check that the stream is complete and return its strings."""
+        """Check that the stream is complete and return its strings.
+
+        The length fields in the decoder's buffer are overwritten (with separators): feed
+        nothing after ``finish`` or ``buffers``.
+        """
+        return _split(self.data, self._lengths(), self.where, objects)
+
+    def buffers(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Check that the stream is complete and return its items as Arrow-style buffers.
+
+        Returns the byte length of each item (int64) and the items' UTF-8 joined (uint8),
+        each item checked to be valid UTF-8 on its own; no Python strings are made.
+        """
+        lengths = self._lengths()
+        return lengths, _join(self.data, lengths, self.where)
+
+    def _lengths(self) -> np.ndarray[Any, Any]:
         size = len(self.data)
         if size < 4:
             raise _corrupt(self.where, f"the vlen-utf8 data is truncated: {size} bytes")
@@ -160,54 +246,78 @@ class Decoder:
         if self.items < self.count:
             problem = f"the vlen-utf8 data is truncated in the length of item {self.items}"
             raise _corrupt(self.where, problem)
-        return _split(np.frombuffer(self.data, dtype=np.uint8), lengths, self.where, objects)
+        return lengths
 
 
-def _split(
-    buffer: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], where: str, objects: bool
-) -> Any:
-    """The items: the bodies joined by one separator byte, decoded once and split in C.
+def _compact(
+    buffer: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], separator: int | None
+) -> np.ndarray[Any, Any]:
+    """The items back to back (a new uint8 array), each after ``separator`` if one is given.
+
+    The separator goes on the last byte of each length field (``buffer`` is changed).
+    """
+    n = len(lengths)
+    keep = 0 if separator is None else 1
+    first = int(lengths[0]) if n else 0
+    if n and (lengths == first).all():  # one length: a 2-D block, no index arrays
+        rows = buffer[4:].reshape(n, 4 + first)[:, 4 - keep :]
+        if separator is not None:
+            rows[:, 0] = separator
+        return rows.flatten()
+    fields = 4 + 4 * np.arange(n) + np.cumsum(lengths) - lengths
+    if separator is not None:
+        buffer[fields + 3] = separator
+    mask = np.ones(len(buffer), dtype=bool)
+    mask[:4] = False
+    mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
+    return buffer[mask]
+
+
+def _split(data: bytearray, lengths: np.ndarray[Any, Any], where: str, objects: bool) -> Any:
+    """The items as str: joined by one separator byte, decoded once and split in C.
 
     The separator is an ASCII byte that no item holds, so decoding also checks that each
     item is valid UTF-8 on its own (a character cut by an item boundary gets a separator in
     the middle).
     """
     n = len(lengths)
-    fields = 4 + 4 * np.arange(n) + np.cumsum(lengths) - lengths
-    keep = np.ones(len(buffer), dtype=bool)
-    keep[:4] = False
-    keep[_field_bytes(fields)] = False
-    keep[fields[1:]] = True  # the first byte of each later length field becomes a separator
-    joined = buffer[keep]
-    separators = fields[1:] - 4 * np.arange(1, n) + np.arange(n - 1) - 4
-    joined[separators] = 0
-    raw = joined.tobytes()
-    if raw.count(b"\0") == n - 1:  # no item holds a NUL: the usual case
-        items = _utf8(raw, where).split("\0")
+    joined = _compact(np.frombuffer(data, dtype=np.uint8), lengths, 0)
+    if len(joined) - np.count_nonzero(joined) == n:  # no item holds a NUL: the usual case
+        items = _utf8(joined.data, where).split("\0")[1:]
     else:
-        items = _split_on_unused(joined, separators, where)
+        items = _split_on_unused(joined, lengths, where)
     result = np.empty(n, dtype=object if objects else _STRING)
     result[:] = items
     return result
 
 
 def _split_on_unused(
-    joined: np.ndarray[Any, Any], separators: np.ndarray[Any, Any], where: str
+    joined: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], where: str
 ) -> list[str]:
+    separators = np.arange(len(lengths)) + np.cumsum(lengths) - lengths
     counts = np.bincount(joined, minlength=256)[:128]
-    counts -= np.bincount(joined[separators], minlength=256)[:128]
+    counts[0] -= len(separators)
     unused = np.flatnonzero(counts == 0)
     if not len(unused):  # the items use every ASCII byte: decode them one by one
         raw = joined.tobytes()
-        bounds = [-1, *separators.tolist(), len(raw)]
-        return [_utf8(raw[a + 1 : b], where) for a, b in itertools.pairwise(bounds)]
+        starts = (separators + 1).tolist()
+        return [_utf8(raw[a : a + k], where) for a, k in zip(starts, lengths.tolist(), strict=True)]
     separator = int(unused[0])
     joined[separators] = separator
-    return _utf8(joined.tobytes(), where).split(chr(separator))
+    return _utf8(joined.data, where).split(chr(separator))[1:]
 
 
-def _utf8(raw: bytes, where: str) -> str:
+def _join(data: bytearray, lengths: np.ndarray[Any, Any], where: str) -> np.ndarray[Any, Any]:
+    """The items' bytes back to back (uint8), each checked to be valid UTF-8 on its own."""
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    body = _compact(buffer, lengths, None)
+    if len(body) and body.max() >= 0x80:  # not ASCII: decode with a NUL between the items
+        _utf8(_compact(buffer, lengths, 0).data, where)
+    return body
+
+
+def _utf8(raw: bytes | memoryview, where: str) -> str:
     try:
-        return raw.decode("utf-8")
+        return str(raw, "utf-8")
     except UnicodeDecodeError as error:
         raise _corrupt(where, f"a vlen-utf8 item is not valid UTF-8: {error}") from error

@@ -239,7 +239,7 @@ class GzipCodec:
         deflate = size + ((size + 7) >> 3) + ((size + 63) >> 6) + 5
         return deflate + MAX_FRAMES * _FRAME_OVERHEAD
 
-    def encode(self, data: bytes) -> bytes:
+    def encode(self, data: bytes | memoryview) -> bytes:
         """Compress into one gzip member."""
         return zlib.compress(data, self.level, wbits=31)
 
@@ -338,7 +338,7 @@ class ZstdCodec:
         small = (128 * 1024 - size) >> 11 if size < 128 * 1024 else 0
         return size + (size >> 8) + small + MAX_FRAMES * _FRAME_OVERHEAD
 
-    def encode(self, data: bytes) -> bytes:
+    def encode(self, data: bytes | memoryview) -> bytes:
         """Compress into one frame, with its content size and (if set) a checksum."""
         zstd = import_zstd()
         options = {
@@ -465,10 +465,11 @@ class CodecChain:
         if isinstance(self.array_bytes, ShardingCodec):
             msg = "writing sharded arrays is not supported"
             raise UnsupportedFeatureError(msg)
-        return self.compress(self.array_bytes.encode(chunk))
+        encoded = self.compress(self.array_bytes.encode(chunk))
+        return encoded if isinstance(encoded, bytes) else bytes(encoded)
 
-    def compress(self, data: bytes) -> bytes:
-        """Apply each compressor in order."""
+    def compress(self, data: bytes | memoryview) -> bytes | memoryview:
+        """Apply each compressor in order (``data`` itself without compressors)."""
         for codec in self.compressors:
             data = codec.encode(data)
         return data

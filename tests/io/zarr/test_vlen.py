@@ -1,0 +1,153 @@
+"""The vlen-utf8 encoder and decoder (cytepool.io.zarr._vlen) against a plain reference.
+
+The chunk layout itself, malformed chunks and streaming are tested with the codec in
+test_codecs.py; these tests cover the numpy fast paths (one length, NUL separators, the NUL
+and all-ASCII fallbacks), padding, and the Arrow-style buffers of ``Decoder.buffers``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cytepool.errors import FormatError
+from cytepool.io.zarr import _vlen
+
+STRING = np.dtypes.StringDType()
+
+CASES = [
+    [],
+    [""],
+    ["", "", ""],
+    ["a"],
+    ["abc", "def", "ghi"],  # one length
+    ["abc", "def", "gh"],
+    ["é€😀", "x", "", "日本語"],
+    ["trailing\x00", "\x00", "x\x00y", ""],  # NULs: lengths from the characters
+    ["\x00\x00", "\x00\x00"],  # NULs, one length
+    ["x" * 100_000, *["y"] * 50],
+    [f"cell-{i:08d}" for i in range(1000)],
+    [str(i) for i in range(1000)],
+    ["".join(map(chr, range(128))), "é", "", "\x7f"],  # no unused ASCII separator
+    ["".join(map(chr, range(128)))] * 3,
+]
+
+
+def reference(values: list[str], count: int | None = None) -> bytes:
+    """The vlen-utf8 chunk, one item at a time."""
+    parts = [(len(values) if count is None else count).to_bytes(4, "little")]
+    for value in values:
+        item = value.encode()
+        parts += [len(item).to_bytes(4, "little"), item]
+    parts += [bytes(4)] * ((count or len(values)) - len(values))
+    return b"".join(parts)
+
+
+def decode_buffers(data: bytes, count: int, piece: int | None = None) -> tuple[list[int], bytes]:
+    decoder = _vlen.Decoder(count, "c/0")
+    step = piece or max(1, len(data))
+    for i in range(0, len(data), step):
+        decoder.feed(data[i : i + step])
+    lengths, body = decoder.buffers()
+    assert lengths.dtype == np.int64
+    assert body.dtype == np.uint8
+    return lengths.tolist(), body.tobytes()
+
+
+@pytest.mark.parametrize("values", CASES, ids=range(len(CASES)))
+@pytest.mark.parametrize("dtype", [object, STRING])
+def test_encode_matches_the_reference(values: list[str], dtype: object) -> None:
+    array = np.array(values, dtype=dtype)
+    assert _vlen.encode(array) == reference(values)
+    assert _vlen.encode(array, len(values) + 3) == reference(values, len(values) + 3)
+    assert _vlen.payload(array).tobytes() == reference(values)
+
+
+def test_encode_refuses_a_count_below_the_items() -> None:
+    with pytest.raises(ValueError, match="a chunk of 1 items cannot hold 2 strings"):
+        _vlen.encode(np.array(["a", "b"], dtype=object), 1)
+
+
+@pytest.mark.parametrize("values", CASES, ids=range(len(CASES)))
+def test_assemble_from_lengths_and_bytes(values: list[str]) -> None:
+    items = [value.encode() for value in values]
+    lengths = np.array([len(item) for item in items], dtype=np.int64)
+    body = np.frombuffer(b"".join(items), dtype=np.uint8)
+    assert _vlen.assemble(lengths, body).tobytes() == reference(values)
+    assert _vlen.assemble(lengths, body, len(values) + 2).tobytes() == reference(
+        values, len(values) + 2
+    )
+
+
+@pytest.mark.parametrize("values", CASES, ids=range(len(CASES)))
+@pytest.mark.parametrize("piece", [None, 1, 5, 1000])
+def test_decode_into_strings_and_buffers(values: list[str], piece: int | None) -> None:
+    data = reference(values)
+    for objects in (True, False):
+        decoder = _vlen.Decoder(len(values), "c/0")
+        step = piece or max(1, len(data))
+        for i in range(0, len(data), step):
+            decoder.feed(data[i : i + step])
+        result = decoder.finish(objects=objects)
+        assert result.dtype == (object if objects else STRING)
+        assert result.tolist() == values
+    items = [value.encode() for value in values]
+    assert decode_buffers(data, len(values), piece) == ([len(i) for i in items], b"".join(items))
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [b"\xc3", b"\xa9"],  # together "é", apart invalid
+        [b"ab", b"\xc3", b"\xa9c"],
+        [b"\xff"],
+        [b"\xed\xa0\x80"],  # a surrogate
+        [b"ok", b"x\xe2\x82"],  # cut at the end
+        [b"\xe2\x82", b"\xac\xe2"],  # one length
+    ],
+)
+def test_buffers_check_each_item_is_utf8(items: list[bytes]) -> None:
+    parts = [len(items).to_bytes(4, "little")]
+    for item in items:
+        parts += [len(item).to_bytes(4, "little"), item]
+    decoder = _vlen.Decoder(len(items), "/s/c/0")
+    decoder.feed(b"".join(parts))
+    with pytest.raises(FormatError, match=r"/s/c/0: a vlen-utf8 item is not valid UTF-8"):
+        decoder.buffers()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\x02\0\0", "truncated: 3 bytes"),
+        (reference([])[:0] + (1).to_bytes(4, "little"), "truncated in the length of item 0"),
+        (reference(["a"])[:-1], "item 0 claims 1 bytes, only 0 remain"),
+    ],
+)
+def test_buffers_check_completeness(data: bytes, problem: str) -> None:
+    decoder = _vlen.Decoder(1, "c/0")
+    decoder.feed(data)
+    with pytest.raises(FormatError, match=problem):
+        decoder.buffers()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.text(st.characters(exclude_categories=("Cs",)), max_size=12), max_size=60),
+    st.integers(0, 4),
+    st.integers(1, 40),
+)
+def test_round_trips(values: list[str], padding: int, piece: int) -> None:
+    count = len(values) + padding
+    data = _vlen.encode(np.array(values, dtype=object), count)
+    assert data == reference(values, count)
+    expected = [*values, *[""] * padding]
+    decoder = _vlen.Decoder(count, "c/0")
+    for i in range(0, len(data), piece):
+        decoder.feed(data[i : i + piece])
+    assert decoder.finish(objects=True).tolist() == expected
+    lengths, body = decode_buffers(data, count, piece)
+    assert lengths == [len(v.encode()) for v in expected]
+    assert body == "".join(values).encode()
