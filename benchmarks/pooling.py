@@ -22,6 +22,7 @@ Run: ``.venv/bin/python benchmarks/pooling.py`` (``--help`` for the size and the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -268,10 +269,8 @@ def maxrss() -> int:
 
 def reset_maxrss() -> None:
     """Make the peak the current resident memory, where Linux allows (else it stays)."""
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def worker(case: str, data_dir: Path, result: Path | None) -> dict[str, Any]:

@@ -51,7 +51,10 @@ def check_row(values: Any, columns: Any, n_columns: int, order: bool) -> int:  #
     The loops have no branches, so they run on vector registers; the row then stays in
     cache for the scatter that follows.
     """
-    unsorted = not_integer = invalid_value = invalid_index = False
+    unsorted: Any = False  # numpy booleans once or-ed: Any for mypy
+    not_integer: Any = False
+    invalid_value: Any = False
+    invalid_index: Any = False
     bound = np.uint64(n_columns)
     for k in range(values.shape[0]):
         v = values[k]

@@ -142,7 +142,7 @@ def _arrow_chunked() -> Any:
 
 CASES: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
     "pandas-mixed": (_pandas_mixed, {"chunks": 8}),
-    "pandas-mixed-default-chunks": (_pandas_mixed, {}),
+    "pandas-default-chunks": (_pandas_mixed, {}),
     "pandas-range-index": (_pandas_range, {"chunks": 4}),
     "pandas-large": (_pandas_large, {}),
     "polars-mixed": (_polars_mixed, {"chunks": 8}),
@@ -154,7 +154,7 @@ CASES: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
 
 GOLDEN = {
     "pandas-mixed": "2a1849054dbb254a5341a24c0e66f2aef61ff9d3b928e0e46d1c60812886d82a",
-    "pandas-mixed-default-chunks": "3aadadb08c3f341fedab82c5b3301f85df6442597f6a03617c74c0243b86c4a3",
+    "pandas-default-chunks": "3aadadb08c3f341fedab82c5b3301f85df6442597f6a03617c74c0243b86c4a3",
     "pandas-range-index": "9ab6d061944deac0333776e5946af8915008f6166e11b475dd8cde54b63a8dfd",
     "pandas-large": "b930bf429844d08ad38620dbccf9f0eac133c041176fa2cac648e0b87d07c1db",
     "polars-mixed": "f9485994384ff477b69d572f548ad25e25d929451bfbf15c76b833a99069a7b0",

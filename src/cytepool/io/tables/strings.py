@@ -4,7 +4,7 @@ A string array of a table is stored exactly as :func:`cytepool.io.zarr.write_arr
 (``vlen-utf8`` chunks of the same size, the last one padded with ``""``, chunks of only ``""``
 not stored), but the chunks are encoded here from the column's bytes:
 
-* :class:`Utf8Strings` holds a column as Arrow-style buffers (int64 offsets and UTF-8 bytes),
+* :class:`Utf8Strings` holds a column as Arrow-style buffers (offsets and UTF-8 bytes),
   taken without a copy from a polars or pyarrow column, and is what reads for polars and
   pyarrow return: chunks decode straight into such buffers, which become an Arrow array
   (``pyarrow.Array.from_buffers``), so no Python ``str`` is made for a row;
@@ -30,7 +30,7 @@ from cytepool.io import zarr as _zarr
 from cytepool.io.zarr import _vlen
 from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr.indexing import ChunkPiece, parse_selection
-from cytepool.io.zarr.metadata import dumps
+from cytepool.io.zarr.metadata import ArrayMetadata, dumps
 
 __all__ = ["RowNumbers", "StringRows", "Utf8Strings", "decimal", "read_strings", "write_strings"]
 
@@ -82,7 +82,7 @@ def _strings(lengths: np.ndarray, body: np.ndarray) -> np.ndarray:
 
 
 class Utf8Strings(StringRows):
-    """A string column as Arrow-style buffers: ``offsets`` (n + 1 integers) into ``data``.
+    """A string column as Arrow-style buffers: ``offsets`` (n + 1 int32 or int64) into ``data``.
 
     Missing values, if any, are ``""`` here; their mask is kept with the column.
     """
@@ -112,14 +112,26 @@ class Utf8Strings(StringRows):
             return cls(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
         positions = np.frombuffer(offsets, dtype=offset_dtype)[array.offset : array.offset + n + 1]
         values = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8)
-        return cls(positions.astype(np.int64, copy=False), values)
+        return cls(positions, values)
 
     @classmethod
-    def from_parts(cls, lengths: np.ndarray, bodies: list[np.ndarray]) -> Utf8Strings:
-        """The column of the given byte lengths and the UTF-8 of its pieces in order."""
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        data = bodies[0] if len(bodies) == 1 else np.concatenate(bodies or [np.zeros(0, np.uint8)])
+    def from_parts(cls, parts: list[tuple[np.ndarray, np.ndarray]]) -> Utf8Strings:
+        """The column of pieces ``(lengths, utf8)`` in order; ``parts`` is emptied as the
+        pieces are copied, so that each is freed once copied."""
+        n = sum(len(lengths) for lengths, _ in parts)
+        size = sum(len(body) for _, body in parts)
+        offsets = np.empty(n + 1, dtype=np.int32 if size <= _INT32_MAX else np.int64)
+        data = np.empty(size, dtype=np.uint8)
+        offsets[0] = row = position = 0
+        parts.reverse()
+        while parts:
+            lengths, body = parts.pop()
+            stop = row + len(lengths)
+            segment = offsets[row + 1 : stop + 1]
+            np.cumsum(lengths, out=segment)
+            np.add(segment, position, out=segment)
+            data[position : position + len(body)] = body
+            row, position = stop, position + len(body)
         return cls(offsets, data)
 
     def utf8(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,11 +150,10 @@ class Utf8Strings(StringRows):
         end = int(self.offsets[-1]) if n else 0
         data = self.data[base:end]
         offsets = self.offsets - base if base else self.offsets
-        kind = pa.string()
         if end - base > _INT32_MAX:
-            kind = pa.large_string()
+            kind, offsets = pa.large_string(), offsets.astype(np.int64, copy=False)
         else:
-            offsets = offsets.astype(np.int32)
+            kind, offsets = pa.string(), offsets.astype(np.int32, copy=False)
         validity, nulls = None, 0
         if mask is not None and mask.any():
             validity = pa.py_buffer(np.packbits(~mask, bitorder="little"))
@@ -261,24 +272,22 @@ def read_strings(array: _zarr.ZarrArray) -> Utf8Strings:
     """
     reader = _BufferReader(array.path, array.metadata)
     reader.read(parse_selection(..., array.shape, orthogonal=False), np.empty(0, dtype=object))
-    pieces = sorted(reader.pieces, key=lambda piece: piece[0])
-    lengths = [piece[1] for piece in pieces]
-    bodies = [piece[2] for piece in pieces if len(piece[2])]
-    return Utf8Strings.from_parts(
-        np.concatenate(lengths) if lengths else np.zeros(0, np.int64), bodies
-    )
+    reader.pieces.sort(key=lambda piece: piece[0])
+    parts = [(lengths, body) for _, lengths, body in reader.pieces]
+    reader.pieces.clear()
+    return Utf8Strings.from_parts(parts)
 
 
 class _BufferReader(Reader):
     """The Zarr module's chunk reader, keeping decoded string chunks as buffers."""
 
-    def __init__(self, path: str | os.PathLike[str], meta: Any):
+    def __init__(self, path: str | os.PathLike[str], meta: ArrayMetadata):
         super().__init__(Path(path), meta, objects=False)
         self.pieces: list[tuple[int, np.ndarray, np.ndarray]] = []
 
     def _fill(self, piece: ChunkPiece, work: np.ndarray) -> None:
         start, stop = _bounds(piece.out_sel)
-        self.pieces.append((start, np.zeros(stop - start, np.int64), np.zeros(0, np.uint8)))
+        self.pieces.append((start, np.zeros(stop - start, np.int32), np.zeros(0, np.uint8)))
 
     def _decode_strings(self, source: Any, piece: ChunkPiece, work: np.ndarray) -> None:
         self._check_encoded_size(source)
@@ -294,7 +303,8 @@ class _BufferReader(Reader):
             skipped = int(lengths[:a].sum())
             lengths = lengths[a:b]
             body = body[skipped : skipped + int(lengths.sum())]
-        self.pieces.append((_bounds(piece.out_sel)[0], lengths, body))
+        # a chunk holds less than 2 GiB (MAX_CHUNK_BYTES): its lengths fit in int32
+        self.pieces.append((_bounds(piece.out_sel)[0], lengths.astype(np.int32), body))
 
 
 def _bounds(selection: Any) -> tuple[int, int]:
