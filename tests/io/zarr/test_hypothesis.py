@@ -292,16 +292,17 @@ def core_arrays(draw: st.DrawFn, names: list[str] = CORE_NAMES) -> np.ndarray:
     return values
 
 
-@FAST
+@pytest.mark.parametrize("name", CORE_NAMES)
+@settings(FAST, max_examples=max(EXAMPLES // 5, 1))
 @given(
-    values=core_arrays(),
     data=st.data(),
     compression=COMPRESSIONS,
     attributes=st.none() | st.dictionaries(st.text(max_size=4), st.integers() | st.text()),
 )
 def test_round_trip_core_dtypes(
-    values: np.ndarray, data: st.DataObject, compression: Any, attributes: Any
+    name: str, data: st.DataObject, compression: Any, attributes: Any
 ) -> None:
+    values = data.draw(core_arrays([name]), label="values")
     chunks = tuple(data.draw(st.integers(1, max(side, 1) + 2)) for side in values.shape)
     names = data.draw(st.none() | st.tuples(*[st.none() | st.text() for _ in values.shape]))
     with fresh_dir() as tmp:

@@ -286,9 +286,9 @@ def _split(data: bytearray, lengths: np.ndarray[Any, Any], where: str, objects: 
         items = _utf8(joined.data, where).split("\0")[1:]
     else:
         items = _split_on_unused(joined, lengths, where)
-    result = np.empty(n, dtype=object if objects else _STRING)
-    result[:] = items
-    return result
+    if objects:
+        return np.fromiter(items, dtype=object, count=n)
+    return np.array(items, dtype=_STRING).reshape(n)
 
 
 def _split_on_unused(
