@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from cytepool import fingerprint as _fp
-from cytepool.errors import ConstraintError, FormatError
+from cytepool.errors import ConstraintError, FormatError, _check_keys
 from cytepool.layers import (
     ArrayLayer,
     ConcatLayer,
@@ -206,11 +206,7 @@ class Provenance:
         FormatError
             If ``data`` is not such a dict (a ValueError).
         """
-        keys = {"operation", "parameters", "version", "time", "inputs"}
-        if not isinstance(data, Mapping) or set(data) != keys:
-            found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-            msg = f"provenance: expected an object with keys {sorted(keys)}, found {found}"
-            raise FormatError(msg)
+        _check_keys("provenance", data, {"operation", "parameters", "version", "time", "inputs"})
         if not isinstance(data["inputs"], list):
             msg = f"provenance: inputs must be a list, found {data['inputs']!r}"
             raise FormatError(msg)

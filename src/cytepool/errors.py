@@ -6,6 +6,9 @@ working for callers that do not know cytepool's own types.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "ConstraintError",
     "CytepoolError",
@@ -33,3 +36,11 @@ class StoreChangedError(CytepoolError, RuntimeError):
 
 class ConstraintError(CytepoolError, ValueError):
     """A value breaks a constraint of the cube (negative, non-finite, ...)."""
+
+
+def _check_keys(what: str, data: Any, keys: set[str]) -> None:
+    """Raise :class:`FormatError` unless ``data`` is a mapping with exactly ``keys``."""
+    if not isinstance(data, Mapping) or set(data) != keys:
+        found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+        msg = f"{what}: expected an object with keys {sorted(keys)}, found {found}"
+        raise FormatError(msg)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, _check_keys
 
 if TYPE_CHECKING:
     from cytepool.cube import Normalization
@@ -781,11 +781,7 @@ class Digests:
         FormatError
             If ``data`` is not such a dict (a ValueError).
         """
-        keys = {"tables", "cells", "normalization", "layers", "dtypes"}
-        if not isinstance(data, Mapping) or set(data) != keys:
-            found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-            msg = f"digests: expected an object with keys {sorted(keys)}, found {found}"
-            raise FormatError(msg)
+        _check_keys("digests", data, {"tables", "cells", "normalization", "layers", "dtypes"})
         try:
             for key in ("tables", "layers", "dtypes"):
                 if not isinstance(data[key], Mapping):

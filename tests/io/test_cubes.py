@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -1179,6 +1180,9 @@ ZYGOTE = textwrap.dedent(
 )
 
 
+ZYGOTE_DEADLINE_S = 240
+
+
 class Zygote:
     """A process that has imported cytepool and forks one writer per trial (fast to kill)."""
 
@@ -1188,8 +1192,19 @@ class Zygote:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # one process group: the watchdog kills writers too
         )
+        # A stuck writer must fail the test, not hang the suite: after the deadline the whole
+        # group is killed, the pipes close and the next readline returns "".
+        self.watchdog = threading.Timer(ZYGOTE_DEADLINE_S, self.kill)
+        self.watchdog.daemon = True
+        self.watchdog.start()
         self.fingerprints = self.process.stdout.readline().split()
+
+    def kill(self) -> None:
+        """SIGKILL the zygote and every writer it forked."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
     def write(self, seed: int, kill_after: float | None) -> float | None:
         """Write cube ``seed``; SIGKILL the writer after ``kill_after`` s, or time the write."""
@@ -1210,6 +1225,7 @@ class Zygote:
         return elapsed
 
     def close(self) -> None:
+        self.watchdog.cancel()
         self.process.stdin.close()
         self.process.wait()
         self.process.stdout.close()

@@ -191,7 +191,7 @@ def orthogonal(data: np.ndarray, key: Any) -> np.ndarray:
                 positions = np.flatnonzero(positions)
             out = np.take(out, positions.astype(np.intp), axis=axis)
             axis += 1
-    return np.asarray(out)
+    return np.asarray(out, dtype=data.dtype)  # keeps StringDType for a 0-d result
 
 
 INDEX_DTYPES = st.sampled_from(
@@ -351,12 +351,16 @@ def test_zero_chunks_are_not_stored() -> None:
 
 
 @st.composite
-def string_arrays(draw: st.DrawFn) -> np.ndarray:
+def string_arrays(draw: st.DrawFn, nul: bool = True) -> np.ndarray:
     shape, _ = draw(shapes_and_chunks())
     size = int(np.prod(shape, dtype=np.int64))
-    alphabet = st.characters(codec="utf-8", exclude_characters="\x00")
-    texts = draw(st.lists(st.text(alphabet, max_size=5), min_size=size, max_size=size))
     kind = draw(st.sampled_from(["T", "U", "O"]))
+    # numpy's fixed-width "U" strings drop trailing NULs; StringDType and str keep them.
+    nul = nul and kind != "U"
+    alphabet = st.characters(codec="utf-8", exclude_characters="" if nul else "\x00")
+    texts = draw(st.lists(st.text(alphabet, max_size=5), min_size=size, max_size=size))
+    if nul and texts and draw(st.booleans()):
+        texts[0] += "\x00"  # a trailing NUL
     if kind == "T":
         values = np.array(texts, dtype=np.dtypes.StringDType())
     elif kind == "U":
@@ -381,7 +385,8 @@ def test_round_trip_strings(values: np.ndarray, data: st.DataObject, compression
         assert result.tolist() == values.tolist()
         key = data.draw(orthogonal_keys(values.shape), label="key")
         expected = orthogonal(values.astype(np.dtypes.StringDType()), key)
-        assert np.asarray(array.oindex[key]).tolist() == expected.tolist()
+        actual = array.oindex[key]  # a str for a 0-d result, as numpy gives for StringDType
+        assert (actual if isinstance(actual, str) else actual.tolist()) == expected.tolist()
 
 
 @st.composite
@@ -417,7 +422,8 @@ def test_round_trip_datetime_and_timedelta(
 def interop_arrays(draw: st.DrawFn) -> np.ndarray:
     kind = draw(st.sampled_from(["core", "core", "core", "string", "time"]))
     if kind == "string":
-        return draw(string_arrays()).astype(np.dtypes.StringDType())
+        # zarr-python 3.1.6 reads a 0-d "\x00" as "" (through a fixed-width numpy str).
+        return draw(string_arrays(nul=False)).astype(np.dtypes.StringDType())
     if kind == "time":
         return native(draw(time_arrays()))
     return native(draw(core_arrays()))
