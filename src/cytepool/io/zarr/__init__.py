@@ -37,9 +37,16 @@ Anything else, such as another data type, the blosc or transpose codec, crc32c o
 index, nested sharding, another chunk grid or a storage transformer, raises a ValueError that
 names it; zarr-python reads such stores.
 
-A read opens only the chunks that hold a selected element and decodes each of them once, one
-at a time, so it holds the result and about one chunk: compressed chunks are read from disk
-and decoded in pieces of at most 256 KiB. A zstd decoder also keeps its frame's window, outside
+A read opens only the chunks that hold a selected element and decodes each of them once, so it
+holds the result and about one chunk per decoding thread: compressed chunks are read from disk
+and decoded in pieces of at most 256 KiB. Unlike the base text, which decodes one chunk at a
+time, chunks are decoded (and, when writing, encoded) a few at a time on a small shared thread
+pool, since zlib and zstd release the GIL: as many threads as the process may use CPUs, at most
+four. The environment variable ``CYTEPOOL_ZARR_THREADS`` (an integer from 1 to 64) sets the
+number; ``1`` works on one chunk at a time in the calling thread, as in the base text. Results,
+stored files and errors do not depend on it: chunks go to disjoint parts of the result, are
+stored in order, and a failure is raised for the first bad chunk in order once the chunks being
+decoded have settled. A zstd decoder also keeps its frame's window, outside
 Python's allocations: up to the size of the chunk, and 2 MiB at zstd's default level of 3
 (frames asking for a window larger than both the chunk and the 8 MiB that RFC 8878 asks every
 decoder to support are refused). A chunk compressed twice is decoded as a stream through both

@@ -1,8 +1,10 @@
 """Reading chunks into a preallocated result: bounded sources, sinks and the chunk reader.
 
-A read allocates its result once, then decodes the chunks it needs one at a time: straight
-into the result when a whole chunk fills a C-contiguous block of it or a block whose rows are
-contiguous, otherwise into one reusable chunk buffer that is then copied into place.
+A read allocates its result once, then decodes the chunks it needs, each once and a few at a
+time on the shared pool of ``_threads``: straight into the result when a whole chunk fills a
+C-contiguous block of it or a block whose rows are contiguous, otherwise into a reusable chunk
+buffer of the decoding thread that is then copied into place. Chunks cover disjoint parts of the
+result, so the threads never write to the same element.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import io
 import os
 import stat
+import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError
+from cytepool.io.zarr._threads import ordered_map
 from cytepool.io.zarr._vlen import Decoder
 from cytepool.io.zarr.codecs import (
     MAX_CHUNK_BYTES,
@@ -95,16 +100,16 @@ class _FlatSink:
     """Decoded bytes go into a C-contiguous array, in order."""
 
     def __init__(self, array: np.ndarray[Any, Any]):
-        self.buffer = array.reshape(-1).view(np.uint8).data
-        self.size, self.pos = len(self.buffer), 0
+        self.bytes = array.reshape(-1).view(np.uint8)  # numpy copies release the GIL
+        self.size, self.pos = len(self.bytes), 0
 
     def write(self, piece: bytes) -> None:
         end = self.pos + len(piece)
-        self.buffer[self.pos : end] = piece
+        self.bytes[self.pos : end] = np.frombuffer(piece, dtype=np.uint8)
         self.pos = end
 
     def read(self, source: _Source) -> None:
-        source.readinto(self.buffer)
+        source.readinto(self.bytes.data)
         self.pos = self.size
 
 
@@ -173,7 +178,7 @@ class Reader:
             if isinstance(array_bytes, BytesCodec)
             else None
         )
-        self.scratch: np.ndarray[Any, Any] | None = None
+        self.local = threading.local()  # each decoding thread's chunk buffer
 
     @property
     def _shard_shape(self) -> tuple[int, ...]:
@@ -182,8 +187,7 @@ class Reader:
     def read(self, selection: Selection, work: np.ndarray[Any, Any]) -> None:
         pieces = selection.pieces(self.chunk_shape)
         if self.shard is None:
-            for piece in pieces:
-                self._read_file_chunk(piece, work)
+            _each(lambda piece: self._read_file_chunk(piece, work), pieces)
         else:
             self._read_shards(pieces, work)
 
@@ -212,8 +216,7 @@ class Reader:
             local = [c % k for c, k in zip(piece.coords, per_shard, strict=True)]
             flat = int(np.ravel_multi_index(local, per_shard)) if local else 0
             groups.setdefault(shard, []).append((flat, piece))
-        for shard, items in groups.items():
-            self._read_shard(shard, items, work)
+        _each(lambda group: self._read_shard(group[0], group[1], work), groups.items())
 
     def _read_shard(
         self, coords: tuple[int, ...], items: list[tuple[int, ChunkPiece]], work: np.ndarray
@@ -265,9 +268,10 @@ class Reader:
         return work[(*piece.out_sel, Ellipsis)]
 
     def _scratch(self) -> np.ndarray[Any, Any]:
-        if self.scratch is None:
-            self.scratch = np.empty(self.chunk_shape, dtype=self.stored)
-        return self.scratch
+        scratch = getattr(self.local, "scratch", None)
+        if scratch is None:
+            scratch = self.local.scratch = np.empty(self.chunk_shape, dtype=self.stored)
+        return scratch
 
     def _decode_bytes(self, source: _Source, sink: Any) -> None:
         n = sink.size
@@ -305,6 +309,11 @@ class Reader:
             decoder.feed(out)
         chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
+
+
+def _each(function: Any, items: Any) -> None:
+    """Call ``function`` on every item, a few at a time on the shared pool."""
+    deque(ordered_map(function, items), maxlen=0)
 
 
 def _index(selection: Sequence[Any]) -> Any:

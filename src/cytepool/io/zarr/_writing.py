@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cytepool.io.zarr import indexing
+from cytepool.io.zarr._threads import ordered_map
 from cytepool.io.zarr.metadata import ArrayMetadata, DataType
 
 __all__ = ["NAT", "write_chunks"]
@@ -17,29 +19,46 @@ NAT = np.iinfo(np.int64).min
 
 
 def write_chunks(directory: Path, data: Any, meta: ArrayMetadata, dtype: np.dtype[Any]) -> None:
-    """Write the chunks of ``data`` (of ``dtype``) under ``directory``, one row at a time."""
+    """Write the chunks of ``data`` (of ``dtype``) under ``directory``, one row at a time.
+
+    The chunks of a row are encoded a few at a time on the shared pool of ``_threads`` and
+    stored in order; the next row is read once they are all stored.
+    """
     writer = _ChunkWriter(directory, meta)
+    for row in _rows_of_regions(data, meta, dtype):
+        for coords, encoded in ordered_map(writer.encode, row):
+            if encoded is not None:
+                writer.store(coords, encoded)
+
+
+Region = tuple[tuple[int, ...], np.ndarray[Any, Any]]
+
+
+def _rows_of_regions(
+    data: Any, meta: ArrayMetadata, dtype: np.dtype[Any]
+) -> Iterator[Iterator[Region]]:
+    """For each row of chunks along the first axis, its chunks (read when first needed)."""
     if not meta.shape:
-        writer.write((), _rows(data, None, (), meta.data_type, dtype))
+        yield iter([((), _rows(data, None, (), meta.data_type, dtype))])
         return
     grid = indexing.grid_shape(meta.shape, meta.chunk_grid.chunk_shape)
     for row in range(grid[0]):
-        _write_row(writer, data, row, grid, dtype)
+        yield _row_regions(data, row, grid, meta, dtype)
 
 
-def _write_row(
-    writer: _ChunkWriter, data: Any, row: int, grid: tuple[int, ...], dtype: np.dtype[Any]
-) -> None:
-    """Write one row of chunks along the first axis (only this row is held in memory)."""
-    shape, chunks = writer.meta.shape, writer.chunks
+def _row_regions(
+    data: Any, row: int, grid: tuple[int, ...], meta: ArrayMetadata, dtype: np.dtype[Any]
+) -> Iterator[Region]:
+    """The chunks of one row along the first axis (only this row is read)."""
+    shape, chunks = meta.shape, meta.chunk_grid.chunk_shape
     start, stop = row * chunks[0], min((row + 1) * chunks[0], shape[0])
-    block = _rows(data, (start, stop), (stop - start, *shape[1:]), writer.meta.data_type, dtype)
+    block = _rows(data, (start, stop), (stop - start, *shape[1:]), meta.data_type, dtype)
     for rest in itertools.product(*(range(g) for g in grid[1:])):
         region = tuple(
             slice(c * k, min((c + 1) * k, n))
             for c, k, n in zip(rest, chunks[1:], shape[1:], strict=True)
         )
-        writer.write((row, *rest), block[(slice(None), *region)])
+        yield (row, *rest), block[(slice(None), *region)]
 
 
 def _rows(
@@ -88,14 +107,19 @@ class _ChunkWriter:
         self.chunks = meta.chunk_grid.chunk_shape
         self.made: set[Path] = {directory}
 
-    def write(self, coords: tuple[int, ...], region: np.ndarray[Any, Any]) -> None:
+    def encode(self, item: Region) -> tuple[tuple[int, ...], bytes | memoryview | None]:
+        """A chunk's coordinates and encoded bytes, or None if it equals the fill value."""
+        coords, region = item
         chunk = self._pad(region)
         if self.meta.data_type.is_string and not any(chunk.ravel().tolist()):
-            return
+            return coords, None
         raw = self.meta.codecs.array_bytes.encode(chunk)  # type: ignore[union-attr]
         if self._is_fill(raw):
-            return
-        encoded = self.meta.codecs.compress(raw)
+            return coords, None
+        return coords, self.meta.codecs.compress(raw)
+
+    def store(self, coords: tuple[int, ...], encoded: bytes | memoryview) -> None:
+        """Write an encoded chunk to its new file."""
         path = self.directory / self.meta.chunk_key_encoding.encode(coords)
         if path.parent not in self.made:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +135,7 @@ class _ChunkWriter:
         chunk[tuple(slice(0, n) for n in region.shape)] = region
         return chunk
 
-    def _is_fill(self, raw: bytes) -> bool:
+    def _is_fill(self, raw: bytes | memoryview) -> bool:
         data_type = self.meta.data_type
         if data_type.is_string:
             return False

@@ -112,7 +112,7 @@ class BytesCodec:
 
     Examples
     --------
-    >>> BytesCodec("big").encode(np.array([1, 2], dtype=np.int16))
+    >>> bytes(BytesCodec("big").encode(np.array([1, 2], dtype=np.int16)))
     b'\\x00\\x01\\x00\\x02'
     """
 
@@ -145,9 +145,10 @@ class BytesCodec:
         """The dtype of the stored elements (``dtype`` in the codec's byte order)."""
         return dtype.newbyteorder("<" if self.endian != "big" else ">")
 
-    def encode(self, chunk: np.ndarray[Any, Any]) -> bytes:
-        """The chunk's bytes in C order and the codec's byte order."""
-        return np.ascontiguousarray(chunk, dtype=self.stored_dtype(chunk.dtype)).tobytes()
+    def encode(self, chunk: np.ndarray[Any, Any]) -> memoryview:
+        """The chunk's bytes in C order and the codec's byte order (a view, no copy if it can)."""
+        stored = np.ascontiguousarray(chunk, dtype=self.stored_dtype(chunk.dtype))
+        return stored.reshape(-1).view(np.uint8).data
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,170 @@
+"""Chunks encoded and decoded a few at a time: same bytes, same errors, bounded, fork-safe."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cytepool.errors import FormatError
+from cytepool.io.zarr import _threads as threads_module
+from cytepool.io.zarr import open_array, write_array
+from cytepool.io.zarr._threads import ENV_THREADS, ordered_map, threads
+
+
+@pytest.fixture(params=["1", "2", "5"])
+def n_threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setenv(ENV_THREADS, request.param)
+    return int(request.param)
+
+
+def stored_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the pool
+
+
+def test_threads_default_to_the_cpus_at_most_four(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_THREADS, raising=False)
+    assert 1 <= threads() <= min(4, os.cpu_count() or 1)
+    monkeypatch.setenv(ENV_THREADS, "3")
+    assert threads() == 3
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "", "1.5", "65"])
+def test_a_bad_thread_count_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(ENV_THREADS, value)
+    with pytest.raises(ValueError, match=f"{ENV_THREADS} must be an integer from 1 to 64"):
+        threads()
+    with pytest.raises(ValueError, match=ENV_THREADS):
+        list(ordered_map(abs, [1, 2]))
+
+
+def test_results_come_in_order_and_few_run_at_once(n_threads: int) -> None:
+    lock, running, most = threading.Lock(), [0], [0]
+    names: set[str] = set()
+
+    def work(item: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            names.add(threading.current_thread().name)
+        time.sleep(0.002 * (item % 3))
+        with lock:
+            running[0] -= 1
+        return item * item
+
+    assert list(ordered_map(work, range(40))) == [i * i for i in range(40)]
+    assert most[0] <= n_threads
+    if n_threads == 1:
+        assert names == {threading.current_thread().name}
+    else:
+        assert all(name.startswith("cytepool-zarr") for name in names)
+
+
+def test_items_are_taken_lazily(n_threads: int) -> None:
+    taken: list[int] = []
+
+    def items() -> Any:
+        for i in range(100):
+            taken.append(i)
+            yield i
+
+    results = ordered_map(lambda i: i, items())
+    assert next(iter(results)) == 0
+    assert len(taken) <= n_threads + 2  # a window of work, not the whole input
+
+
+def test_a_failure_is_raised_in_order_after_running_work_settles(n_threads: int) -> None:
+    finished: list[int] = []
+
+    def work(item: int) -> int:
+        if item in (5, 7):
+            raise KeyError(item)
+        time.sleep(0.001)
+        finished.append(item)
+        return item
+
+    with pytest.raises(KeyError, match="5"):
+        list(ordered_map(work, range(50)))
+    count = len(finished)
+    time.sleep(0.05)
+    assert len(finished) == count  # nothing runs on after the call has failed
+    assert count < 50
+
+
+def test_a_forked_child_gets_a_fresh_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_THREADS, "2")
+    data = np.arange(4000, dtype=np.int32)
+    write_array(tmp_path / "a", data, chunks=(100,), compression="zstd")
+    assert open_array(tmp_path / "a")[...].sum() == data.sum()  # the parent's pool is running
+    with warnings.catch_warnings():  # Python 3.12+ warns that the parent has threads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover (child)
+        ok = open_array(tmp_path / "a")[...].sum() == data.sum()
+        os._exit(0 if ok and threads_module._pools else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# reads and writes
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_same_store_and_values_with_any_thread_count(
+    tmp_path: Path, n_threads: int, compression: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(n_threads)
+    data = rng.poisson(0.3, (7, 33, 50)).astype(np.float32)
+    data[2] = 0  # chunks equal to the fill value are not stored
+    write_array(tmp_path / "a", data, chunks=(2, 8, 16), compression=compression)
+    monkeypatch.setenv(ENV_THREADS, "1")
+    write_array(tmp_path / "b", data, chunks=(2, 8, 16), compression=compression)
+    assert stored_bytes(tmp_path / "a") == stored_bytes(tmp_path / "b")
+    monkeypatch.setenv(ENV_THREADS, str(n_threads))
+    array = open_array(tmp_path / "a")
+    np.testing.assert_array_equal(array[...], data)
+    np.testing.assert_array_equal(array[1:6, ::3, 7:45], data[1:6, ::3, 7:45])
+    picks = [[4, 0, 4, 6], [32, 1, 1, 17], [49, 0, 20, 20, 3]]
+    np.testing.assert_array_equal(array.oindex[tuple(picks)], data[np.ix_(*picks)])
+
+
+def test_strings_and_shards_read_with_threads(tmp_path: Path, n_threads: int) -> None:
+    import zarr
+
+    words = np.array([f"w{i}é" * (i % 4) for i in range(300)])
+    write_array(tmp_path / "s", words, chunks=(7,), compression="zstd")
+    assert open_array(tmp_path / "s")[...].tolist() == words.tolist()
+    data = np.arange(24 * 30, dtype=np.int16).reshape(24, 30)
+    z = zarr.create_array(
+        tmp_path / "z", shape=data.shape, dtype="int16", chunks=(4, 5), shards=(8, 10), fill_value=0
+    )
+    z[...] = data
+    np.testing.assert_array_equal(open_array(tmp_path / "z")[...], data)
+    np.testing.assert_array_equal(
+        open_array(tmp_path / "z").oindex[[23, 0], 3:29], data[[23, 0], 3:29]
+    )
+
+
+def test_the_first_bad_chunk_in_order_is_reported(tmp_path: Path, n_threads: int) -> None:
+    write_array(tmp_path / "a", np.arange(1000.0), chunks=(100,), compression="gzip")
+    for name in ("3", "6"):
+        (tmp_path / "a" / "c" / name).write_bytes(b"not gzip")
+    with pytest.raises(FormatError, match=r"corrupt chunk .*c/3: invalid gzip data"):
+        open_array(tmp_path / "a")[...]
+    with pytest.raises(FormatError, match=r"corrupt chunk .*c/6"):
+        open_array(tmp_path / "a")[450:]
