@@ -12,9 +12,9 @@ On a float32 array shaped like a cube layer (groups x samples x features, chunks
 
 Reads use the store written by cytepool, warm in the page cache. The script prints medians of the
 wall-clock time over the repeats and the ratios as a markdown table, plus the ratio of the CPU
-time (summed over the process's threads: zarr-python decodes and encodes chunks in a thread pool,
-cytepool one chunk at a time), which tells efficiency apart from parallelism and from a busy
-machine.
+time (summed over the process's threads: both decode and encode several chunks at once on
+threads; ``CYTEPOOL_ZARR_THREADS=1`` runs cytepool on one), which tells efficiency apart from
+parallelism and from a busy machine.
 
 Usage::
 

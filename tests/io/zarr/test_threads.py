@@ -15,7 +15,7 @@ import pytest
 from cytepool.errors import FormatError
 from cytepool.io.zarr import _threads as threads_module
 from cytepool.io.zarr import open_array, write_array
-from cytepool.io.zarr._threads import ENV_THREADS, ordered_map, threads
+from cytepool.io.zarr._threads import ENV_THREADS, for_each, threads
 
 
 @pytest.fixture(params=["1", "2", "5"])
@@ -49,14 +49,15 @@ def test_a_bad_thread_count_is_refused(monkeypatch: pytest.MonkeyPatch, value: s
     with pytest.raises(ValueError, match=f"{ENV_THREADS} must be an integer from 1 to 64"):
         threads()
     with pytest.raises(ValueError, match=ENV_THREADS):
-        list(ordered_map(abs, [1, 2]))
+        for_each(abs, [1, 2])
 
 
-def test_results_come_in_order_and_few_run_at_once(n_threads: int) -> None:
+def test_every_item_once_a_few_at_a_time(n_threads: int) -> None:
     lock, running, most = threading.Lock(), [0], [0]
+    seen: list[int] = []
     names: set[str] = set()
 
-    def work(item: int) -> int:
+    def work(item: int) -> None:
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
@@ -64,45 +65,77 @@ def test_results_come_in_order_and_few_run_at_once(n_threads: int) -> None:
         time.sleep(0.002 * (item % 3))
         with lock:
             running[0] -= 1
-        return item * item
+            seen.append(item)
 
-    assert list(ordered_map(work, range(40))) == [i * i for i in range(40)]
+    for_each(work, range(40))
+    assert sorted(seen) == list(range(40))
     assert most[0] <= n_threads
-    if n_threads == 1:
-        assert names == {threading.current_thread().name}
-    else:
-        assert all(name.startswith("cytepool-zarr") for name in names)
+    assert threading.current_thread().name in names  # the caller works too
+    assert all(n.startswith("cytepool-zarr") for n in names - {threading.current_thread().name})
 
 
-def test_items_are_taken_lazily(n_threads: int) -> None:
+def test_items_are_taken_lazily_and_stop_at_a_failure(n_threads: int) -> None:
     taken: list[int] = []
 
     def items() -> Any:
-        for i in range(100):
+        for i in range(1000):
             taken.append(i)
             yield i
 
-    results = ordered_map(lambda i: i, items())
-    assert next(iter(results)) == 0
-    assert len(taken) <= n_threads + 2  # a window of work, not the whole input
-
-
-def test_a_failure_is_raised_in_order_after_running_work_settles(n_threads: int) -> None:
-    finished: list[int] = []
-
-    def work(item: int) -> int:
-        if item in (5, 7):
+    def work(item: int) -> None:
+        if item == 5:
             raise KeyError(item)
         time.sleep(0.001)
-        finished.append(item)
-        return item
 
     with pytest.raises(KeyError, match="5"):
-        list(ordered_map(work, range(50)))
+        for_each(work, items())
+    assert len(taken) <= 6 + n_threads  # a few past the failure, not the whole input
+
+
+def test_the_first_failure_in_order_is_raised_after_running_work_settles(n_threads: int) -> None:
+    finished: list[int] = []
+
+    def work(item: int) -> None:
+        if item == 7:
+            raise KeyError(7)  # fails at once
+        time.sleep(0.02 if item == 5 else 0.001)
+        if item == 5:
+            raise KeyError(5)  # fails later, but comes first
+        finished.append(item)
+
+    with pytest.raises(KeyError, match="5"):
+        for_each(work, range(50))
     count = len(finished)
     time.sleep(0.05)
     assert len(finished) == count  # nothing runs on after the call has failed
     assert count < 50
+
+
+def test_a_failing_source_is_raised_in_its_place(n_threads: int) -> None:
+    done: list[int] = []
+
+    def items() -> Any:
+        yield from range(10)
+        raise OSError("the source broke")
+
+    with pytest.raises(OSError, match="the source broke"):
+        for_each(done.append, items())
+    assert sorted(done) == list(range(10))
+
+
+def test_nested_calls_from_pool_threads_finish(n_threads: int) -> None:
+    totals: list[int] = []
+
+    def outer(item: int) -> None:
+        inner: list[int] = []
+        for_each(inner.append, range(item * 10))
+        totals.append(len(inner))
+
+    runner = threading.Thread(target=for_each, args=(outer, range(12)), daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "for_each deadlocked when called from pool threads"
+    assert sorted(totals) == [i * 10 for i in range(12)]
 
 
 def test_a_forked_child_gets_a_fresh_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

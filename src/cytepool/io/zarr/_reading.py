@@ -13,7 +13,6 @@ import io
 import os
 import stat
 import threading
-from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError
-from cytepool.io.zarr._threads import ordered_map
+from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr._vlen import Decoder
 from cytepool.io.zarr.codecs import (
     MAX_CHUNK_BYTES,
@@ -187,7 +186,7 @@ class Reader:
     def read(self, selection: Selection, work: np.ndarray[Any, Any]) -> None:
         pieces = selection.pieces(self.chunk_shape)
         if self.shard is None:
-            _each(lambda piece: self._read_file_chunk(piece, work), pieces)
+            for_each(lambda piece: self._read_file_chunk(piece, work), pieces)
         else:
             self._read_shards(pieces, work)
 
@@ -216,7 +215,7 @@ class Reader:
             local = [c % k for c, k in zip(piece.coords, per_shard, strict=True)]
             flat = int(np.ravel_multi_index(local, per_shard)) if local else 0
             groups.setdefault(shard, []).append((flat, piece))
-        _each(lambda group: self._read_shard(group[0], group[1], work), groups.items())
+        for_each(lambda group: self._read_shard(group[0], group[1], work), groups.items())
 
     def _read_shard(
         self, coords: tuple[int, ...], items: list[tuple[int, ChunkPiece]], work: np.ndarray
@@ -309,11 +308,6 @@ class Reader:
             decoder.feed(out)
         chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
-
-
-def _each(function: Any, items: Any) -> None:
-    """Call ``function`` on every item, a few at a time on the shared pool."""
-    deque(ordered_map(function, items), maxlen=0)
 
 
 def _index(selection: Sequence[Any]) -> Any:

@@ -1,23 +1,23 @@
 """A small shared thread pool for chunk codecs: zlib and zstd release the GIL while they work.
 
-Reads decode, and writes encode, up to :func:`threads` chunks at a time. Results come back in
-the order of their inputs, at most a few tasks are in flight (so memory stays at about one chunk
-per thread), and a failure waits for the tasks already running before it is raised, so nothing
-runs on after a call has returned. Set the environment variable ``CYTEPOOL_ZARR_THREADS`` to
-``1`` to work on one chunk at a time in the calling thread.
+Reads decode, and writes encode, up to :func:`threads` chunks at a time: the calling thread and
+``threads() - 1`` pool threads take the chunks in order, one at a time each, so memory stays at
+about one chunk per thread, and the caller starts at once instead of waiting for a pool thread to
+wake up. A failure is raised for the first chunk in order, as a plain loop would raise it, once
+every call under way has returned, so nothing runs on after a read or write has returned. Set the
+environment variable ``CYTEPOOL_ZARR_THREADS`` to ``1`` to work on one chunk at a time in the
+calling thread.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
-__all__ = ["ENV_THREADS", "MAX_THREADS", "ordered_map", "threads"]
+__all__ = ["ENV_THREADS", "MAX_THREADS", "for_each", "threads"]
 
 ENV_THREADS = "CYTEPOOL_ZARR_THREADS"
 MAX_THREADS = 4
@@ -26,7 +26,6 @@ MAX_THREADS = 4
 _MOST_THREADS = 64
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 _lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -75,44 +74,75 @@ def _forget_pools() -> None:
 os.register_at_fork(after_in_child=_forget_pools)
 
 
-def ordered_map(function: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-    """``map(function, items)`` on the shared pool: results in order, a few items in flight.
+def for_each(function: Callable[[T], object], items: Iterable[T]) -> None:
+    """Call ``function`` on every item: the calling thread and ``threads() - 1`` pool threads
+    take the items in order, one at a time each.
 
-    Runs in the calling thread when one thread is configured or there is only one item.
+    If calls fail, the failure of the first item in order is raised (as a plain loop would),
+    once every call under way has returned.
     """
     iterator = iter(items)
-    head = deque(itertools.islice(iterator, 2))
     workers = threads()
-    if len(head) < 2 or workers == 1:
-        return map(function, _resume(head, iterator))
-    return _pooled(function, _resume(head, iterator), workers)
-
-
-def _resume(head: deque[T], rest: Iterator[T]) -> Iterator[T]:
-    """The items taken from ``head`` (letting go of each), then the rest."""
-    while head:
-        yield head.popleft()
-    yield from rest
-
-
-def _pooled(function: Callable[[T], R], items: Iterator[T], workers: int) -> Iterator[R]:
-    pool, window = _executor(workers), workers + 1
-    pending: deque[Future[R]] = deque()
+    if workers == 1:
+        for item in iterator:
+            function(item)
+        return
+    shared = _Shared(function, iterator)
+    helpers = [_executor(workers - 1).submit(shared.work) for _ in range(workers - 1)]
     try:
-        for item in items:
-            pending.append(pool.submit(function, item))
-            if len(pending) >= window:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        shared.work()
     finally:
-        _settle(pending)
+        shared.stop()
+        for helper in helpers:
+            if not helper.cancel():  # never started: nothing to wait for (and no deadlock
+                helper.result()  # when a pool thread itself called for_each)
+    shared.raise_first()
 
 
-def _settle(pending: deque[Future[R]]) -> None:
-    """Cancel what has not started and wait for what has (after a failure or an early stop)."""
-    for future in pending:
-        future.cancel()
-    for future in pending:
-        if not future.cancelled():
-            future.exception()
+class _Shared:
+    """The items handed out in order under a lock, and the failures by position."""
+
+    def __init__(self, function: Callable[[T], object], iterator: Iterator[T]):
+        self.function, self.iterator = function, iterator
+        self.lock = threading.Lock()
+        self.position, self.stopped = 0, False
+        self.failures: dict[int, BaseException] = {}
+
+    def _take(self) -> tuple[int, Any]:
+        with self.lock:
+            if self.stopped:
+                return -1, None
+            try:
+                item = next(self.iterator, _END)
+            except BaseException as error:  # the source itself failed: as item `position`
+                self.failures[self.position] = error
+                item = _END
+            if item is _END:
+                self.stopped = True
+                return -1, None
+            self.position += 1
+            return self.position - 1, item
+
+    def work(self) -> None:
+        while True:
+            position, item = self._take()
+            if position < 0:
+                return
+            try:
+                self.function(item)
+            except BaseException as error:
+                with self.lock:
+                    self.failures[position] = error
+                    self.stopped = True
+                return
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+    def raise_first(self) -> None:
+        if self.failures:
+            raise self.failures[min(self.failures)]
+
+
+_END = object()

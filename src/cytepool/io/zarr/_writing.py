@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.io.zarr import indexing
-from cytepool.io.zarr._threads import ordered_map
+from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr.metadata import ArrayMetadata, DataType
 
 __all__ = ["NAT", "write_chunks"]
@@ -21,14 +21,12 @@ NAT = np.iinfo(np.int64).min
 def write_chunks(directory: Path, data: Any, meta: ArrayMetadata, dtype: np.dtype[Any]) -> None:
     """Write the chunks of ``data`` (of ``dtype``) under ``directory``, one row at a time.
 
-    The chunks of a row are encoded a few at a time on the shared pool of ``_threads`` and
-    stored in order; the next row is read once they are all stored.
+    The chunks of a row are encoded and stored a few at a time (see ``_threads``); the next
+    row is read once they are all stored.
     """
     writer = _ChunkWriter(directory, meta)
     for row in _rows_of_regions(data, meta, dtype):
-        for coords, encoded in ordered_map(writer.encode, row):
-            if encoded is not None:
-                writer.store(coords, encoded)
+        for_each(writer.write, row)
 
 
 Region = tuple[tuple[int, ...], np.ndarray[Any, Any]]
@@ -107,23 +105,20 @@ class _ChunkWriter:
         self.chunks = meta.chunk_grid.chunk_shape
         self.made: set[Path] = {directory}
 
-    def encode(self, item: Region) -> tuple[tuple[int, ...], bytes | memoryview | None]:
-        """A chunk's coordinates and encoded bytes, or None if it equals the fill value."""
+    def write(self, item: Region) -> None:
+        """Encode a chunk and store it in its new file, unless it equals the fill value."""
         coords, region = item
         chunk = self._pad(region)
         if self.meta.data_type.is_string and not any(chunk.ravel().tolist()):
-            return coords, None
+            return
         raw = self.meta.codecs.array_bytes.encode(chunk)  # type: ignore[union-attr]
         if self._is_fill(raw):
-            return coords, None
-        return coords, self.meta.codecs.compress(raw)
-
-    def store(self, coords: tuple[int, ...], encoded: bytes | memoryview) -> None:
-        """Write an encoded chunk to its new file."""
+            return
+        encoded = self.meta.codecs.compress(raw)
         path = self.directory / self.meta.chunk_key_encoding.encode(coords)
         if path.parent not in self.made:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.made.add(path.parent)
+            self.made.add(path.parent)  # set.add is atomic under the GIL
         with open(path, "xb") as file:
             file.write(encoded)
 
