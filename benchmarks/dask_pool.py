@@ -4,6 +4,8 @@ The counts (whole numbers as float32 CSR, ~5% nonzero, 24 samples x 12 groups, c
 order; the generator of ``benchmarks/pooling.py``) are written once, block by block, as a zarr
 (v3, zstd) AnnData. Each case then runs in a fresh process and pools them with ``from_cells``:
 
+- ``memory-read-1``: the whole in-memory path: X read into a scipy CSR matrix with anndata's
+  ``read_elem`` (zarr-python), then pooled with one numba thread, both timed;
 - ``memory-N``: X read whole into a scipy CSR matrix first (untimed), pooled with N threads;
 - ``dask-memory-N``: the same X in memory as a dask array of CSR chunks of ``--chunk-rows``
   rows, on dask's threaded scheduler with N workers: the cost of the map-reduce itself;
@@ -15,9 +17,13 @@ order; the generator of ``benchmarks/pooling.py``) are written once, block by bl
   nonzeros), so the zarr cases can be compared with what reading X costs.
 
 Peak memory is ``ru_maxrss`` after minus before the call (the peak reset first where Linux
-allows): of the process, or of each worker process for the cluster (the largest worker). Every
-pooling case must give the same fingerprint. Prints a markdown table with time, throughput per
-core and how many times slower per core than the in-memory path on one thread.
+allows): of the process, or of each worker process for the cluster (the largest worker). CPU
+time sums every thread of the process (zarr-python decodes on threads of its own), and for the
+cluster every worker process plus the client. Every pooling case must give the same
+fingerprint. Prints a markdown table with the wall-clock time, the CPU time, the throughput per
+core (cells per CPU second, which a busy machine and threads outside dask's count do not
+distort) and how many times more CPU time a cell takes than on the in-memory paths on one
+thread: pooling X already in memory, and reading X from the store first.
 
 Run: ``.venv/bin/python benchmarks/dask_pool.py`` (``--help`` for the size and the cases).
 """
@@ -57,6 +63,7 @@ _pooling = _sibling("pooling")
 cell_labels, csr_rows, obs = _pooling.cell_labels, _pooling.csr_rows, _pooling.obs
 
 CASES = (
+    "memory-read-1",
     "memory-1",
     "memory-2",
     "dask-memory-1",
@@ -69,6 +76,7 @@ CASES = (
     "zarr-cluster-2",
 )
 NAMES = {
+    "memory-read": "in memory incl. reading X (anndata read_elem), 1 numba thread",
     "memory": "in memory, numba threads",
     "dask-memory": "dask threads, X in memory",
     "zarr-read": "floor: dask threads, only reading X from zarr",
@@ -149,6 +157,8 @@ def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:
     chunk = x.blocks[0].compute()
     chunk_bytes = chunk.data.nbytes + chunk.indices.nbytes + chunk.indptr.nbytes
     warm_up()
+    if kind == "memory-read":
+        return run_memory_read(path, s, g, chunk_bytes)
     if kind in ("memory", "dask-memory"):
         x = x.compute()
     if kind == "dask-memory":
@@ -183,10 +193,25 @@ def run_memory(x: Any, s: Any, g: Any, threads: int, chunk_bytes: int) -> dict[s
     numba.set_num_threads(threads)
     reset_maxrss()
     before = maxrss()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fingerprint = pool(x, s, g)
-    seconds = time.perf_counter() - start
-    return record(seconds, maxrss() - before, fingerprint, threads, chunk_bytes)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return record(seconds, cpu, maxrss() - before, fingerprint, threads, chunk_bytes)
+
+
+def run_memory_read(path: Path, s: Any, g: Any, chunk_bytes: int) -> dict[str, Any]:
+    import numba
+    import zarr
+    from anndata.io import read_elem
+
+    numba.set_num_threads(1)
+    reset_maxrss()
+    before = maxrss()
+    start, cpu = time.perf_counter(), time.process_time()
+    x = read_elem(zarr.open_group(path, mode="r")["X"])
+    fingerprint = pool(x, s, g)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return record(seconds, cpu, maxrss() - before, fingerprint, 1, chunk_bytes)
 
 
 def run_threads(
@@ -196,15 +221,15 @@ def run_threads(
 
     reset_maxrss()
     before = maxrss()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with dask.config.set(scheduler="threads", num_workers=workers):
         if read_only:
             nnz = x.map_blocks(lambda b: np.full((1, 1), b.nnz), dtype=int, chunks=(1, 1))
             fingerprint = str(int(nnz.sum().compute()))
         else:
             fingerprint = pool(x, s, g)
-    seconds = time.perf_counter() - start
-    return record(seconds, maxrss() - before, fingerprint, workers, chunk_bytes)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return record(seconds, cpu, maxrss() - before, fingerprint, workers, chunk_bytes)
 
 
 def run_cluster(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[str, Any]:
@@ -218,18 +243,22 @@ def run_cluster(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[
     ):
         client.run(warm_up)
         client.run(reset_maxrss)
-        before = client.run(maxrss)
-        start = time.perf_counter()
+        before, cpu_before = client.run(maxrss), client.run(time.process_time)
+        start, cpu = time.perf_counter(), time.process_time()
         fingerprint = pool(x, s, g)
-        seconds = time.perf_counter() - start
-        after = client.run(maxrss)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        after, cpu_after = client.run(maxrss), client.run(time.process_time)
     peak = max(after[w] - before[w] for w in after)
-    return record(seconds, peak, fingerprint, workers, chunk_bytes)
+    cpu += sum(cpu_after[w] - cpu_before[w] for w in cpu_after)
+    return record(seconds, cpu, peak, fingerprint, workers, chunk_bytes)
 
 
-def record(seconds: float, peak: int, fingerprint: str, cores: int, chunk: int) -> dict[str, Any]:
+def record(
+    seconds: float, cpu: float, peak: int, fingerprint: str, cores: int, chunk: int
+) -> dict[str, Any]:
     return {
         "seconds": seconds,
+        "cpu": cpu,
         "peak": peak,
         "fingerprint": fingerprint,
         "cores": cores,
@@ -238,24 +267,28 @@ def record(seconds: float, peak: int, fingerprint: str, cores: int, chunk: int) 
 
 
 def table(results: dict[str, list[dict[str, Any]]], cells: int) -> str:
-    def per_core(runs: list[dict[str, Any]]) -> float:
-        return cells / statistics.median(r["seconds"] for r in runs) / runs[0]["cores"]
+    def median(runs: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
 
-    base = per_core(results["memory-1"]) if "memory-1" in results else None
+    def per_cpu(runs: list[dict[str, Any]]) -> float:
+        return cells / median(runs, "cpu")
+
+    bases = [results.get("memory-1"), results.get("memory-read-1")]
     chunk = next(iter(results.values()))[0]["chunk"]
     lines = [
         f"One CSR chunk: {chunk / 2**20:,.0f} MiB decompressed.",
         "",
-        "| case | cores | median s | cells/s per core | ÷ in-memory 1 core | peak memory (per worker) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | workers | median s | CPU s | cells per CPU s | CPU per cell ÷ in memory "
+        "(pooling only) | ÷ in memory (reading X + pooling) | peak memory (per worker) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case, runs in results.items():
         name = NAMES[case.rsplit("-", 1)[0]]
-        seconds = statistics.median(r["seconds"] for r in runs)
-        peak = statistics.median(r["peak"] for r in runs)
-        ratio = f"{base / per_core(runs):.2f}" if base else "–"
+        ratios = [f"{per_cpu(base) / per_cpu(runs):.2f}" if base else "–" for base in bases]
+        peak = median(runs, "peak")
         lines.append(
-            f"| {name} | {runs[0]['cores']} | {seconds:.2f} | {per_core(runs):,.0f} | {ratio} "
+            f"| {name} | {runs[0]['cores']} | {median(runs, 'seconds'):.2f} "
+            f"| {median(runs, 'cpu'):.2f} | {per_cpu(runs):,.0f} | {ratios[0]} | {ratios[1]} "
             f"| {peak / 2**20:,.0f} MiB ({peak / chunk:.1f} chunks) |"
         )
     return "\n".join(lines)
