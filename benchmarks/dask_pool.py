@@ -6,7 +6,8 @@ order; the generator of ``benchmarks/pooling.py``) are written once, block by bl
 
 - ``memory-read-1``: the whole in-memory path: X read into a scipy CSR matrix with anndata's
   ``read_elem`` (zarr-python), then pooled with one numba thread, both timed;
-- ``memory-N``: X read whole into a scipy CSR matrix first (untimed), pooled with N threads;
+- ``memory-N``: X read whole into a scipy CSR matrix first (as above, untimed), pooled with N
+  threads;
 - ``dask-memory-N``: the same X in memory as a dask array of CSR chunks of ``--chunk-rows``
   rows, on dask's threaded scheduler with N workers: the cost of the map-reduce itself;
 - ``zarr-threads-N``: X opened lazily (``anndata.experimental.read_elem_lazy``, CSR chunks of
@@ -160,7 +161,7 @@ def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:
     if kind == "memory-read":
         return run_memory_read(path, s, g, chunk_bytes)
     if kind in ("memory", "dask-memory"):
-        x = x.compute()
+        x = read_x(path)  # one copy of X (computing the dask array would hold two at once)
     if kind == "dask-memory":
         x = dask_of_rows(x, chunk_rows)
     if kind == "memory":
@@ -199,17 +200,22 @@ def run_memory(x: Any, s: Any, g: Any, threads: int, chunk_bytes: int) -> dict[s
     return record(seconds, cpu, maxrss() - before, fingerprint, threads, chunk_bytes)
 
 
-def run_memory_read(path: Path, s: Any, g: Any, chunk_bytes: int) -> dict[str, Any]:
-    import numba
+def read_x(path: Path) -> Any:
+    """X as a scipy CSR matrix, read whole with anndata (the in-memory path's first step)."""
     import zarr
     from anndata.io import read_elem
+
+    return read_elem(zarr.open_group(path, mode="r")["X"])
+
+
+def run_memory_read(path: Path, s: Any, g: Any, chunk_bytes: int) -> dict[str, Any]:
+    import numba
 
     numba.set_num_threads(1)
     reset_maxrss()
     before = maxrss()
     start, cpu = time.perf_counter(), time.process_time()
-    x = read_elem(zarr.open_group(path, mode="r")["X"])
-    fingerprint = pool(x, s, g)
+    fingerprint = pool(read_x(path), s, g)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     return record(seconds, cpu, maxrss() - before, fingerprint, 1, chunk_bytes)
 

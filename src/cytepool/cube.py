@@ -1045,6 +1045,13 @@ class Cube:
         fingerprints = tuple(x._known_fingerprint() if isinstance(x, Cube) else x for x in inputs)
         return Provenance(operation, dict(parameters), __version__, _utc_now(), fingerprints)
 
+    def _successor(self, operation: str, parameters: Mapping[str, Any], **parts: Any) -> Cube:
+        """A cube made from this one alone by ``operation``: ``parts`` (tables, layers, cells,
+        normalization, group digests) with this cube's metadata and provenance, plus a record."""
+        record = self._provenance_record(operation, parameters, (self,))
+        provenance = (*self._provenance, record)
+        return Cube._derived(**parts, metadata=self._metadata, provenance=provenance)
+
     def _with_provenance(self, provenance: Iterable[Provenance]) -> Cube:
         """The same cube (sharing its parts) with other provenance records."""
         records = tuple(provenance)
@@ -1139,16 +1146,8 @@ class Cube:
             "groups": _ids_parameter(None if gi is None else tables["groups"].ids),
             "features": _ids_parameter(None if fi is None else tables["features"].ids),
         }
-        record = self._provenance_record("select", params, (self,))
-        return Cube._derived(
-            tables=tables,
-            layers=layers,
-            cells=cells,
-            normalization=norm,
-            metadata=self._metadata,
-            provenance=(*self._provenance, record),
-            group_digests=digests,
-        )
+        parts = {"tables": tables, "layers": layers, "cells": cells, "normalization": norm}
+        return self._successor("select", params, **parts, group_digests=digests)
 
     def merge_groups(self, groups: Mapping[str, Sequence[str]]) -> Cube:
         """Sum groups into new groups, lazily; the other groups are kept as they are.
@@ -1252,16 +1251,8 @@ class Cube:
             known = self._group_digests[name]
             digests[name] = [known[m[0]] if len(m) == 1 else None for m in members]
         params = {"groups": {k: [table.ids[i] for i in v.tolist()] for k, v in members_of.items()}}
-        record = self._provenance_record("merge_groups", params, (self,))
-        return Cube._derived(
-            tables=tables,
-            layers=layers,
-            cells=cells,
-            normalization=None,
-            metadata=self._metadata,
-            provenance=(*self._provenance, record),
-            group_digests=digests,
-        )
+        parts = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
+        return self._successor("merge_groups", params, **parts, group_digests=digests)
 
     def pool_samples(self, by: str) -> Cube:
         """Sum the samples that share a value of a sample covariate, lazily.
@@ -1352,15 +1343,8 @@ class Cube:
         for name, layer in self._layers.items():
             lazy = SampleSumLayer(layer, members, name=name, group_ids=self._tables["groups"].ids)
             layers[name] = (lazy, lazy)
-        record = self._provenance_record("pool_samples", {"by": by}, (self,))
-        return Cube._derived(
-            tables=tables,
-            layers=layers,
-            cells=cells,
-            normalization=None,
-            metadata=self._metadata,
-            provenance=(*self._provenance, record),
-        )
+        parts = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
+        return self._successor("pool_samples", {"by": by}, **parts)
 
 
 # --------------------------------------------------------------------------- several cubes

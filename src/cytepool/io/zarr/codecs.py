@@ -12,11 +12,12 @@ just past the most bytes a valid chunk can produce, and a chunk may hold at most
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import sys
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
@@ -253,37 +254,57 @@ class GzipCodec:
 
 
 def _inflate(pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
-    total = members = 0
+    def more(decoder: Any, out: bytes, want: int) -> bytes | None:
+        tail = decoder.unconsumed_tail
+        return None if decoder.eof or (not tail and len(out) < want) else tail
+
+    start = functools.partial(zlib.decompressobj, 31)
+    return _frames(pieces, limit, where, _Stream(_GZIP, "gzip members", start, more))
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """How to decode one kind of frame: a new decoder, and the input after a step (or None)."""
+
+    name: str
+    frames: str
+    start: Callable[[], Any]
+    more: Callable[[Any, bytes, int], bytes | None]
+
+
+def _frames(pieces: Iterable[bytes], limit: int, where: str, kind: _Stream) -> Iterator[bytes]:
+    """Decode consecutive frames (gzip members, zstd frames), at most ``limit`` bytes in all."""
+    total = count = 0
     decoder = None
     for piece in pieces:
         data = piece
         while data:
             if decoder is None:
-                members = _count_frame(members, "gzip members", where)
-                decoder = zlib.decompressobj(31)
-            for out in _inflate_piece(decoder, data, limit - total):
+                count = _count_frame(count, kind.frames, where)
+                decoder = kind.start()
+            for out in _steps(decoder, data, limit - total, kind):
                 total += len(out)
                 yield out
             if decoder.eof:
                 data, decoder = decoder.unused_data, None
             else:
                 data = b""
-    if decoder is not None or members == 0:
-        raise _corrupt(where, "the gzip stream is truncated (or has trailing bytes)")
+    if decoder is not None or count == 0:
+        raise _corrupt(where, f"the {kind.name} stream is truncated (or has trailing bytes)")
 
 
-def _inflate_piece(decoder: Any, data: bytes, room: int) -> Iterator[bytes]:
-    while True:
+def _steps(decoder: Any, data: bytes, room: int, kind: _Stream) -> Iterator[bytes]:
+    """Decode ``data``, in pieces of at most PIECE_BYTES, stopping just past ``room`` bytes."""
+    next_input: bytes | None = data
+    while next_input is not None:
         want = min(PIECE_BYTES, room + 1)
-        out = decoder.decompress(data, want)
+        out = decoder.decompress(next_input, want)
         room -= len(out)
         if room < 0:
-            raise _TooLongError(_GZIP)
+            raise _TooLongError(kind.name)
         if out:
             yield out
-        data = decoder.unconsumed_tail
-        if decoder.eof or (not data and len(out) < want):
-            return
+        next_input = kind.more(decoder, out, want)
 
 
 def _count_frame(count: int, what: str, where: str) -> int:
@@ -362,37 +383,12 @@ def _unzstd(zstd: Any, pieces: Iterable[bytes], limit: int, where: str) -> Itera
     # asks every decoder to support (streaming writers use up to that without a content size).
     window_log = min(max(_MIN_WINDOW_LOG, (limit - 1).bit_length()), _MAX_WINDOW_LOG)
     options = {zstd.DecompressionParameter.window_log_max: window_log}
-    total = frames = 0
-    decoder = None
-    for piece in pieces:
-        data = piece
-        while data:
-            if decoder is None:
-                frames = _count_frame(frames, "zstd frames", where)
-                decoder = zstd.ZstdDecompressor(options=options)
-            for out in _unzstd_piece(decoder, data, limit - total):
-                total += len(out)
-                yield out
-            if decoder.eof:
-                data, decoder = decoder.unused_data, None
-            else:
-                data = b""
-    if decoder is not None or frames == 0:
-        raise _corrupt(where, "the zstd stream is truncated (or has trailing bytes)")
 
+    def more(decoder: Any, out: bytes, want: int) -> bytes | None:
+        return None if decoder.eof or decoder.needs_input or not out else b""
 
-def _unzstd_piece(decoder: Any, data: bytes, room: int) -> Iterator[bytes]:
-    while True:
-        want = min(PIECE_BYTES, room + 1)
-        out = decoder.decompress(data, want)
-        room -= len(out)
-        if room < 0:
-            raise _TooLongError(_ZSTD)
-        if out:
-            yield out
-        data = b""
-        if decoder.eof or decoder.needs_input or not out:
-            return
+    start = functools.partial(zstd.ZstdDecompressor, options=options)
+    return _frames(pieces, limit, where, _Stream(_ZSTD, "zstd frames", start, more))
 
 
 @dataclass(frozen=True)
