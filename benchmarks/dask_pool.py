@@ -14,6 +14,9 @@ order; the generator of ``benchmarks/pooling.py``) are written once, block by bl
   ``--chunk-rows`` rows), read and pooled on dask's threaded scheduler with N workers;
 - ``zarr-cluster-N``: the same on a ``dask.distributed`` ``LocalCluster`` of N worker
   processes of one thread each;
+- ``zarr-cluster-untrimmed-N``: the same, without the ``MALLOC_TRIM_THRESHOLD_=65536`` that
+  distributed sets for its worker processes by default (freed memory then stays with the
+  process instead of being handed back to the OS and page-faulted in again);
 - ``zarr-read-N``: a floor: the threaded scheduler only reads the chunks (counts their
   nonzeros), so the zarr cases can be compared with what reading X costs.
 
@@ -75,6 +78,8 @@ CASES = (
     "zarr-threads-2",
     "zarr-cluster-1",
     "zarr-cluster-2",
+    "zarr-cluster-untrimmed-1",
+    "zarr-cluster-untrimmed-2",
 )
 NAMES = {
     "memory-read": "in memory incl. reading X (anndata read_elem), 1 numba thread",
@@ -83,6 +88,7 @@ NAMES = {
     "zarr-read": "floor: dask threads, only reading X from zarr",
     "zarr-threads": "dask threads, X from zarr",
     "zarr-cluster": "LocalCluster processes, X from zarr",
+    "zarr-cluster-untrimmed": "the same, workers without MALLOC_TRIM_THRESHOLD_=65536",
 }
 
 
@@ -166,8 +172,8 @@ def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:
         x = dask_of_rows(x, chunk_rows)
     if kind == "memory":
         return run_memory(x, s, g, workers, chunk_bytes)
-    if kind == "zarr-cluster":
-        return run_cluster(x, s, g, workers, chunk_bytes)
+    if kind.startswith("zarr-cluster"):
+        return run_cluster(x, s, g, workers, chunk_bytes, trim=kind == "zarr-cluster")
     return run_threads(x, s, g, workers, chunk_bytes, read_only=kind == "zarr-read")
 
 
@@ -238,8 +244,18 @@ def run_threads(
     return record(seconds, cpu, maxrss() - before, fingerprint, workers, chunk_bytes)
 
 
-def run_cluster(x: Any, s: Any, g: Any, workers: int, chunk_bytes: int) -> dict[str, Any]:
+def run_cluster(
+    x: Any, s: Any, g: Any, workers: int, chunk_bytes: int, *, trim: bool
+) -> dict[str, Any]:
+    """Pool on a LocalCluster; ``trim=False`` drops distributed's default MALLOC_TRIM_THRESHOLD_
+    for worker processes (which hands freed memory back to the OS at once)."""
+    import dask
     from distributed import Client, LocalCluster
+
+    if not trim:
+        environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+        environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+        dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
 
     with (
         LocalCluster(
