@@ -479,8 +479,10 @@ class SumLayer(LazyLayer):
         return acc.result()
 
 
-class GroupSumLayer(LazyLayer):
-    """Each group is the sum of some groups of ``base`` (``Cube.merge_groups``)."""
+class _MemberSumLayer(LazyLayer):
+    """Each position along ``axis`` (0 groups, 1 samples) sums some positions of ``base``."""
+
+    axis: int
 
     def __init__(
         self,
@@ -495,7 +497,15 @@ class GroupSumLayer(LazyLayer):
         self.name = name
         self.group_ids = group_ids
         self.dtype = base.dtype
-        self.shape = (len(self.members), base.shape[1], base.shape[2])
+        shape = list(base.shape)
+        shape[self.axis] = len(self.members)
+        self.shape = (shape[0], shape[1], shape[2])
+
+
+class GroupSumLayer(_MemberSumLayer):
+    """Each group is the sum of some groups of ``base`` (``Cube.merge_groups``)."""
+
+    axis = 0
 
     def read(
         self, group: int, samples: Index | None = None, features: Index | None = None
@@ -511,23 +521,10 @@ class GroupSumLayer(LazyLayer):
         return acc.result()
 
 
-class SampleSumLayer(LazyLayer):
+class SampleSumLayer(_MemberSumLayer):
     """Each sample is the sum of some samples of ``base`` (``Cube.pool_samples``)."""
 
-    def __init__(
-        self,
-        base: LazyLayer,
-        members: Sequence[Index],
-        *,
-        name: str,
-        group_ids: Sequence[str],
-    ):
-        self.base = base
-        self.members = [np.asarray(m, dtype=np.intp) for m in members]
-        self.name = name
-        self.group_ids = group_ids
-        self.dtype = base.dtype
-        self.shape = (base.shape[0], len(self.members), base.shape[2])
+    axis = 1
 
     def read(
         self, group: int, samples: Index | None = None, features: Index | None = None

@@ -30,6 +30,7 @@ from cytepool.io.zarr.metadata import (
     ChunkKeyEncoding,
     DataType,
     RegularChunkGrid,
+    check_attributes,
 )
 
 __all__ = ["DEFAULT_LEVELS", "ZarrArray", "check_compression", "open_array", "write_array"]
@@ -394,7 +395,7 @@ def _new_metadata(
         chunk_key_encoding=ChunkKeyEncoding("default", "/"),
         fill_value=_zero_fill(data_type),
         codecs=CodecChain(head, compressors),
-        attributes=_check_attributes(attributes),
+        attributes=check_attributes(attributes),
         dimension_names=_check_dimension_names(dimension_names, len(shape)),
     )
 
@@ -428,20 +429,6 @@ def _check_chunks(chunks: Any, shape: tuple[int, ...], data_type: DataType) -> t
     if nbytes > MAX_CHUNK_BYTES:
         msg = f"chunks of {result} take {nbytes} bytes, more than MAX_CHUNK_BYTES"
         raise ValueError(msg)
-    return result
-
-
-def _check_attributes(attributes: Any) -> dict[str, Any]:
-    if attributes is None:
-        return {}
-    if not isinstance(attributes, Mapping):
-        msg = f"attributes must be a mapping, not {type(attributes).__name__}"
-        raise TypeError(msg)
-    if not all(isinstance(key, str) for key in attributes):
-        msg = "attribute names must be strings"
-        raise TypeError(msg)
-    text = json.dumps(dict(attributes), allow_nan=False)
-    result: dict[str, Any] = json.loads(text)
     return result
 
 

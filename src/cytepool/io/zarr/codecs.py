@@ -25,7 +25,13 @@ import numpy as np
 
 from cytepool.errors import FormatError, UnsupportedFeatureError
 from cytepool.io.zarr import _vlen
-from cytepool.io.zarr.metadata import check_config_keys, named_configuration
+from cytepool.io.zarr.metadata import (  # the shared field checks
+    _fail,
+    _is_int,
+    _unsupported,
+    check_config_keys,
+    named_configuration,
+)
 
 if TYPE_CHECKING:
     import types
@@ -89,18 +95,6 @@ def import_zstd() -> types.ModuleType:
         except ImportError:
             continue
     raise ValueError(_ZSTD_HINT)
-
-
-def _fail(where: str, problem: str) -> FormatError:
-    return FormatError(f"invalid Zarr metadata {where}: {problem}")
-
-
-def _unsupported(where: str, problem: str) -> UnsupportedFeatureError:
-    return UnsupportedFeatureError(f"unsupported Zarr feature in {where}: {problem}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from cytepool.errors import FormatError
 from cytepool.io.zarr._store import as_path, read_document, write_document
-from cytepool.io.zarr.metadata import METADATA_FILE, GroupMetadata, parse_document
+from cytepool.io.zarr.metadata import (
+    METADATA_FILE,
+    GroupMetadata,
+    check_attributes,
+    parse_document,
+)
 
 __all__ = ["node_type", "read_group_attributes", "write_group"]
 
@@ -42,25 +46,12 @@ def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | No
     {'encoding-type': 'dict'}
     """
     directory = as_path(path)
-    document = GroupMetadata(_attributes(attributes)).to_json()
+    document = GroupMetadata(check_attributes(attributes)).to_json()
     if (directory / METADATA_FILE).exists():
         msg = f"{directory} already has a {METADATA_FILE}"
         raise FileExistsError(msg)
     directory.mkdir(exist_ok=True)
     write_document(directory, document)
-
-
-def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    if attributes is None:
-        return {}
-    if not isinstance(attributes, Mapping):
-        msg = f"attributes must be a mapping, not {type(attributes).__name__}"
-        raise TypeError(msg)
-    if not all(isinstance(key, str) for key in attributes):
-        msg = "attribute names must be strings"
-        raise TypeError(msg)
-    result: dict[str, Any] = json.loads(json.dumps(dict(attributes), allow_nan=False))
-    return result
 
 
 def read_group_attributes(path: str | os.PathLike[str]) -> dict[str, Any]:

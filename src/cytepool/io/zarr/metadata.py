@@ -817,6 +817,20 @@ def _parse_shape(value: Any, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def check_attributes(attributes: Any) -> dict[str, Any]:
+    """Attributes to write: a mapping with string keys, as the JSON it is stored as."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        msg = f"attributes must be a mapping, not {type(attributes).__name__}"
+        raise TypeError(msg)
+    if not all(isinstance(key, str) for key in attributes):
+        msg = "attribute names must be strings"
+        raise TypeError(msg)
+    result: dict[str, Any] = json.loads(json.dumps(dict(attributes), allow_nan=False))
+    return result
+
+
 def _parse_attributes(doc: dict[str, Any], where: str) -> dict[str, Any]:
     return dict(_object(doc.get("attributes", {}), where, "attributes"))
 
