@@ -303,7 +303,7 @@ def test_zarr_python_reads_cytepool_groups(tmp_path: Path) -> None:
 def test_sharded_reads_touch_only_the_index_and_needed_inner_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cytepool.io.zarr import _reading as reading_module
+    from cytepool.io.zarr.store import LocalHandle
 
     data = np.arange(40 * 40, dtype=np.float64).reshape(40, 40)
     codec = zcodecs.ShardingCodec(chunk_shape=(5, 5), codecs=[zcodecs.BytesCodec()])
@@ -311,36 +311,14 @@ def test_sharded_reads_touch_only_the_index_and_needed_inner_chunks(
         tmp_path / "a", data=data, chunks=(20, 20), serializer=codec, compressors=None
     )
     reads: list[int] = []
-    original = reading_module.open_chunk
+    original = LocalHandle.get_range
 
-    class Logged:
-        def __init__(self, file: Any):
-            self.file = file
+    def logged(handle: LocalHandle, key: str, start: int, length: int) -> Any:
+        part = original(handle, key, start, length)
+        reads.append(0 if part is None else len(part.data))
+        return part
 
-        def read(self, n: int) -> bytes:
-            out = self.file.read(n)
-            reads.append(len(out))
-            return out
-
-        def readinto(self, buffer: Any) -> int:
-            n = self.file.readinto(buffer)
-            reads.append(n)
-            return n
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.file, name)
-
-        def __enter__(self) -> Any:
-            return self
-
-        def __exit__(self, *args: Any) -> None:
-            self.file.close()
-
-    monkeypatch.setattr(
-        reading_module,
-        "open_chunk",
-        lambda path: None if (f := original(path)) is None else Logged(f),
-    )
+    monkeypatch.setattr(LocalHandle, "get_range", logged)
     array = open_array(tmp_path / "a")
     assert array[27, 3] == data[27, 3]
     assert sum(reads) == (16 * 16 + 4) + 5 * 5 * 8  # the index, then one inner chunk

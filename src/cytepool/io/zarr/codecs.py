@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -68,8 +68,15 @@ _ZSTD_HINT = (
 )
 
 
+_zstd_lock = threading.Lock()
+
+
 def import_zstd() -> types.ModuleType:
     """Import ``compression.zstd`` (Python 3.14+) or else ``backports.zstd``.
+
+    The import runs under a lock and through the import system, which hands out a module only
+    once it is completely initialised: decoding threads that reach zstd at the same time
+    wait for one import, and none gets a module another thread is still initialising.
 
     Returns
     -------
@@ -85,15 +92,12 @@ def import_zstd() -> types.ModuleType:
     >>> import_zstd().decompress(import_zstd().compress(b"abc"))
     b'abc'
     """
-    for name in _ZSTD_MODULES:
-        module = sys.modules.get(name)
-        if module is not None:
-            return module
-    for name in _ZSTD_MODULES:
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
+    with _zstd_lock:
+        for name in _ZSTD_MODULES:
+            try:
+                return importlib.import_module(name)
+            except ImportError:
+                continue
     raise ValueError(_ZSTD_HINT)
 
 
