@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import cytepool
 from cytepool import Cube, Normalization
 from cytepool.errors import FormatError, StoreChangedError
-from cytepool.io import cubes, read_cube, write_cube
+from cytepool.io import _atomic, cubes, read_cube, write_cube
 from cytepool.io.zarr import ZarrArray, open_array, write_array
 
 pd = pytest.importorskip("pandas")
@@ -662,13 +662,25 @@ def test_target_appearing_during_write_is_left_alone(
     assert leftovers(target) == []
 
 
-def test_inode_check_after_exchange_swaps_back(
+def test_directory_put_there_before_the_exchange_is_swapped_back(
     tmp_path: Path, stored: Path, cube: Cube, other: Cube, monkeypatch
 ) -> None:
-    monkeypatch.setattr(cubes, "_identity", lambda path: (-1, -1))
+    original = _atomic._exchange
+    calls: list[Path] = []
+
+    def exchange_after_a_swap(first: Path, second: Path) -> bool:
+        if not calls:  # between the last check and the exchange, someone else's directory
+            shutil.rmtree(second)
+            second.mkdir()
+            (second / "notes.txt").write_text("precious")
+        calls.append(second)
+        return original(first, second)
+
+    monkeypatch.setattr(_atomic, "_exchange", exchange_after_a_swap)
     with pytest.raises(FileExistsError, match="replaced while"):
         write_cube(other, stored, overwrite=True)
-    assert_same_cube(read_cube(stored), cube)
+    assert calls == [stored, stored]  # the exchange, and the exchange back
+    assert (stored / "notes.txt").read_text() == "precious"
     assert leftovers(stored) == []
 
 
@@ -711,7 +723,7 @@ def test_locked_leftover_of_a_live_writer_is_kept(tmp_path: Path, cube: Cube) ->
     target = tmp_path / "a.cube.zarr"
     live = tmp_path / (".a.cube.zarr.cytepool-tmp-" + "7" * 16)
     live.mkdir()
-    with cubes._locked(live) as acquired:
+    with _atomic._locked(live) as acquired:
         assert acquired
         write_cube(cube, target)
         assert live.is_dir()
@@ -721,7 +733,7 @@ def test_locked_leftover_of_a_live_writer_is_kept(tmp_path: Path, cube: Cube) ->
 
 @pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
 def test_lock_is_exclusive(tmp_path: Path) -> None:
-    with cubes._locked(tmp_path) as first:
+    with _atomic._locked(tmp_path) as first:
         code = (
             "import fcntl, os, sys\n"
             "descriptor = os.open(sys.argv[1], os.O_RDONLY)\n"
@@ -737,12 +749,12 @@ def test_lock_is_exclusive(tmp_path: Path) -> None:
         )
         assert first
         assert result.stdout.strip() == "False"
-    with cubes._locked(tmp_path / "missing") as acquired:
+    with _atomic._locked(tmp_path / "missing") as acquired:
         assert not acquired
 
 
 def test_two_rename_fallback(stored: Path, other: Cube, monkeypatch) -> None:
-    monkeypatch.setattr(cubes, "_renameat2", lambda source, destination, flags: False)
+    monkeypatch.setattr(_atomic, "_renameat2", lambda source, destination, flags: False)
     write_cube(other, stored, overwrite=True)
     assert_same_cube(read_cube(stored), other)
     assert leftovers(stored) == []
@@ -753,15 +765,15 @@ def test_two_rename_fallback(stored: Path, other: Cube, monkeypatch) -> None:
 def test_two_rename_fallback_failure_puts_old_back(
     stored: Path, cube: Cube, other: Cube, monkeypatch
 ) -> None:
-    monkeypatch.setattr(cubes, "_renameat2", lambda source, destination, flags: False)
-    original = cubes._rename_noreplace
+    monkeypatch.setattr(_atomic, "_renameat2", lambda source, destination, flags: False)
+    original = _atomic._rename_noreplace
 
     def interrupted(source, destination):
         if ".cytepool-tmp-" in source.name:
             raise KeyboardInterrupt
         original(source, destination)
 
-    monkeypatch.setattr(cubes, "_rename_noreplace", interrupted)
+    monkeypatch.setattr(_atomic, "_rename_noreplace", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_cube(other, stored, overwrite=True)
     assert_same_cube(read_cube(stored), cube)
@@ -783,9 +795,9 @@ def test_next_write_recovers_from_the_window(stored: Path, cube: Cube, other: Cu
 
 
 def test_renameat2_unsupported_platform(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(cubes.sys, "platform", "darwin")
+    monkeypatch.setattr(_atomic.sys, "platform", "darwin")
     (tmp_path / "a").mkdir()
-    assert cubes._renameat2(tmp_path / "a", tmp_path / "b", cubes._RENAME_EXCHANGE) is False
+    assert _atomic._renameat2(tmp_path / "a", tmp_path / "b", _atomic._RENAME_EXCHANGE) is False
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="renameat2 is Linux only")
@@ -793,13 +805,13 @@ def test_renameat2_exchange_and_noreplace(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "one").touch()
     (tmp_path / "b").mkdir()
-    assert cubes._exchange(tmp_path / "a", tmp_path / "b")
+    assert _atomic._exchange(tmp_path / "a", tmp_path / "b")
     assert (tmp_path / "b" / "one").exists()
     assert not (tmp_path / "a" / "one").exists()
-    with pytest.raises(FileExistsError):
-        cubes._rename_noreplace(tmp_path / "a", tmp_path / "b")
+    assert not _atomic._rename_noreplace(tmp_path / "a", tmp_path / "b")
+    assert (tmp_path / "a").is_dir() and (tmp_path / "b" / "one").exists()
     with pytest.raises(FileNotFoundError):
-        cubes._renameat2(tmp_path / "missing", tmp_path / "c", cubes._RENAME_NOREPLACE)
+        _atomic._renameat2(tmp_path / "missing", tmp_path / "c", _atomic._RENAME_NOREPLACE)
 
 
 # ---------------------------------------------------------------------------------------------

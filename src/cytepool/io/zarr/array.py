@@ -132,6 +132,16 @@ class ZarrArray:
         return Path(self._store.where(self._key))
 
     @property
+    def store(self) -> Store:
+        """The store that holds the array."""
+        return self._store
+
+    @property
+    def key(self) -> str:
+        """The array's key in its store (``""`` when the store is the array)."""
+        return self._key
+
+    @property
     def shape(self) -> tuple[int, ...]:
         """The array's shape."""
         return self._metadata.shape
