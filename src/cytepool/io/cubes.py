@@ -86,6 +86,7 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _BACKENDS = ("pandas", "polars", "pyarrow")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
+_ATTEMPTS = 16
 
 # ---------------------------------------------------------------------------------------------
 # Public functions
@@ -480,11 +481,17 @@ def _attributes_digest(metadata: Any, provenance: Any) -> str:
 
 
 def _is_cube_file(path: Path) -> bool:
-    try:
-        attributes = read_group_attributes(path)
-    except (OSError, ValueError):
-        return False
-    return attributes.get("format") == FORMAT
+    """Whether ``path`` holds a cube file (of any version); asked again while another writer
+    replaces it."""
+    for _ in range(_ATTEMPTS):
+        try:
+            attributes = read_group_attributes(path)
+        except StoreChangedError:
+            continue
+        except (OSError, ValueError):
+            return False
+        return attributes.get("format") == FORMAT
+    return False
 
 
 @dataclass(frozen=True)

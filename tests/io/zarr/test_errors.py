@@ -6,16 +6,14 @@ Stores are built by hand (zarr.json and chunk files), so each test shows exactly
 from __future__ import annotations
 
 import json
-import os
-import socket
 import struct
-import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from special_files import SPECIAL_FILES, make_special, without_blocking
 
 from cytepool.errors import FormatError, StoreChangedError, UnsupportedFeatureError
 from cytepool.io.zarr import (
@@ -116,76 +114,23 @@ def test_array_and_group_mixups(tmp_path: Path) -> None:
         read_group_attributes(tmp_path / "a")
 
 
-SPECIAL_FILES = {
-    "fifo": "a FIFO",
-    "socket": "a socket",
-    "directory": "a directory",
-    "device": "a character device",
-}
-
-
-def make_special(path: Path, kind: str) -> None:
-    """Put a FIFO, a socket, a directory or (a link to) a device at ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "socket":
-        here = os.getcwd()
-        os.chdir(path.parent)  # a socket's path may hold only 107 bytes
-        try:
-            with socket.socket(socket.AF_UNIX) as server:
-                server.bind(path.name)
-        finally:
-            os.chdir(here)
-    elif kind == "directory":
-        path.mkdir()
-    else:
-        path.symlink_to("/dev/null")
-
-
-def without_blocking(call: Any, fifo: Path) -> Any:
-    """Run ``call``; if it blocks on the FIFO for 5 s, release it (then fail the test)."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as error:  # noqa: BLE001 - handed to the test below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(5)
-    if thread.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the reader sees an empty file
-        thread.join(5)
-        pytest.fail(f"the read blocked on the FIFO {fifo}")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and sockets are POSIX")
-@pytest.mark.parametrize("kind", SPECIAL_FILES)
-def test_metadata_that_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+def test_metadata_that_is_not_a_regular_file(tmp_path: Path, special: str) -> None:
     target = tmp_path / "a" / METADATA_FILE
-    make_special(target, kind)
+    make_special(target, special)
+    problem = f"is not a regular file: it is {SPECIAL_FILES[special]}"
     for call in (open_array, read_group_attributes, node_type):
-        with raises_naming(FormatError, f"is not a regular file: it is {SPECIAL_FILES[kind]}", target):
+        with raises_naming(FormatError, problem, target):
             without_blocking(lambda call=call: call(tmp_path / "a"), target)
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and sockets are POSIX")
-@pytest.mark.parametrize("kind", SPECIAL_FILES)
 @pytest.mark.parametrize("compression", [None, "zstd"])
-def test_chunk_that_is_not_a_regular_file(tmp_path: Path, kind: str, compression: Any) -> None:
+def test_chunk_that_is_not_a_regular_file(tmp_path: Path, special: str, compression: Any) -> None:
     write_array(tmp_path / "a", np.arange(1, 9), chunks=(4,), compression=compression)
     target = tmp_path / "a" / "c" / "1"
-    target.unlink()
-    make_special(target, kind)
+    make_special(target, special)
     array = open_array(tmp_path / "a")
     assert array[:4].tolist() == [1, 2, 3, 4]
-    problem = f"is not a regular file: it is {SPECIAL_FILES[kind]}"
+    problem = f"is not a regular file: it is {SPECIAL_FILES[special]}"
     for read in (lambda: array[...], lambda: array.oindex[[5]], lambda: np.asarray(array)):
         with raises_naming(FormatError, problem, target):
             without_blocking(read, target)

@@ -484,7 +484,7 @@ def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.
     if unit in units and count == 1:
         return values
     kind = "datetime64" if values.dtype.kind == "M" else "timedelta64"
-    target = np.dtype(f"{kind}[{fallback}]")
+    target = np.dtype(f"{kind}[{unit if unit in units else fallback}]")
     converted = values.astype(target)
     if np.can_cast(values.dtype, target, casting="safe"):  # a multiplication: check it
         back = converted.astype(values.dtype)
