@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from special_files import SPECIAL_FILES, make_special, without_blocking
 
 import cytepool
 from cytepool import Cube, Normalization
@@ -491,13 +492,13 @@ def test_write_exists(stored: Path, cube: Cube, other: Cube) -> None:
     assert_same_cube(read_cube(stored), cube)
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "__x", "a:b"])
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "__x", "a:b", "a\0b", "x" * 256, "é" * 128])
 def test_unstorable_layer_names(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="layer name"):
         cubes._check_layer_names([name])
 
 
-@pytest.mark.parametrize("names", [("a:b",), ("__x",), ("counts", "Counts")])
+@pytest.mark.parametrize("names", [("a:b",), ("__x",), ("counts", "Counts"), ("y" * 300,)])
 def test_write_refuses_unstorable_layer_names(tmp_path: Path, names) -> None:
     cube = make_cube()
     layers = {name: cube.to_numpy("counts") for name in names}
@@ -1092,6 +1093,103 @@ def test_edited_table_digest(stored: Path) -> None:
     edit_attributes(stored, edit)
     with pytest.raises(ValueError, match="groups: the table does not match"):
         read_cube(stored)
+
+
+def test_stored_layer_name_too_long(stored: Path) -> None:
+    def edit(attrs):
+        name = "z" * 256
+        attrs["layers"][name] = attrs["layers"].pop("detected")
+        attrs["digests"]["layers"][name] = attrs["digests"]["layers"].pop("detected")
+        attrs["digests"]["dtypes"][name] = attrs["digests"]["dtypes"].pop("detected")
+        refingerprint(attrs)
+
+    edit_attributes(stored, edit)
+    with pytest.raises(FormatError, match="layer name 'z+' cannot be stored.*256 bytes"):
+        read_cube(stored)
+
+
+def test_deleted_id_chunk_is_a_format_error(stored: Path) -> None:
+    (stored / "samples" / "sample_id" / "c" / "0").unlink()  # the ids read as "": repeated
+    with pytest.raises(FormatError, match="is corrupt or was edited"):
+        read_cube(stored)
+
+
+def test_edited_normalization_factors_are_a_format_error(stored: Path) -> None:
+    chunk = stored / "normalization" / "c" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[8:16] = np.float64(-1.0).tobytes()  # not a normalization factor at all
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="normalization"):
+        read_cube(stored)
+
+
+@pytest.mark.parametrize("version", ["١.٠", "1.٠", "１.0", "1.0 ", "+1.0", "1.0\n"])
+def test_format_version_takes_ascii_digits_only(stored: Path, version: str) -> None:
+    edit_attributes(stored, lambda attrs: attrs.update(format_version=version))
+    with pytest.raises(FormatError, match="invalid format_version"):
+        read_cube(stored)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda a: a["metadata"].update(study="other"), id="metadata-value"),
+        pytest.param(lambda a: a["metadata"].update(extra=1), id="metadata-key"),
+        pytest.param(lambda a: a.update(metadata={}), id="metadata-emptied"),
+        pytest.param(lambda a: a["provenance"][0].update(time="2000-01-01T00:00:00+00:00"), id="time"),
+        pytest.param(lambda a: a["provenance"][0]["parameters"].update(x=1), id="parameters"),
+        pytest.param(lambda a: a.update(provenance=[]), id="provenance-removed"),
+    ],
+)
+def test_edited_metadata_or_provenance_is_detected(stored: Path, edit) -> None:
+    edit_attributes(stored, edit)
+    with pytest.raises(FormatError, match="its metadata or provenance was edited"):
+        read_cube(stored)
+
+
+def test_attributes_digest_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
+    first, second = make_cube(metadata={"a": 1}), make_cube(metadata={"a": 2.5, "b": [None]})
+    write_cube(first, tmp_path / "first.cube.zarr")
+    write_cube(second, tmp_path / "second.cube.zarr")
+    one, two = attributes(tmp_path / "first.cube.zarr"), attributes(tmp_path / "second.cube.zarr")
+    assert one["fingerprint"] == two["fingerprint"] == first.fingerprint == second.fingerprint
+    assert one["attributes_digest"] != two["attributes_digest"]
+    assert dict(read_cube(tmp_path / "second.cube.zarr").metadata) == {"a": 2.5, "b": [None]}
+
+
+def test_files_of_format_1_0_still_read(stored: Path, cube: Cube) -> None:
+    # format 1.0 had no attributes_digest: such files read, and their metadata is not checked
+    def to_1_0(attrs):
+        attrs.update(format_version="1.0")
+        del attrs["attributes_digest"]
+
+    edit_attributes(stored, to_1_0)
+    assert_same_cube(read_cube(stored), cube)
+    edit_attributes(stored, lambda attrs: attrs["metadata"].update(study="edited"))
+    assert read_cube(stored).metadata["study"] == "edited"
+    edit_attributes(stored, lambda attrs: attrs.update(attributes_digest="0" * 64))
+    with pytest.raises(FormatError, match=r"unknown attributes \['attributes_digest'\]"):
+        read_cube(stored)
+
+
+@pytest.mark.parametrize(
+    "part", ["zarr.json", "samples/zarr.json", "samples/sample_id/c/0", "layers/counts/zarr.json"]
+)
+def test_special_file_in_a_cube_is_refused_without_blocking(
+    stored: Path, special: str, part: str
+) -> None:
+    target = stored / part
+    make_special(target, special)
+    with pytest.raises(FormatError, match=f"is not a regular file: it is {SPECIAL_FILES[special]}"):
+        without_blocking(lambda: read_cube(stored), target)
+
+
+def test_special_file_as_a_layer_chunk(stored: Path, special: str) -> None:
+    target = stored / "layers" / "counts" / "c" / "1" / "0" / "0"
+    make_special(target, special)
+    read = read_cube(stored)
+    with pytest.raises(FormatError, match=f"is not a regular file: it is {SPECIAL_FILES[special]}"):
+        without_blocking(lambda: read.profiles(1), target)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,12 +80,14 @@ def test_documented_constants() -> None:
     ]
     assert dict(DEFAULT_LEVELS) == {"gzip": 4, "zstd": 3}
     assert MAX_CHUNK_BYTES == 2147483648
+    assert cz.MAX_METADATA_BYTES == 64 * 2**20
     with pytest.raises(TypeError):
         DATA_TYPES["x"] = np.dtype("f4")  # type: ignore[index]
     assert set(cz.__all__) == {
         "DATA_TYPES",
         "DEFAULT_LEVELS",
         "MAX_CHUNK_BYTES",
+        "MAX_METADATA_BYTES",
         "METADATA_FILE",
         "ZarrArray",
         "check_compression",
@@ -601,15 +603,14 @@ def test_compressed_chunks_are_read_once_and_decoded_in_bounded_pieces(
     assert sum(pieces) == data.nbytes
 
 
-@pytest.mark.parametrize("compression", [None, "gzip"])
-def test_the_chunk_plan_takes_no_memory_per_chunk(tmp_path: Path, compression: str | None) -> None:
-    # 20,000 chunks of one byte, none of them stored: the plan of a read is walked, not kept
-    # (it held a Python record of some 450 bytes per chunk: 9 MB here)
+def test_the_chunk_plan_takes_no_memory_per_chunk(tmp_path: Path) -> None:
+    # 10,000 chunks of one byte, none of them stored: the plan of a read is walked, not kept
+    # (it held a Python record of some 450 bytes per chunk: 4.5 MB here)
     import tracemalloc
 
-    write_array(tmp_path / "a", np.zeros(20_000, np.int8), chunks=(1,), compression=compression)
+    write_array(tmp_path / "a", np.zeros(10_000, np.int8), chunks=(1,))
     array = open_array(tmp_path / "a")
-    positions = np.arange(0, 20_000, 3)
+    positions = np.arange(0, 10_000, 3)
     for read in (lambda: array[...], lambda: array[::2], lambda: array.oindex[positions]):
         tracemalloc.start()
         try:
@@ -684,6 +685,51 @@ def test_a_read_holds_the_result_and_about_one_chunk(tmp_path: Path, chunks: Any
     assert result.tobytes() == data.tobytes()
     # each decoding thread: a chunk and the pieces in flight
     assert peak < data.nbytes + threads() * (chunk + 6 * PIECE_BYTES)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+@pytest.mark.parametrize(("text", "bound"), [("abc", 3.5), ("ab\0", 3.5), ("é", 4.0)])
+def test_a_huge_string_decodes_in_about_twice_its_size(
+    tmp_path: Path, compression: str | None, text: str, bound: float
+) -> None:
+    # One 4 MiB string in a chunk of its own: a read holds the chunk's bytes, the result and
+    # the str made from the bytes (and, for non-ASCII text, the UTF-8 of that str, which numpy
+    # caches). It used to hold 4.3 times the string, 10 times with a NUL (np.bincount).
+    import tracemalloc
+
+    size = 4 * 2**20
+    value = text * (size // len(text.encode()))
+    write_array(tmp_path / "s", np.array([value], dtype=object), chunks=(1,), compression=compression)
+    array = open_array(tmp_path / "s")
+    for read in (lambda: array[...], lambda: np.asarray(array, dtype=object)):
+        tracemalloc.start()
+        try:
+            result = read()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert result[0] == value
+        assert peak < bound * size + 2**20
+
+
+def test_metadata_documents_beyond_the_limit_are_refused_unread(tmp_path: Path) -> None:
+    import tracemalloc
+
+    write_array(tmp_path / "a", np.arange(3), chunks=(3,))
+    write_group(tmp_path / "g")
+    for node in ("a", "g"):
+        with open(tmp_path / node / METADATA_FILE, "r+b") as file:
+            file.truncate(cz.MAX_METADATA_BYTES + 1)  # sparse: no disk space taken
+        problem = f"has {cz.MAX_METADATA_BYTES + 1} bytes, more than the {cz.MAX_METADATA_BYTES}"
+        for call in (open_array, read_group_attributes, node_type):
+            tracemalloc.start()
+            try:
+                with pytest.raises(FormatError, match=problem):
+                    call(tmp_path / node)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert peak < 2**20
 
 
 def test_string_chunks_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -94,12 +94,13 @@ from cytepool.io.zarr.array import (
 )
 from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 from cytepool.io.zarr.groups import node_type, read_group_attributes, write_group
-from cytepool.io.zarr.metadata import DATA_TYPES, METADATA_FILE
+from cytepool.io.zarr.metadata import DATA_TYPES, MAX_METADATA_BYTES, METADATA_FILE
 
 __all__ = [
     "DATA_TYPES",
     "DEFAULT_LEVELS",
     "MAX_CHUNK_BYTES",
+    "MAX_METADATA_BYTES",
     "METADATA_FILE",
     "ZarrArray",
     "check_compression",

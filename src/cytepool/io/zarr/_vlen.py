@@ -164,6 +164,7 @@ class Decoder:
     """
 
     _RUN = 16  # equal lengths in a row before trying a vectorised run
+    _FLUSH = 4096  # lengths kept as Python integers before they go into an array
 
     def __init__(self, count: int, where: str):
         self.count, self.where = count, where
@@ -204,6 +205,8 @@ class Decoder:
             pos += 4 + length
             if length != previous:
                 streak, previous = 0, length
+                if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
+                    self._flush()
                 continue
             streak += 1
             if streak >= self._RUN:
@@ -223,10 +226,14 @@ class Decoder:
         del fields  # release the buffer, which grows with the next piece
         run = fit if same.all() else int(np.argmin(same))
         if run:
-            self.parts += [np.array(self.pending, dtype=np.int64), np.full(run, length)]
-            self.pending.clear()
+            self._flush()
+            self.parts.append(np.full(run, length))
             self.items += run
             self.pos += run * step
+
+    def _flush(self) -> None:
+        self.parts.append(np.array(self.pending, dtype=np.int64))
+        self.pending.clear()
 
     def finish(
         self, *, objects: bool = False, out: np.ndarray[Any, Any] | None = None
@@ -258,6 +265,7 @@ class Decoder:
         if size < 4:
             raise _corrupt(self.where, f"the vlen-utf8 data is truncated: {size} bytes")
         lengths = np.concatenate([*self.parts, np.array(self.pending, dtype=np.int64)])
+        self.parts, self.pending = [lengths], []  # one array, not two copies
         if self.pos > size:
             i, length = self.items - 1, int(lengths[-1])
             remain = size - (self.pos - length)
