@@ -372,3 +372,24 @@ def test_reads_every_array_of_an_anndata_store(tmp_path: Path) -> None:
 
     if tuple(int(part) for part in version("anndata").split(".")[:2]) >= (0, 13):
         assert sharded, "anndata 0.13 shards by default"
+
+
+def test_sharded_reads_keep_no_record_per_inner_chunk(tmp_path: Path) -> None:
+    # 8,000 inner chunks of one byte in 8 shards: the pieces of a shard are walked as it is
+    # read, not gathered for all shards first (some 500 bytes each: 4 MB here)
+    import tracemalloc
+
+    data = (np.arange(8000) % 7 + 1).astype(np.int8)
+    zarr.create_array(
+        tmp_path / "a", data=data, chunks=(1,), shards=(1000,), compressors=None
+    )
+    array = open_array(tmp_path / "a")
+    tracemalloc.start()
+    try:
+        result = array[...]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.tolist() == data.tolist()
+    # the result, and a shard's index (16 kB) and its checks, for each decoding thread
+    assert peak < result.nbytes + 512 * 1024
