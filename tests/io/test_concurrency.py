@@ -67,7 +67,7 @@ def run_together(*calls: Any) -> list[Any]:
         barrier.wait()
         try:
             outcomes[i] = calls[i]()
-        except BaseException as error:  # noqa: BLE001 - reported by the test
+        except BaseException as error:
             outcomes[i] = error
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
@@ -90,7 +90,7 @@ def test_two_writers_with_overwrite_both_succeed(tmp_path: Path, existing: bool)
         if existing:
             write_cube(constant_cube(0), path)
         outcomes = run_together(
-            *(lambda cube=cube: write_cube(cube, path, overwrite=True) for cube in cubes)
+            *(lambda cube=cube, path=path: write_cube(cube, path, overwrite=True) for cube in cubes)
         )
         assert outcomes == [None, None], outcomes
         assert read_whole(path) in (1, 2)
@@ -101,7 +101,9 @@ def test_two_writers_without_overwrite_one_fails(tmp_path: Path) -> None:
     cubes = [constant_cube(1), constant_cube(2)]
     for round_ in range(8):
         path = tmp_path / f"r{round_}.cube.zarr"
-        outcomes = run_together(*(lambda cube=cube: write_cube(cube, path) for cube in cubes))
+        outcomes = run_together(
+            *(lambda cube=cube, path=path: write_cube(cube, path) for cube in cubes)
+        )
         failed = [outcome for outcome in outcomes if outcome is not None]
         assert len(failed) == 1, outcomes
         assert isinstance(failed[0], FileExistsError)
@@ -142,7 +144,7 @@ def test_reads_racing_overwrites_never_mix(tmp_path: Path) -> None:
                 read_whole(path)
             except StoreChangedError:
                 seen["replaced while read"] += 1
-            except BaseException as error:  # noqa: BLE001 - a mixed read, or a wrong error
+            except BaseException as error:
                 problems.append(error)
             else:
                 seen["read"] += 1

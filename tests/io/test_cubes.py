@@ -810,7 +810,8 @@ def test_renameat2_exchange_and_noreplace(tmp_path: Path) -> None:
     assert (tmp_path / "b" / "one").exists()
     assert not (tmp_path / "a" / "one").exists()
     assert not _atomic._rename_noreplace(tmp_path / "a", tmp_path / "b")
-    assert (tmp_path / "a").is_dir() and (tmp_path / "b" / "one").exists()
+    assert (tmp_path / "a").is_dir()
+    assert (tmp_path / "b" / "one").exists()
     with pytest.raises(FileNotFoundError):
         _atomic._renameat2(tmp_path / "missing", tmp_path / "c", _atomic._RENAME_NOREPLACE)
 
@@ -1104,7 +1105,7 @@ def test_stored_layer_name_too_long(stored: Path) -> None:
         refingerprint(attrs)
 
     edit_attributes(stored, edit)
-    with pytest.raises(FormatError, match="layer name 'z+' cannot be stored.*256 bytes"):
+    with pytest.raises(FormatError, match=r"layer name 'z+' cannot be stored.*256 bytes"):
         read_cube(stored)
 
 
@@ -1136,7 +1137,9 @@ def test_format_version_takes_ascii_digits_only(stored: Path, version: str) -> N
         pytest.param(lambda a: a["metadata"].update(study="other"), id="metadata-value"),
         pytest.param(lambda a: a["metadata"].update(extra=1), id="metadata-key"),
         pytest.param(lambda a: a.update(metadata={}), id="metadata-emptied"),
-        pytest.param(lambda a: a["provenance"][0].update(time="2000-01-01T00:00:00+00:00"), id="time"),
+        pytest.param(
+            lambda a: a["provenance"][0].update(time="2000-01-01T00:00:00+00:00"), id="time"
+        ),
         pytest.param(lambda a: a["provenance"][0]["parameters"].update(x=1), id="parameters"),
         pytest.param(lambda a: a.update(provenance=[]), id="provenance-removed"),
     ],

@@ -104,8 +104,11 @@ def write_cube(
     """Save a cube as a cube file, a Zarr v3 group (see the module documentation).
 
     The store appears at ``path`` only once it is complete, so a write that fails leaves
-    no store there; with ``overwrite=True`` it leaves the old store as it was. Lazy layers
-    are read, and their values checked, one group at a time. Each group is hashed as it is
+    no store there; with ``overwrite=True`` it leaves the old store as it was. When two
+    writers write the same path at the same time, with ``overwrite=True`` both succeed and
+    the path holds one of the two cubes, complete; with ``overwrite=False`` one of them
+    raises FileExistsError. Lazy layers are read, and their values checked, one group at a
+    time. Each group is hashed as it is
     written, and the digests are stored with the file, so the fingerprint of the saved cube
     needs no further pass over its values.
 
@@ -136,7 +139,8 @@ def write_cube(
         If ``compression`` or ``level`` is invalid, ``path`` is a URL, or a lazy layer
         gives a value that breaks a constraint. Also if a layer name cannot name a Zarr
         node on every file system: empty, ``.`` or ``..``, starting with ``__``, holding
-        one of ``/ \\ : * ? " < > |``, or differing from another only in case.
+        one of ``/ \\ : * ? " < > |`` or NUL, taking more than 255 bytes of UTF-8, or
+        differing from another only in case.
     OverflowError
         If a sum of a derived lazy layer does not fit (see "Sums" in Cube).
     FileExistsError
@@ -201,7 +205,13 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
 
     The digests stored with the file give the cube's fingerprint without reading the
     layers. The tables, cell numbers and normalization are checked against theirs now, and
-    each group of a layer whenever a read covers all of it.
+    each group of a layer whenever a read covers all of it; the metadata and provenance are
+    checked against their digest (files of format 1.0 have none).
+
+    The directory is opened once and every part is read relative to it, so the parts come
+    from one store even while a writer replaces the path; each later read of a layer opens
+    it again and checks that it is still the same store. A read during a replacement raises
+    StoreChangedError rather than return a mix of two stores.
 
     Parameters
     ----------
@@ -222,12 +232,15 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
         If there is no store at ``path``.
     ValueError
         If the store is not a cube file, has another format version, is corrupt, uses a
-        Zarr feature this reader does not support, or holds tables, cell numbers or a
-        normalization that do not match its stored digests.
+        Zarr feature this reader does not support, or holds tables, cell numbers, a
+        normalization, metadata or provenance that do not match its stored digests
+        (:class:`~cytepool.errors.FormatError`, every error about the file's content).
     TypeError
-        If a stored value has a type the cube does not accept.
+        If a stored value has a type the cube does not accept
+        (:class:`~cytepool.errors.StoredTypeError`, also a FormatError).
     RuntimeError
-        If the store was replaced while it was being read.
+        If the store was replaced while it was being read
+        (:class:`~cytepool.errors.StoreChangedError`).
 
     Examples
     --------

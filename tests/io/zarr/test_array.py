@@ -699,7 +699,9 @@ def test_a_huge_string_decodes_in_about_twice_its_size(
 
     size = 4 * 2**20
     value = text * (size // len(text.encode()))
-    write_array(tmp_path / "s", np.array([value], dtype=object), chunks=(1,), compression=compression)
+    write_array(
+        tmp_path / "s", np.array([value], dtype=object), chunks=(1,), compression=compression
+    )
     array = open_array(tmp_path / "s")
     for read in (lambda: array[...], lambda: np.asarray(array, dtype=object)):
         tracemalloc.start()

@@ -562,9 +562,7 @@ def _read_documented(path: Path, kind: str) -> None:
     assert peak < MAX_PEAK, f"{peak} bytes"
 
 
-@pytest.mark.parametrize(
-    "name", CYTEPOOL_STORES + ZARR_PYTHON_STORES + TABLE_STORES + CUBE_STORES
-)
+@pytest.mark.parametrize("name", CYTEPOOL_STORES + ZARR_PYTHON_STORES + TABLE_STORES + CUBE_STORES)
 @FUZZ
 @given(data=st.data())
 def test_mutated_store_raises_only_documented_errors(

@@ -380,9 +380,7 @@ def test_sharded_reads_keep_no_record_per_inner_chunk(tmp_path: Path) -> None:
     import tracemalloc
 
     data = (np.arange(8000) % 7 + 1).astype(np.int8)
-    zarr.create_array(
-        tmp_path / "a", data=data, chunks=(1,), shards=(1000,), compressors=None
-    )
+    zarr.create_array(tmp_path / "a", data=data, chunks=(1,), shards=(1000,), compressors=None)
     array = open_array(tmp_path / "a")
     tracemalloc.start()
     try:

@@ -40,8 +40,10 @@ def write_table(
     frame
         An eager frame narwhals supports: pandas, polars, pyarrow, or a narwhals DataFrame.
     path
-        The group's directory, which must not exist; its parent must. The group appears there
-        only once it is complete, so a write that fails leaves nothing at ``path``.
+        The group's directory, which must not exist; its parent must. The group is built in a
+        locked sibling directory and appears there only once it is complete (renamed in one
+        step, as :func:`~cytepool.io.write_cube` does), so a write that fails leaves nothing
+        at ``path``.
     index
         The column that becomes the table's index (anndata's ``_index``). With None, a pandas
         frame's own index is used (with its name); other frames, and a pandas ``RangeIndex``,
@@ -58,8 +60,9 @@ def write_table(
         that cannot be stored (nested types, objects that are not all strings, ...).
     ValueError
         If a column name is not a string, is ``"_index"``, repeats, or cannot name a Zarr node
-        (contains ``"/"``, ...); if ``index`` names no column; or if compression, level or
-        chunks is invalid.
+        (contains ``"/"``, ``"\\"`` or NUL, takes more than 255 bytes of UTF-8, ...: the rule
+        readers apply too); if ``index`` names no column; or if compression, level or chunks
+        is invalid.
     FileExistsError
         If ``path`` exists.
     FileNotFoundError
@@ -138,7 +141,7 @@ def _never(path: Path) -> bool:
 
 
 def read_table(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | StorePath,
     *,
     backend: Literal["pandas", "polars", "pyarrow"] = "pandas",
     columns: Sequence[str] | None = None,
@@ -151,7 +154,8 @@ def read_table(
     Parameters
     ----------
     path
-        The table group's directory.
+        The table group's directory (opened once; every array is read relative to it), or a
+        node of an open store (:class:`~cytepool.io.zarr.store.StorePath`).
     backend
         ``"pandas"``, ``"polars"`` or ``"pyarrow"``: the kind of frame to return. pandas gets the
         stored index as its index, with its name. polars and pyarrow get a named index as the
@@ -172,8 +176,11 @@ def read_table(
         If a name in ``columns`` is not a column of the table.
     ValueError
         If the group is not a valid table or uses an encoding cytepool does not read
-        (:class:`cytepool.errors.FormatError`, :class:`cytepool.errors.UnsupportedFeatureError`),
-        or ``backend`` is unknown.
+        (:class:`cytepool.errors.FormatError`, :class:`cytepool.errors.UnsupportedFeatureError`:
+        every error about the stored content), or ``backend`` is unknown.
+    RuntimeError
+        If the store was replaced while it was being read
+        (:class:`cytepool.errors.StoreChangedError`).
     ImportError
         If the package of ``backend`` is not installed.
 

@@ -54,6 +54,9 @@ __all__ = [
     "parse_codecs",
 ]
 
+Bytes: TypeAlias = "bytes | bytearray | memoryview"
+"""What the decoders take: any contiguous bytes."""
+
 MAX_CHUNK_BYTES = 2**31
 PIECE_BYTES = 256 * 1024
 MAX_FRAMES = 1024
@@ -243,7 +246,7 @@ class GzipCodec:
         """Compress into one gzip member."""
         return zlib.compress(data, self.level, wbits=31)
 
-    def decode_stream(self, pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+    def decode_stream(self, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
         """Decompress gzip members, yielding at most ``limit`` bytes in bounded pieces."""
         try:
             yield from _inflate(pieces, limit, where)
@@ -251,7 +254,7 @@ class GzipCodec:
             raise _corrupt(where, f"invalid gzip data: {error}") from error
 
 
-def _inflate(pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+def _inflate(pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
     def more(decoder: Any, out: bytes, want: int) -> bytes | None:
         tail = decoder.unconsumed_tail
         return None if decoder.eof or (not tail and len(out) < want) else tail
@@ -270,7 +273,7 @@ class _Stream:
     more: Callable[[Any, bytes, int], bytes | None]
 
 
-def _frames(pieces: Iterable[bytes], limit: int, where: str, kind: _Stream) -> Iterator[bytes]:
+def _frames(pieces: Iterable[Bytes], limit: int, where: str, kind: _Stream) -> Iterator[bytes]:
     """Decode consecutive frames (gzip members, zstd frames), at most ``limit`` bytes in all."""
     total = count = 0
     decoder = None
@@ -291,9 +294,9 @@ def _frames(pieces: Iterable[bytes], limit: int, where: str, kind: _Stream) -> I
         raise _corrupt(where, f"the {kind.name} stream is truncated (or has trailing bytes)")
 
 
-def _steps(decoder: Any, data: bytes, room: int, kind: _Stream) -> Iterator[bytes]:
+def _steps(decoder: Any, data: Bytes, room: int, kind: _Stream) -> Iterator[bytes]:
     """Decode ``data``, in pieces of at most PIECE_BYTES, stopping just past ``room`` bytes."""
-    next_input: bytes | None = data
+    next_input: Bytes | None = data
     while next_input is not None:
         want = min(PIECE_BYTES, room + 1)
         out = decoder.decompress(next_input, want)
@@ -367,7 +370,7 @@ class ZstdCodec:
         }
         return bytes(zstd.compress(data, options=options))
 
-    def decode_stream(self, pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+    def decode_stream(self, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
         """Decompress zstd frames, yielding at most ``limit`` bytes in bounded pieces."""
         zstd = import_zstd()
         try:
@@ -376,7 +379,7 @@ class ZstdCodec:
             raise _corrupt(where, f"invalid zstd data: {error}") from error
 
 
-def _unzstd(zstd: Any, pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+def _unzstd(zstd: Any, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
     # The window a frame may ask for: the output size, but at least the 8 MiB that RFC 8878
     # asks every decoder to support (streaming writers use up to that without a content size).
     window_log = min(max(_MIN_WINDOW_LOG, (limit - 1).bit_length()), _MAX_WINDOW_LOG)
@@ -443,10 +446,10 @@ class CodecChain:
             limits.append(codec.encoded_bound(limits[-1]))
         return limits
 
-    def decode_stream(self, pieces: Iterable[bytes], size: int, where: str) -> Iterator[bytes]:
+    def decode_stream(self, pieces: Iterable[Bytes], size: int, where: str) -> Iterator[Bytes]:
         """Undo the compressors: the pieces of the array -> bytes codec's input (<= size)."""
         limits = self.limits(size)
-        stream: Iterable[bytes] = pieces
+        stream: Iterable[Bytes] = pieces
         for codec, limit in zip(reversed(self.compressors), reversed(limits[:-1]), strict=True):
             stream = codec.decode_stream(stream, limit, where)
         try:

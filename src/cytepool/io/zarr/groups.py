@@ -8,13 +8,13 @@ from typing import Any, Literal
 
 from cytepool.errors import FormatError
 from cytepool.io.zarr._store import as_path, read_document, write_document
-from cytepool.io.zarr.store import StorePath
 from cytepool.io.zarr.metadata import (
     METADATA_FILE,
     GroupMetadata,
     check_attributes,
     parse_document,
 )
+from cytepool.io.zarr.store import StorePath
 
 __all__ = ["node_type", "read_group_attributes", "write_group"]
 

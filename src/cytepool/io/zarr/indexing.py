@@ -74,7 +74,9 @@ class IntAxis:
     def pieces(self, chunk: int) -> AxisPlan:
         """The pieces along an axis of chunk length ``chunk``."""
         offset = self.index % chunk
-        return _OnePiece(AxisPiece(self.index // chunk, slice(offset, offset + 1, 1), slice(0, 1, 1)))
+        return _OnePiece(
+            AxisPiece(self.index // chunk, slice(offset, offset + 1, 1), slice(0, 1, 1))
+        )
 
 
 @dataclass(frozen=True)

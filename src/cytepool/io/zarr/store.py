@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from cytepool.errors import FormatError, StoreChangedError
+from cytepool.io.zarr.names import node_name_problem
 
 __all__ = [
     "Blob",
@@ -421,8 +422,6 @@ class StorePath:
     key: str = ""
 
     def __truediv__(self, name: str) -> StorePath:
-        from cytepool.io.zarr.names import node_name_problem
-
         problem = node_name_problem(name)
         if problem is not None:
             msg = f"{self}: {name!r} cannot name a node: {problem}"
