@@ -7,8 +7,9 @@ with read_table (pandas and polars), cube files with read_cube and a read of eve
 may only return a result or raise one of the documented exceptions for a file's content:
 ``cytepool.errors.FormatError`` (UnsupportedFeatureError and StoredTypeError are FormatErrors),
 ``FileNotFoundError``, and ``StoreChangedError`` when the store changed after it was opened.
-Exactly these classes: any other exception fails the test. Each case has a deadline of one second
-and a peak of 256 MiB of Python's allocations (tracemalloc).
+Exactly these classes: any other exception fails the test, and so does a peak above 256 MiB of
+Python's allocations (tracemalloc). Each case has a deadline of five seconds, which catches a
+hang; the target of one second per read is checked by ``benchmarks/fuzz_stores.py``.
 
 The stores cover gzip, zstd and uncompressed chunks, strings (vlen-utf8), datetimes, sharded
 stores written by zarr-python (index at the end and at the start), tables of every column
@@ -44,9 +45,11 @@ from cytepool.io import read_cube, read_table, write_cube, write_table
 from cytepool.io.zarr import open_array, write_array
 
 # CYTEPOOL_FUZZ_EXAMPLES=5000 runs a longer campaign locally.
+# The deadline catches a hang or a runaway read even on a loaded machine; the report of
+# benchmarks/fuzz_stores.py holds each read's own time, where the 1 s target is checked.
 FUZZ = settings(
     max_examples=int(os.environ.get("CYTEPOOL_FUZZ_EXAMPLES", "40")),
-    deadline=1000,
+    deadline=5000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
