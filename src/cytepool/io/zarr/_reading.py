@@ -279,8 +279,7 @@ class Reader:
         self._check_encoded_size(source)
         decoder = Decoder(self.count, source.where)
         if not self.chain.compressors:
-            data = source.data
-            decoder.feed(data if isinstance(data, bytearray) else bytearray(data))
+            decoder.feed(source.data)  # taken over, not copied
             return decoder
         for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
             decoder.feed(out)

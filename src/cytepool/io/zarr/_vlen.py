@@ -164,11 +164,11 @@ class Decoder:
     """
 
     _RUN = 16  # equal lengths in a row before trying a vectorised run
-    _FLUSH = 4096  # lengths kept as Python integers before they go into an array
+    _FLUSH = 4096  # lengths kept as Python integers (after a piece) before an array takes them
 
     def __init__(self, count: int, where: str):
         self.count, self.where = count, where
-        self.data = bytearray()
+        self.data: bytes | bytearray = bytearray()
         self.items, self.pos = 0, 4  # items whose length is known; the next length field
         self.parts: list[np.ndarray[Any, Any]] = []
         self.pending: list[int] = []
@@ -176,12 +176,14 @@ class Decoder:
     def feed(self, piece: bytes | bytearray | memoryview) -> None:
         """Append decoded bytes and check them (FormatError as soon as something is wrong).
 
-        A bytearray fed first is taken over without a copy (and changed by ``finish``).
+        A bytes or bytearray object fed first is taken over without a copy (and not changed).
         """
         had = len(self.data)
-        if not had and isinstance(piece, bytearray):
+        if not had and isinstance(piece, bytes | bytearray):
             self.data = piece
         else:
+            if not isinstance(self.data, bytearray):
+                self.data = bytearray(self.data)
             self.data += piece
         if had < 4 <= len(self.data):
             found = _U32.unpack_from(self.data, 0)[0]
@@ -205,8 +207,6 @@ class Decoder:
             pos += 4 + length
             if length != previous:
                 streak, previous = 0, length
-                if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
-                    self._flush()
                 continue
             streak += 1
             if streak >= self._RUN:
@@ -214,6 +214,8 @@ class Decoder:
                 self._run(length)
                 items, pos, streak = self.items, self.pos, 0
         self.items, self.pos = items, pos
+        if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
+            self._flush()
 
     def _run(self, length: int) -> None:
         """Skip the items that follow with the same length, checked with numpy."""
@@ -241,9 +243,8 @@ class Decoder:
         """Check that the stream is complete and return its strings.
 
         The strings go into ``out`` (a 1-D array of ``count`` elements, object or StringDType)
-        if given, else into a new StringDType (or, with ``objects``, object) array. The length
-        fields in the decoder's buffer are overwritten (with separators): feed nothing after
-        ``finish`` or ``buffers``.
+        if given, else into a new StringDType (or, with ``objects``, object) array. Feed
+        nothing after ``finish`` or ``buffers``.
         """
         lengths = self._lengths()
         if out is None:
@@ -278,11 +279,11 @@ class Decoder:
 
 
 def _batches(
-    data: bytearray, lengths: np.ndarray[Any, Any]
+    data: bytes | bytearray, lengths: np.ndarray[Any, Any]
 ) -> Iterator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
     """Items ``a:b`` of at most _BATCH_BYTES together (or one larger item alone).
 
-    Yields ``a``, ``b``, the bytes of those items with their length fields (a writable view of
+    Yields ``a``, ``b``, the bytes of those items with their length fields (a view of
     ``data``) and where each item's length field starts in them.
     """
     buffer = np.frombuffer(data, dtype=np.uint8)
@@ -303,24 +304,25 @@ def _compact(
     separator: int | None,
 ) -> np.ndarray[Any, Any]:
     """The items of a span back to back (a new uint8 array), each after ``separator`` if one is
-    given (it goes on the last byte of each length field: ``span`` is changed)."""
+    given (where the last byte of its length field was; ``span`` is not changed)."""
     n = len(lengths)
     keep = 0 if separator is None else 1
     first = int(lengths[0])
     if (lengths == first).all():  # one length: a 2-D block, no index arrays
-        rows = span.reshape(n, 4 + first)[:, 4 - keep :]
+        rows = span.reshape(n, 4 + first)[:, 4 - keep :].copy()
         if separator is not None:
             rows[:, 0] = separator
-        return rows.flatten()
-    if separator is not None:
-        span[fields + 3] = separator
+        return rows.reshape(-1)
     mask = np.ones(len(span), dtype=bool)
     mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
-    return span[mask]
+    joined = span[mask]
+    if separator is not None:  # each kept byte moved back by the 3 dropped before it
+        joined[fields - 3 * np.arange(n)] = separator
+    return joined
 
 
 def _split(
-    data: bytearray, lengths: np.ndarray[Any, Any], where: str, out: np.ndarray[Any, Any]
+    data: bytes | bytearray, lengths: np.ndarray[Any, Any], where: str, out: np.ndarray[Any, Any]
 ) -> None:
     """Decode the items into ``out``, a batch at a time.
 
@@ -354,7 +356,9 @@ def _split_on_unused(
     return [_utf8(raw[a : a + k], where) for a, k in zip(starts, lengths.tolist(), strict=True)]
 
 
-def _join(data: bytearray, lengths: np.ndarray[Any, Any], where: str) -> np.ndarray[Any, Any]:
+def _join(
+    data: bytes | bytearray, lengths: np.ndarray[Any, Any], where: str
+) -> np.ndarray[Any, Any]:
     """The items' bytes back to back (uint8), each checked to be valid UTF-8 on its own."""
     body = np.empty(int(lengths.sum()), dtype=np.uint8)
     position = 0

@@ -262,8 +262,9 @@ class Selection:
     def pieces(self, chunks: Sequence[int]) -> Iterator[ChunkPiece]:
         """The chunk pieces, in C order of the chunk grid, each made when it is reached."""
         plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
+        pieces = _kept(plans)
         for index in _odometer([(0, len(plan)) for plan in plans]):
-            yield _combine(plans, index)
+            yield _combine(pieces, index)
 
     def shards(
         self, shard_shape: Sequence[int], chunks: Sequence[int]
@@ -275,13 +276,26 @@ class Selection:
         ``shard_shape``.
         """
         plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
+        pieces = _kept(plans)
         per_shard = [s // c for s, c in zip(shard_shape, chunks, strict=True)]
         for runs in _run_product(plans, per_shard, ()):
             coords = tuple(shard for shard, _, _ in runs)
-            yield coords, _shard_pieces(plans, per_shard, runs)
+            yield coords, _shard_pieces(pieces, per_shard, runs)
 
 
 Run: TypeAlias = "tuple[int, int, int]"
+KEPT_PIECES = 1024
+"""An inner axis of at most this many pieces keeps them while a read walks its plan, since the
+walk comes back to them for each position of the outer axes; others make each when reached."""
+
+
+def _kept(plans: Sequence[AxisPlan]) -> list[Sequence[AxisPiece]]:
+    kept: list[Sequence[AxisPiece]] = []
+    outer = 1
+    for plan in plans:
+        kept.append(list(plan) if outer > 1 and len(plan) <= KEPT_PIECES else plan)
+        outer *= len(plan)
+    return kept
 
 
 def _odometer(bounds: Sequence[tuple[int, int]]) -> Iterator[tuple[int, ...]]:
@@ -300,8 +314,8 @@ def _odometer(bounds: Sequence[tuple[int, int]]) -> Iterator[tuple[int, ...]]:
             return
 
 
-def _combine(plans: Sequence[AxisPlan], index: tuple[int, ...]) -> ChunkPiece:
-    pieces = [plan.piece(i) for plan, i in zip(plans, index, strict=True)]
+def _combine(plans: Sequence[Sequence[AxisPiece]], index: tuple[int, ...]) -> ChunkPiece:
+    pieces = [plan[i] for plan, i in zip(plans, index, strict=True)]
     coords = tuple(p.chunk for p in pieces)
     return ChunkPiece(coords, tuple(p.chunk_sel for p in pieces), tuple(p.out_sel for p in pieces))
 
@@ -328,7 +342,7 @@ def _run_product(
 
 
 def _shard_pieces(
-    plans: Sequence[AxisPlan], per_shard: Sequence[int], runs: tuple[Run, ...]
+    plans: Sequence[Sequence[AxisPiece]], per_shard: Sequence[int], runs: tuple[Run, ...]
 ) -> Iterator[tuple[int, ChunkPiece]]:
     strides = [int(np.prod(per_shard[axis + 1 :], dtype=np.int64)) for axis in range(len(plans))]
     for index in _odometer([(first, stop) for _, first, stop in runs]):
