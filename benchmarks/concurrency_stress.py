@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import collections
 import multiprocessing
+import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,12 +163,12 @@ def table(title: str, counts: collections.Counter[str]) -> None:
         print(f"| {outcome} | {count} |")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--runs-without-overwrite", type=int, default=100)
     parser.add_argument("--overwrites", type=int, default=50)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
@@ -192,9 +194,8 @@ def main() -> None:
         - refusing["1 succeeded, 1 FileExistsError"]
     )
     print(f"\nfailures (mixed reads, failed writers, leftovers, wrong errors): {failures}")
-    if failures:
-        raise SystemExit(1)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
