@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -72,14 +73,16 @@ _ZSTD_HINT = (
 
 
 _zstd_lock = threading.Lock()
+_zstd: types.ModuleType | None = None  # set once the module is completely imported
 
 
 def import_zstd() -> types.ModuleType:
     """Import ``compression.zstd`` (Python 3.14+) or else ``backports.zstd``.
 
-    The import runs under a lock and through the import system, which hands out a module only
-    once it is completely initialised: decoding threads that reach zstd at the same time
-    wait for one import, and none gets a module another thread is still initialising.
+    The first import runs under a lock and through the import system, which hands out a
+    module only once it is completely initialised: decoding threads that reach zstd at the
+    same time wait for one import, and none gets a module another thread is still
+    initialising. Later calls return that module (while ``sys.modules`` still holds it).
 
     Returns
     -------
@@ -95,12 +98,18 @@ def import_zstd() -> types.ModuleType:
     >>> import_zstd().decompress(import_zstd().compress(b"abc"))
     b'abc'
     """
+    global _zstd
+    module = _zstd
+    if module is not None and sys.modules.get(module.__name__) is module:
+        return module
     with _zstd_lock:
         for name in _ZSTD_MODULES:
             try:
-                return importlib.import_module(name)
+                module = importlib.import_module(name)
             except ImportError:
                 continue
+            _zstd = module
+            return module
     raise ValueError(_ZSTD_HINT)
 
 
