@@ -39,7 +39,7 @@ WRITER = textwrap.dedent(
     import numpy as np
     import pandas as pd
     from cytepool import Cube
-    from cytepool.io import cubes, write_cube
+    from cytepool.io import _atomic, write_cube
 
     def cube(seed, n_groups=6, n_samples=16, n_features=4000):
         rng = np.random.default_rng(seed)
@@ -55,14 +55,14 @@ WRITER = textwrap.dedent(
 
     path, mode, seed, widen = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     if mode == "two-renames":
-        cubes._renameat2 = lambda source, destination, flags: False
-        rename = cubes._rename_noreplace
+        _atomic._renameat2 = lambda source, destination, flags: False
+        rename = _atomic._rename_noreplace
 
         def slow_rename(source, destination):
             time.sleep(widen)  # widen the window between the two renames
-            rename(source, destination)
+            return rename(source, destination)
 
-        cubes._rename_noreplace = slow_rename
+        _atomic._rename_noreplace = slow_rename
     if seed < 0:
         print(cube(0).fingerprint, cube(1).fingerprint)
         sys.exit()

@@ -9,7 +9,8 @@ and "detected" layers, for gzip level 4 and zstd level 3:
   zarr-python reading the two arrays;
 * selection: ``read_cube(path).select(groups=[one], features=[50 genes]).profiles(...)``
   vs zarr-python's ``open_group`` + ``oindex``, with and without opening the file, and the
-  number of chunk files opened (counted by wrapping ``os.open`` and ``open``), which must equal
+  number of chunk files opened (counted by wrapping ``os.open``, whose paths relative to an
+  open directory are resolved through ``/proc/self/fd``, and ``open``), which must equal
   the number of chunks holding the selection;
 * peak memory of writing, each in a fresh process: extra peak RSS (the peak ``VmHWM``, reset
   through ``/proc/self/clear_refs`` just before the write, minus the RSS then; Linux) and
@@ -158,7 +159,10 @@ class OpenCounter:
         self._os_open, self._open = os.open, builtins.open
 
         def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
-            self.paths.append(os.fsdecode(path))
+            name = os.fsdecode(path)
+            if kwargs.get("dir_fd") is not None:  # relative to an open directory (Linux)
+                name = os.path.join(os.readlink(f"/proc/self/fd/{kwargs['dir_fd']}"), name)
+            self.paths.append(name)
             return self._os_open(path, *args, **kwargs)
 
         def builtin_open(file: Any, *args: Any, **kwargs: Any) -> Any:

@@ -417,19 +417,20 @@ def test_lazy_layers_from_cubes_are_arrays() -> None:
 def test_zarr_layers_read_only_needed_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cytepool.io.zarr import _reading as zarr_reading
     from cytepool.io.zarr import open_array, write_array
+    from cytepool.io.zarr.store import LocalHandle
 
     values = np.random.default_rng(3).integers(1, 100, (3, 6, 8)).astype("int32")
     write_array(tmp_path / "counts", values, chunks=(1, 2, 3))
     opened: list[str] = []
-    original = zarr_reading.open_chunk
+    original = LocalHandle.get
 
-    def counting(path: Path) -> Any:
-        opened.append(Path(path).relative_to(tmp_path / "counts").as_posix())
-        return original(path)
+    def counting(handle: LocalHandle, key: str, *, limit: int) -> Any:
+        if key != "zarr.json":
+            opened.append(key)
+        return original(handle, key, limit=limit)
 
-    monkeypatch.setattr(zarr_reading, "open_chunk", counting)
+    monkeypatch.setattr(LocalHandle, "get", counting)
     cube = make_cube(open_array(tmp_path / "counts"), sample_extra={"donor": list("aabbcc")})
     sub = cube.select(groups=["g2"], samples=["s4", "s1"], features=["f7", "f0"])
     pooled = cube.pool_samples(by="donor").select(samples=["b"], features=["f4"])

@@ -14,6 +14,7 @@ __all__ = [
     "CytepoolError",
     "FormatError",
     "StoreChangedError",
+    "StoredTypeError",
     "UnsupportedFeatureError",
 ]
 
@@ -28,6 +29,14 @@ class FormatError(CytepoolError, ValueError):
 
 class UnsupportedFeatureError(FormatError):
     """A store uses a valid feature that cytepool does not implement."""
+
+
+class StoredTypeError(FormatError, TypeError):
+    """A store holds a value of a type the reader does not accept (a float16 layer, say).
+
+    It is a FormatError, as every error about a file's content, and a TypeError, as the
+    documentation of the readers promises.
+    """
 
 
 class StoreChangedError(CytepoolError, RuntimeError):

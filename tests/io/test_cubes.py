@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from special_files import SPECIAL_FILES, make_special, without_blocking
 
 import cytepool
 from cytepool import Cube, Normalization
 from cytepool.errors import FormatError, StoreChangedError
-from cytepool.io import cubes, read_cube, write_cube
+from cytepool.io import _atomic, cubes, read_cube, write_cube
 from cytepool.io.zarr import ZarrArray, open_array, write_array
 
 pd = pytest.importorskip("pandas")
@@ -491,13 +492,13 @@ def test_write_exists(stored: Path, cube: Cube, other: Cube) -> None:
     assert_same_cube(read_cube(stored), cube)
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "__x", "a:b"])
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "__x", "a:b", "a\0b", "x" * 256, "é" * 128])
 def test_unstorable_layer_names(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="layer name"):
         cubes._check_layer_names([name])
 
 
-@pytest.mark.parametrize("names", [("a:b",), ("__x",), ("counts", "Counts")])
+@pytest.mark.parametrize("names", [("a:b",), ("__x",), ("counts", "Counts"), ("y" * 300,)])
 def test_write_refuses_unstorable_layer_names(tmp_path: Path, names) -> None:
     cube = make_cube()
     layers = {name: cube.to_numpy("counts") for name in names}
@@ -662,13 +663,25 @@ def test_target_appearing_during_write_is_left_alone(
     assert leftovers(target) == []
 
 
-def test_inode_check_after_exchange_swaps_back(
+def test_directory_put_there_before_the_exchange_is_swapped_back(
     tmp_path: Path, stored: Path, cube: Cube, other: Cube, monkeypatch
 ) -> None:
-    monkeypatch.setattr(cubes, "_identity", lambda path: (-1, -1))
+    original = _atomic._exchange
+    calls: list[Path] = []
+
+    def exchange_after_a_swap(first: Path, second: Path) -> bool:
+        if not calls:  # between the last check and the exchange, someone else's directory
+            shutil.rmtree(second)
+            second.mkdir()
+            (second / "notes.txt").write_text("precious")
+        calls.append(second)
+        return original(first, second)
+
+    monkeypatch.setattr(_atomic, "_exchange", exchange_after_a_swap)
     with pytest.raises(FileExistsError, match="replaced while"):
         write_cube(other, stored, overwrite=True)
-    assert_same_cube(read_cube(stored), cube)
+    assert calls == [stored, stored]  # the exchange, and the exchange back
+    assert (stored / "notes.txt").read_text() == "precious"
     assert leftovers(stored) == []
 
 
@@ -711,7 +724,7 @@ def test_locked_leftover_of_a_live_writer_is_kept(tmp_path: Path, cube: Cube) ->
     target = tmp_path / "a.cube.zarr"
     live = tmp_path / (".a.cube.zarr.cytepool-tmp-" + "7" * 16)
     live.mkdir()
-    with cubes._locked(live) as acquired:
+    with _atomic._locked(live) as acquired:
         assert acquired
         write_cube(cube, target)
         assert live.is_dir()
@@ -721,7 +734,7 @@ def test_locked_leftover_of_a_live_writer_is_kept(tmp_path: Path, cube: Cube) ->
 
 @pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
 def test_lock_is_exclusive(tmp_path: Path) -> None:
-    with cubes._locked(tmp_path) as first:
+    with _atomic._locked(tmp_path) as first:
         code = (
             "import fcntl, os, sys\n"
             "descriptor = os.open(sys.argv[1], os.O_RDONLY)\n"
@@ -737,12 +750,12 @@ def test_lock_is_exclusive(tmp_path: Path) -> None:
         )
         assert first
         assert result.stdout.strip() == "False"
-    with cubes._locked(tmp_path / "missing") as acquired:
+    with _atomic._locked(tmp_path / "missing") as acquired:
         assert not acquired
 
 
 def test_two_rename_fallback(stored: Path, other: Cube, monkeypatch) -> None:
-    monkeypatch.setattr(cubes, "_renameat2", lambda source, destination, flags: False)
+    monkeypatch.setattr(_atomic, "_renameat2", lambda source, destination, flags: False)
     write_cube(other, stored, overwrite=True)
     assert_same_cube(read_cube(stored), other)
     assert leftovers(stored) == []
@@ -753,15 +766,15 @@ def test_two_rename_fallback(stored: Path, other: Cube, monkeypatch) -> None:
 def test_two_rename_fallback_failure_puts_old_back(
     stored: Path, cube: Cube, other: Cube, monkeypatch
 ) -> None:
-    monkeypatch.setattr(cubes, "_renameat2", lambda source, destination, flags: False)
-    original = cubes._rename_noreplace
+    monkeypatch.setattr(_atomic, "_renameat2", lambda source, destination, flags: False)
+    original = _atomic._rename_noreplace
 
     def interrupted(source, destination):
         if ".cytepool-tmp-" in source.name:
             raise KeyboardInterrupt
         original(source, destination)
 
-    monkeypatch.setattr(cubes, "_rename_noreplace", interrupted)
+    monkeypatch.setattr(_atomic, "_rename_noreplace", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_cube(other, stored, overwrite=True)
     assert_same_cube(read_cube(stored), cube)
@@ -783,9 +796,9 @@ def test_next_write_recovers_from_the_window(stored: Path, cube: Cube, other: Cu
 
 
 def test_renameat2_unsupported_platform(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(cubes.sys, "platform", "darwin")
+    monkeypatch.setattr(_atomic.sys, "platform", "darwin")
     (tmp_path / "a").mkdir()
-    assert cubes._renameat2(tmp_path / "a", tmp_path / "b", cubes._RENAME_EXCHANGE) is False
+    assert _atomic._renameat2(tmp_path / "a", tmp_path / "b", _atomic._RENAME_EXCHANGE) is False
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="renameat2 is Linux only")
@@ -793,13 +806,14 @@ def test_renameat2_exchange_and_noreplace(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "one").touch()
     (tmp_path / "b").mkdir()
-    assert cubes._exchange(tmp_path / "a", tmp_path / "b")
+    assert _atomic._exchange(tmp_path / "a", tmp_path / "b")
     assert (tmp_path / "b" / "one").exists()
     assert not (tmp_path / "a" / "one").exists()
-    with pytest.raises(FileExistsError):
-        cubes._rename_noreplace(tmp_path / "a", tmp_path / "b")
+    assert not _atomic._rename_noreplace(tmp_path / "a", tmp_path / "b")
+    assert (tmp_path / "a").is_dir()
+    assert (tmp_path / "b" / "one").exists()
     with pytest.raises(FileNotFoundError):
-        cubes._renameat2(tmp_path / "missing", tmp_path / "c", cubes._RENAME_NOREPLACE)
+        _atomic._renameat2(tmp_path / "missing", tmp_path / "c", _atomic._RENAME_NOREPLACE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1080,6 +1094,105 @@ def test_edited_table_digest(stored: Path) -> None:
     edit_attributes(stored, edit)
     with pytest.raises(ValueError, match="groups: the table does not match"):
         read_cube(stored)
+
+
+def test_stored_layer_name_too_long(stored: Path) -> None:
+    def edit(attrs):
+        name = "z" * 256
+        attrs["layers"][name] = attrs["layers"].pop("detected")
+        attrs["digests"]["layers"][name] = attrs["digests"]["layers"].pop("detected")
+        attrs["digests"]["dtypes"][name] = attrs["digests"]["dtypes"].pop("detected")
+        refingerprint(attrs)
+
+    edit_attributes(stored, edit)
+    with pytest.raises(FormatError, match=r"layer name 'z+' cannot be stored.*256 bytes"):
+        read_cube(stored)
+
+
+def test_deleted_id_chunk_is_a_format_error(stored: Path) -> None:
+    (stored / "samples" / "sample_id" / "c" / "0").unlink()  # the ids read as "": repeated
+    with pytest.raises(FormatError, match="is corrupt or was edited"):
+        read_cube(stored)
+
+
+def test_edited_normalization_factors_are_a_format_error(stored: Path) -> None:
+    chunk = stored / "normalization" / "c" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[8:16] = np.float64(-1.0).tobytes()  # not a normalization factor at all
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="normalization"):
+        read_cube(stored)
+
+
+@pytest.mark.parametrize("version", ["١.٠", "1.٠", "１.0", "1.0 ", "+1.0", "1.0\n"])
+def test_format_version_takes_ascii_digits_only(stored: Path, version: str) -> None:
+    edit_attributes(stored, lambda attrs: attrs.update(format_version=version))
+    with pytest.raises(FormatError, match="invalid format_version"):
+        read_cube(stored)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda a: a["metadata"].update(study="other"), id="metadata-value"),
+        pytest.param(lambda a: a["metadata"].update(extra=1), id="metadata-key"),
+        pytest.param(lambda a: a.update(metadata={}), id="metadata-emptied"),
+        pytest.param(
+            lambda a: a["provenance"][0].update(time="2000-01-01T00:00:00+00:00"), id="time"
+        ),
+        pytest.param(lambda a: a["provenance"][0]["parameters"].update(x=1), id="parameters"),
+        pytest.param(lambda a: a.update(provenance=[]), id="provenance-removed"),
+    ],
+)
+def test_edited_metadata_or_provenance_is_detected(stored: Path, edit) -> None:
+    edit_attributes(stored, edit)
+    with pytest.raises(FormatError, match="its metadata or provenance was edited"):
+        read_cube(stored)
+
+
+def test_attributes_digest_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
+    first, second = make_cube(metadata={"a": 1}), make_cube(metadata={"a": 2.5, "b": [None]})
+    write_cube(first, tmp_path / "first.cube.zarr")
+    write_cube(second, tmp_path / "second.cube.zarr")
+    one, two = attributes(tmp_path / "first.cube.zarr"), attributes(tmp_path / "second.cube.zarr")
+    assert one["fingerprint"] == two["fingerprint"] == first.fingerprint == second.fingerprint
+    assert one["attributes_digest"] != two["attributes_digest"]
+    assert dict(read_cube(tmp_path / "second.cube.zarr").metadata) == {"a": 2.5, "b": [None]}
+
+
+def test_files_of_format_1_0_still_read(stored: Path, cube: Cube) -> None:
+    # format 1.0 had no attributes_digest: such files read, and their metadata is not checked
+    def to_1_0(attrs):
+        attrs.update(format_version="1.0")
+        del attrs["attributes_digest"]
+
+    edit_attributes(stored, to_1_0)
+    assert_same_cube(read_cube(stored), cube)
+    edit_attributes(stored, lambda attrs: attrs["metadata"].update(study="edited"))
+    assert read_cube(stored).metadata["study"] == "edited"
+    edit_attributes(stored, lambda attrs: attrs.update(attributes_digest="0" * 64))
+    with pytest.raises(FormatError, match=r"unknown attributes \['attributes_digest'\]"):
+        read_cube(stored)
+
+
+@pytest.mark.parametrize(
+    "part", ["zarr.json", "samples/zarr.json", "samples/sample_id/c/0", "layers/counts/zarr.json"]
+)
+def test_special_file_in_a_cube_is_refused_without_blocking(
+    stored: Path, special: str, part: str
+) -> None:
+    target = stored / part
+    make_special(target, special)
+    with pytest.raises(FormatError, match=f"is not a regular file: it is {SPECIAL_FILES[special]}"):
+        without_blocking(lambda: read_cube(stored), target)
+
+
+def test_special_file_as_a_layer_chunk(stored: Path, special: str) -> None:
+    target = stored / "layers" / "counts" / "c" / "1" / "0" / "0"
+    make_special(target, special)
+    read = read_cube(stored)
+    with pytest.raises(FormatError, match=f"is not a regular file: it is {SPECIAL_FILES[special]}"):
+        without_blocking(lambda: read.profiles(1), target)
 
 
 # ---------------------------------------------------------------------------------------------

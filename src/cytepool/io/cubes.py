@@ -4,7 +4,7 @@ A cube file is a directory, by convention named ``*.cube.zarr``::
 
     example.cube.zarr/
         zarr.json          group: format, format_version, shape, layers, digests,
-                           fingerprint, metadata, provenance
+                           fingerprint, metadata, provenance, attributes_digest
         samples/           the sample table (anndata dataframe, index "sample_id")
         groups/            the group table (index "group_id")
         features/          the feature table (index "feature_id")
@@ -14,32 +14,30 @@ A cube file is a directory, by convention named ``*.cube.zarr``::
             <name>         array (n_groups, n_samples, n_features), chunks (1, s, f)
 
 :func:`write_cube` builds the store in a temporary sibling directory and moves it into
-place in one step; :func:`read_cube` reads the attributes, tables, cell numbers and
-normalization now, checks them against the stored digests, and leaves the layers on disk
-as :class:`~cytepool.io.zarr.ZarrArray` objects. The layout, every attribute, the
-versioning rule and the crash behaviour are described in "Cube files and provenance
-records" in the documentation.
+place in one step (see :mod:`cytepool.io._atomic`); :func:`read_cube` opens the store once,
+reads the attributes, tables, cell numbers and normalization through that one handle, checks
+them against the stored digests, and leaves the layers on disk as
+:class:`~cytepool.io.zarr.ZarrArray` objects. The layout, every attribute, the versioning
+rule, what concurrent readers and writers see and the crash behaviour are described in "Cube
+files and provenance records" in the documentation.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import errno
+import hashlib
+import json
 import os
 import re
-import secrets
-import shutil
-import stat
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import FormatError, StoreChangedError, StoredTypeError
+from cytepool.io._atomic import replace_directory
 from cytepool.io.zarr import (
     DATA_TYPES,
     METADATA_FILE,
@@ -49,6 +47,8 @@ from cytepool.io.zarr import (
     write_array,
     write_group,
 )
+from cytepool.io.zarr.names import node_name_problem
+from cytepool.io.zarr.store import LocalStore, StorePath, join, reading
 
 if TYPE_CHECKING:
     from cytepool.cube import Cube
@@ -60,11 +60,14 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "read_cube", "write_cube"]
 FORMAT = "cytepool.cube"
 """The value of the ``format`` attribute of every cube file."""
 
-FORMAT_VERSION = "1.0"
-"""The format version this module writes: ``"<major>.<minor>"``."""
+FORMAT_VERSION = "1.1"
+"""The format version this module writes: ``"<major>.<minor>"``.
+
+1.1 added ``attributes_digest``; files of format 1.0, which lack it, are read as before.
+"""
 
 _MAJOR, _MINOR = (int(part) for part in FORMAT_VERSION.split("."))
-_REQUIRED_ATTRIBUTES = (
+_ATTRIBUTES_1_0 = (
     "format",
     "format_version",
     "shape",
@@ -74,12 +77,16 @@ _REQUIRED_ATTRIBUTES = (
     "metadata",
     "provenance",
 )
+_REQUIRED_ATTRIBUTES = (*_ATTRIBUTES_1_0, "attributes_digest")
 _TABLES = (("samples", "sample_id"), ("groups", "group_id"), ("features", "feature_id"))
+_TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shape each describes
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
 _CHUNK_BYTES = 1 << 20  # the decoded size a layer chunk aims at
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _BACKENDS = ("pandas", "polars", "pyarrow")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
+_WINDOWS_CHARACTERS = ':*?"<>|'
+_ATTEMPTS = 16
 
 # ---------------------------------------------------------------------------------------------
 # Public functions
@@ -97,8 +104,11 @@ def write_cube(
     """Save a cube as a cube file, a Zarr v3 group (see the module documentation).
 
     The store appears at ``path`` only once it is complete, so a write that fails leaves
-    no store there; with ``overwrite=True`` it leaves the old store as it was. Lazy layers
-    are read, and their values checked, one group at a time. Each group is hashed as it is
+    no store there; with ``overwrite=True`` it leaves the old store as it was. When two
+    writers write the same path at the same time, with ``overwrite=True`` both succeed and
+    the path holds one of the two cubes, complete; with ``overwrite=False`` one of them
+    raises FileExistsError. Lazy layers are read, and their values checked, one group at a
+    time. Each group is hashed as it is
     written, and the digests are stored with the file, so the fingerprint of the saved cube
     needs no further pass over its values.
 
@@ -129,7 +139,8 @@ def write_cube(
         If ``compression`` or ``level`` is invalid, ``path`` is a URL, or a lazy layer
         gives a value that breaks a constraint. Also if a layer name cannot name a Zarr
         node on every file system: empty, ``.`` or ``..``, starting with ``__``, holding
-        one of ``/ \\ : * ? " < > |``, or differing from another only in case.
+        one of ``/ \\ : * ? " < > |`` or NUL, taking more than 255 bytes of UTF-8, or
+        differing from another only in case.
     OverflowError
         If a sum of a derived lazy layer does not fit (see "Sums" in Cube).
     FileExistsError
@@ -168,17 +179,18 @@ def write_cube(
         message = f"overwrite must be True or False, got {overwrite!r}"
         raise TypeError(message)
     _check_layer_names(list(cube.layers))
-    _recover_and_clean(target)
-    expected = _check_replaceable(target, overwrite=overwrite)
-    temporary = _make_sibling(target, "tmp")
-    try:
-        with _locked(temporary):
-            _build(cube, temporary, compression=compression, level=level)
-            _install(temporary, target, expected)
-    finally:
-        # After a successful exchange the temporary name holds the old store.
-        if os.path.lexists(temporary):
-            shutil.rmtree(temporary, ignore_errors=True)
+
+    def build(temporary: Path) -> None:
+        _build(cube, temporary, compression=compression, level=level)
+
+    replace_directory(
+        target,
+        build,
+        overwrite=overwrite,
+        replaceable=_is_cube_file,
+        what="a cube file",
+        hint="pass overwrite=True to replace a cube file or an empty directory",
+    )
 
 
 def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
@@ -193,7 +205,13 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
 
     The digests stored with the file give the cube's fingerprint without reading the
     layers. The tables, cell numbers and normalization are checked against theirs now, and
-    each group of a layer whenever a read covers all of it.
+    each group of a layer whenever a read covers all of it; the metadata and provenance are
+    checked against their digest (files of format 1.0 have none).
+
+    The directory is opened once and every part is read relative to it, so the parts come
+    from one store even while a writer replaces the path; each later read of a layer opens
+    it again and checks that it is still the same store. A read during a replacement raises
+    StoreChangedError rather than return a mix of two stores.
 
     Parameters
     ----------
@@ -214,12 +232,15 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
         If there is no store at ``path``.
     ValueError
         If the store is not a cube file, has another format version, is corrupt, uses a
-        Zarr feature this reader does not support, or holds tables, cell numbers or a
-        normalization that do not match its stored digests.
+        Zarr feature this reader does not support, or holds tables, cell numbers, a
+        normalization, metadata or provenance that do not match its stored digests
+        (:class:`~cytepool.errors.FormatError`, every error about the file's content).
     TypeError
-        If a stored value has a type the cube does not accept.
+        If a stored value has a type the cube does not accept
+        (:class:`~cytepool.errors.StoredTypeError`, also a FormatError).
     RuntimeError
-        If the store was replaced while it was being read.
+        If the store was replaced while it was being read
+        (:class:`~cytepool.errors.StoreChangedError`).
 
     Examples
     --------
@@ -248,22 +269,20 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
     if backend not in _BACKENDS:
         message = f"backend must be one of {', '.join(map(repr, _BACKENDS))}, got {backend!r}"
         raise ValueError(message)
-    if not root.exists():
-        message = f"there is no cube file at {root}"
-        raise FileNotFoundError(errno.ENOENT, message, str(root))
-    if not root.is_dir():
-        message = f"{root} is not a cube file: it is not a directory"
-        raise FormatError(message)
-    stamp = _stamp(root)
     try:
-        cube = _read(root, backend)
-    except Exception as error:
-        if _stamp(root) != stamp:
-            raise _store_changed(root) from error
-        raise
-    if _stamp(root) != stamp:
-        raise _store_changed(root)
-    return cube
+        handle = LocalStore(root).open()
+    except FileNotFoundError as error:
+        message = f"there is no cube file at {root}"
+        raise FileNotFoundError(errno.ENOENT, message, str(root)) from error
+    except NotADirectoryError as error:
+        message = f"{root} is not a cube file: it is not a directory"
+        raise FormatError(message) from error
+    try:
+        with reading(handle):
+            return _read(StorePath(handle), backend)
+    except StoreChangedError as error:
+        message = f"the cube file {root} was replaced while it was being read; open it again"
+        raise StoreChangedError(message) from error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,20 +325,22 @@ def _local_target(path: object) -> Path:
 
 
 def _check_layer_names(names: list[str]) -> None:
-    """Refuse layer names that cannot be Zarr node names on every file system."""
+    """Refuse layer names that cannot be Zarr node names on every file system.
+
+    A layer name must pass :func:`~cytepool.io.zarr.names.node_name_problem` as a new name
+    (the rule every node name of a table or cube follows), and, besides, hold none of the
+    characters Windows refuses in names, and not differ from another only in case.
+    """
     seen: dict[str, str] = {}
     for name in names:
-        invalid = (
-            not isinstance(name, str)
-            or name in ("", ".", "..")
-            or name.startswith("__")
-            or any(character in name for character in '/\\:*?"<>|\0')
-        )
-        if invalid:
+        problem = node_name_problem(name, new=True)
+        if problem is None and any(character in name for character in _WINDOWS_CHARACTERS):
+            problem = f"it contains one of {' '.join(_WINDOWS_CHARACTERS)}"
+        if problem is not None:
             message = (
-                f"layer name {name!r} cannot be stored in a cube file: a name must be a "
-                "non-empty string without / \\ : * ? \" < > |, not '.' or '..' and not "
-                "starting with '__'"
+                f"layer name {name!r} cannot be stored in a cube file: {problem}. A name must"
+                " be a non-empty string without / \\ : * ? \" < > | or NUL, not '.' or '..',"
+                " not starting with '__' and of at most 255 bytes of UTF-8"
             )
             raise ValueError(message)
         other = seen.setdefault(name.casefold(), name)
@@ -332,247 +353,6 @@ def _check_layer_names(names: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Atomic replacement
-# ---------------------------------------------------------------------------------------------
-
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
-_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "ppc64le": 357}
-
-
-def _renameat2(source: Path, destination: Path, flags: int) -> bool:
-    """Call Linux renameat2; return False where the kernel, libc or file system lacks it."""
-    if sys.platform != "linux":
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - no C library to load
-        return False
-    arguments = (
-        ctypes.c_int(_AT_FDCWD),
-        ctypes.c_char_p(os.fsencode(source)),
-        ctypes.c_int(_AT_FDCWD),
-        ctypes.c_char_p(os.fsencode(destination)),
-        ctypes.c_uint(flags),
-    )
-    function = getattr(libc, "renameat2", None)
-    if function is not None:
-        function.restype = ctypes.c_int
-        result = function(*arguments)
-    else:  # pragma: no cover - glibc before 2.28: call the system call itself
-        number = _SYS_RENAMEAT2.get(os.uname().machine)
-        if number is None:
-            return False
-        libc.syscall.restype = ctypes.c_long
-        result = libc.syscall(ctypes.c_long(number), *arguments)
-    if result == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), os.fspath(source), None, os.fspath(destination))
-
-
-def _exchange(first: Path, second: Path) -> bool:
-    """Swap two directories in one step; False where that is not supported."""
-    return _renameat2(first, second, _RENAME_EXCHANGE)
-
-
-def _rename_noreplace(source: Path, destination: Path) -> None:
-    """Rename ``source`` to ``destination``, which must not exist."""
-    try:
-        if _renameat2(source, destination, _RENAME_NOREPLACE):
-            return
-    except FileExistsError:
-        pass
-    else:
-        # Without renameat2 a rename replaces an empty directory, so look first.
-        if not os.path.lexists(destination):
-            os.rename(source, destination)
-            return
-    message = f"{destination} appeared while the cube was being written; it was left as it is"
-    raise FileExistsError(errno.EEXIST, message, str(destination))
-
-
-def _sibling_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(target.name)}\.cytepool-(tmp|old)-[0-9a-f]{{16}}")
-
-
-def _make_sibling(target: Path, kind: str) -> Path:
-    """Create an empty sibling directory ``.{name}.cytepool-{kind}-<random>``."""
-    while True:
-        sibling = target.with_name(f".{target.name}.cytepool-{kind}-{secrets.token_hex(8)}")
-        try:
-            sibling.mkdir()
-        except FileExistsError:  # pragma: no cover - 64 random bits collided
-            continue
-        return sibling
-
-
-def _leftovers(target: Path) -> list[tuple[str, Path]]:
-    """The leftover temporary directories of earlier writes to ``target``, as (kind, path)."""
-    pattern = _sibling_pattern(target)
-    found = []
-    with os.scandir(target.parent) as entries:
-        for entry in entries:
-            match = pattern.fullmatch(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
-                found.append((match.group(1), Path(entry.path)))
-    return sorted(found, key=lambda item: item[1].name)
-
-
-@contextlib.contextmanager
-def _locked(directory: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold an advisory lock on a directory; yield whether it was acquired.
-
-    A writer holds the lock on its temporary directory until it is done, so another
-    writer's clean-up leaves a live write alone. Where there is no ``fcntl`` (Windows)
-    every lock is acquired.
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield True
-        return
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        descriptor = os.open(directory, flags)
-    except OSError:
-        yield False
-        return
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        acquired = True
-    except BlockingIOError:
-        acquired = False
-    try:
-        yield acquired
-    finally:
-        os.close(descriptor)
-
-
-def _recover_and_clean(target: Path) -> None:
-    """Finish what an interrupted write to ``target`` left behind.
-
-    Where directories cannot be swapped in one step, a replacement moves the old store
-    aside (``-old-``) before moving the new one in. If the writer was stopped in between,
-    ``target`` is missing and the old store is put back. Every other leftover is removed,
-    except those a live writer holds locked.
-    """
-    leftovers = _leftovers(target)
-    if not os.path.lexists(target):
-        for kind, leftover in reversed(leftovers):
-            if kind == "old" and _is_cube_file(leftover):
-                with _locked(leftover, wait=False) as free:
-                    if free and not os.path.lexists(target):
-                        with contextlib.suppress(OSError):
-                            _rename_noreplace(leftover, target)
-                break
-    for _, leftover in leftovers:
-        with _locked(leftover, wait=False) as free:
-            if free and os.path.lexists(leftover):
-                shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _is_cube_file(path: Path) -> bool:
-    try:
-        attributes = read_group_attributes(path)
-    except (OSError, ValueError):
-        return False
-    return attributes.get("format") == FORMAT
-
-
-def _is_empty_directory(path: Path) -> bool:
-    with os.scandir(path) as entries:
-        return next(entries, None) is None
-
-
-def _holds_working_directory(path: Path) -> bool:
-    try:
-        working = os.path.realpath(os.getcwd())
-    except OSError:  # the working directory was removed
-        return False
-    real = os.path.realpath(path)
-    return working == real or working.startswith(real.rstrip(os.sep) + os.sep)
-
-
-def _check_replaceable(target: Path, *, overwrite: bool) -> tuple[int, int] | None:
-    """Check that ``target`` may be written; return the (device, inode) to be replaced."""
-    try:
-        status = os.lstat(target)
-    except FileNotFoundError:
-        return None
-    if not overwrite:
-        message = (
-            f"{target} exists; pass overwrite=True to replace a cube file or an empty directory"
-        )
-        raise FileExistsError(errno.EEXIST, message, str(target))
-    reason = None
-    if stat.S_ISLNK(status.st_mode):
-        reason = "is a symbolic link (write_cube never replaces one; write to its target)"
-    elif not stat.S_ISDIR(status.st_mode):
-        reason = "is not a directory"
-    elif _holds_working_directory(target):
-        reason = "is the working directory or holds it"
-    elif not (_is_cube_file(target) or _is_empty_directory(target)):
-        reason = "is neither a cube file nor an empty directory"
-    if reason is not None:
-        message = (
-            f"{target} {reason}; overwrite=True replaces only a cube file or an empty directory"
-        )
-        raise FileExistsError(errno.EEXIST, message, str(target))
-    return (status.st_dev, status.st_ino)
-
-
-def _install(temporary: Path, target: Path, expected: tuple[int, int] | None) -> None:
-    """Move the complete store at ``temporary`` to ``target``.
-
-    On return the old store, if any, is at ``temporary`` (for the caller to remove).
-    """
-    if expected is None:
-        _rename_noreplace(temporary, target)
-        return
-    with _locked(target, wait=False):
-        _check_replaceable(target, overwrite=True)
-        if _exchange(temporary, target):
-            if _identity(temporary) != expected:
-                _exchange(temporary, target)
-                _raise_changed_during_write(target)
-            return
-        _replace_in_two_steps(temporary, target, expected)
-
-
-def _replace_in_two_steps(temporary: Path, target: Path, expected: tuple[int, int]) -> None:
-    """Replace ``target`` by two renames, where one-step exchange is not supported.
-
-    Between the renames ``target`` does not exist; the old store waits at an ``-old-``
-    sibling, which the next write to ``target`` puts back if this process is stopped.
-    """
-    aside = target.with_name(f".{target.name}.cytepool-old-{secrets.token_hex(8)}")
-    os.rename(target, aside)
-    if _identity(aside) != expected:
-        os.rename(aside, target)
-        _raise_changed_during_write(target)
-    try:
-        _rename_noreplace(temporary, target)
-    except BaseException:
-        os.rename(aside, target)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def _identity(path: Path) -> tuple[int, int]:
-    status = os.lstat(path)
-    return (status.st_dev, status.st_ino)
-
-
-def _raise_changed_during_write(target: Path) -> None:
-    message = f"{target} was replaced while the cube was being written; it was left as it is"
-    raise FileExistsError(errno.EEXIST, message, str(target))
-
-
-# ---------------------------------------------------------------------------------------------
 # Writing the store
 # ---------------------------------------------------------------------------------------------
 
@@ -580,12 +360,12 @@ def _raise_changed_during_write(target: Path) -> None:
 def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None) -> None:
     """Write every node of the cube file into the empty directory ``root``, zarr.json last."""
     from cytepool.fingerprint import Digests
-    from cytepool.io.tables import write_table
+    from cytepool.io.tables.frames import build_table
 
     known = cube._digests(compute=False)
     options: dict[str, Any] = {"compression": compression, "level": level}
     for axis, index in _TABLES:
-        write_table(getattr(cube, axis), root / axis, index=index, **options)
+        build_table(getattr(cube, axis), root / axis, index=index, **options)
     cells = np.asarray(cube.cells)
     write_array(root / "cells", cells, chunks=_small_chunks(cells), **_PROFILE_AXES, **options)
     if cube.normalization is not None:
@@ -675,6 +455,10 @@ def _write_layer(
 
 
 def _attributes(cube: Cube, digests: Digests) -> dict[str, Any]:
+    # metadata and provenance as the JSON they are stored as, which their digest covers
+    metadata = json.loads(json.dumps(dict(cube.metadata), allow_nan=False))
+    provenance = [record.to_json() for record in cube.provenance]
+    provenance = json.loads(json.dumps(provenance, allow_nan=False))
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -682,9 +466,26 @@ def _attributes(cube: Cube, digests: Digests) -> dict[str, Any]:
         "layers": dict(digests.dtypes),
         "digests": digests.to_json(),
         "fingerprint": digests.fingerprint(),
-        "metadata": dict(cube.metadata),
-        "provenance": [record.to_json() for record in cube.provenance],
+        "metadata": metadata,
+        "provenance": provenance,
+        "attributes_digest": _attributes_digest(metadata, provenance),
     }
+
+
+def _attributes_digest(metadata: Any, provenance: Any) -> str:
+    """The SHA-256 of the canonical JSON of ``{"metadata": ..., "provenance": ...}``.
+
+    Canonical: keys sorted, no spaces, ASCII only, as ``json.dumps`` writes it. Parsing the
+    stored attributes and writing them again gives the same text, so a reader recomputes it.
+
+    Examples
+    --------
+    >>> _attributes_digest({"study": "demo"}, [])[:16]
+    'dacbc997e1d60c40'
+    """
+    document = {"metadata": metadata, "provenance": provenance}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -692,18 +493,18 @@ def _attributes(cube: Cube, digests: Digests) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _stamp(root: Path) -> tuple[int, ...] | None:
-    """Identify the root zarr.json as a file, to see whether the store was replaced."""
-    try:
-        status = os.stat(root / METADATA_FILE)
-    except OSError:
-        return None
-    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
-
-
-def _store_changed(root: Path) -> StoreChangedError:
-    message = f"the cube file {root} was replaced while it was being read; open it again"
-    return StoreChangedError(message)
+def _is_cube_file(path: Path) -> bool:
+    """Whether ``path`` holds a cube file (of any version); asked again while another writer
+    replaces it."""
+    for _ in range(_ATTEMPTS):
+        try:
+            attributes = read_group_attributes(path)
+        except StoreChangedError:
+            continue
+        except (OSError, ValueError):
+            return False
+        return attributes.get("format") == FORMAT
+    return False
 
 
 @dataclass(frozen=True)
@@ -717,7 +518,7 @@ class _Header:
     provenance: tuple[Any, ...]
 
 
-def _parse_header(attributes: Mapping[str, Any], root: Path) -> _Header:
+def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Header:
     """Check the root attributes; I/O-free, so every rule is testable without files."""
     if attributes.get("format") != FORMAT:
         message = (
@@ -725,10 +526,11 @@ def _parse_header(attributes: Mapping[str, Any], root: Path) -> _Header:
             f"{attributes.get('format')!r}, expected {FORMAT!r}"
         )
         raise FormatError(message)
-    newer = _check_version(attributes.get("format_version"), root)
-    missing = [key for key in _REQUIRED_ATTRIBUTES if key not in attributes]
-    unknown = [key for key in attributes if key not in _REQUIRED_ATTRIBUTES]
-    if missing or (unknown and not newer):
+    minor = _check_version(attributes.get("format_version"), root)
+    known = _ATTRIBUTES_1_0 if minor == 0 else _REQUIRED_ATTRIBUTES
+    missing = [key for key in known if key not in attributes]
+    unknown = [key for key in attributes if key not in known]
+    if missing or (unknown and minor <= _MINOR):
         problem = f"lacks {missing}" if missing else f"has unknown attributes {unknown}"
         message = f"the cube file {root} is corrupt: its root group {problem}"
         raise FormatError(message)
@@ -738,17 +540,31 @@ def _parse_header(attributes: Mapping[str, Any], root: Path) -> _Header:
     metadata = attributes["metadata"]
     if not isinstance(metadata, dict):
         _corrupt(root, f"metadata must be an object, found {type(metadata).__name__}")
-    return _Header(shape, layers, digests, metadata, _parse_provenance(attributes, root))
+    provenance = _parse_provenance(attributes, root)
+    if minor > 0:
+        _check_attributes_digest(attributes, root)
+    return _Header(shape, layers, digests, metadata, provenance)
 
 
-def _corrupt(root: Path, problem: str) -> NoReturn:
+def _check_attributes_digest(attributes: Mapping[str, Any], root: Path | StorePath) -> None:
+    stored = attributes["attributes_digest"]
+    computed = _attributes_digest(attributes["metadata"], attributes["provenance"])
+    if stored != computed:
+        problem = (
+            "its metadata or provenance was edited: their digest (attributes_digest) is "
+            f"{stored!r}, expected {computed!r}"
+        )
+        _corrupt(root, problem)
+
+
+def _corrupt(root: Path | StorePath, problem: str) -> NoReturn:
     message = f"the cube file {root} is corrupt: {problem}"
     raise FormatError(message)
 
 
-def _check_version(version: object, root: Path) -> bool:
-    """Apply the versioning rule; return whether the file's minor version is newer."""
-    match = re.fullmatch(r"(\d+)\.(\d+)", version) if isinstance(version, str) else None
+def _check_version(version: object, root: Path | StorePath) -> int:
+    """Apply the versioning rule; return the file's minor version."""
+    match = re.fullmatch(r"([0-9]+)\.([0-9]+)", version) if isinstance(version, str) else None
     if match is None:
         message = f"the cube file {root} has an invalid format_version {version!r}"
         raise FormatError(message)
@@ -765,21 +581,21 @@ def _check_version(version: object, root: Path) -> bool:
             f"(format {FORMAT_VERSION}) does not read"
         )
         raise FormatError(message)
-    return minor > _MINOR
+    return minor
 
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _parse_shape(shape: object, root: Path) -> tuple[int, int, int]:
+def _parse_shape(shape: object, root: Path | StorePath) -> tuple[int, int, int]:
     if not (isinstance(shape, list) and len(shape) == 3 and all(map(_is_count, shape))):
         _corrupt(root, f"shape must be 3 non-negative integers, found {shape!r}")
     n_groups, n_samples, n_features = shape
     return (n_groups, n_samples, n_features)
 
 
-def _parse_layers(layers: object, root: Path) -> dict[str, str]:
+def _parse_layers(layers: object, root: Path | StorePath) -> dict[str, str]:
     if not isinstance(layers, dict) or not all(
         isinstance(name, str) and isinstance(dtype, str) for name, dtype in layers.items()
     ):
@@ -796,12 +612,12 @@ def _parse_layers(layers: object, root: Path) -> dict[str, str]:
                 f"layer {name!r} of the cube file {root} has data type {dtype!r}; a cube "
                 f"accepts {', '.join(sorted(_LAYER_DTYPES))}"
             )
-            raise TypeError(message)
+            raise StoredTypeError(message)
     return dict(layers)
 
 
 def _parse_digests(
-    attributes: Mapping[str, Any], layers: dict[str, str], n_groups: int, root: Path
+    attributes: Mapping[str, Any], layers: dict[str, str], n_groups: int, root: Path | StorePath
 ) -> Digests:
     from cytepool.fingerprint import Digests
 
@@ -821,7 +637,7 @@ def _parse_digests(
     return digests
 
 
-def _parse_provenance(attributes: Mapping[str, Any], root: Path) -> tuple[Any, ...]:
+def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> tuple[Any, ...]:
     from cytepool import Provenance
 
     records = attributes["provenance"]
@@ -834,10 +650,9 @@ def _parse_provenance(attributes: Mapping[str, Any], root: Path) -> tuple[Any, .
         raise FormatError(message) from error
 
 
-def _read(root: Path, backend: str) -> Cube:
-    """Read and check everything but the layers' values; open the layers."""
-    from cytepool.cube import Cube
-
+def _read(root: StorePath, backend: str) -> Cube:
+    """Read and check everything but the layers' values, through the root's handle; open the
+    layers."""
     try:
         attributes = read_group_attributes(root)
     except FileNotFoundError as error:
@@ -845,7 +660,7 @@ def _read(root: Path, backend: str) -> Cube:
         raise FormatError(message) from error
     header = _parse_header(attributes, root)
     try:
-        tables = {axis: _read_table(root, axis, backend) for axis, _ in _TABLES}
+        tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
         read_group_attributes(root / "layers")
@@ -855,6 +670,20 @@ def _read(root: Path, backend: str) -> Cube:
     except FileNotFoundError as error:
         message = f"the cube file {root} is corrupt: a part is missing ({error})"
         raise FormatError(message) from error
+    return _assemble(root, header, tables, cells, normalization, layers)
+
+
+def _assemble(
+    root: StorePath,
+    header: _Header,
+    tables: dict[str, Any],
+    cells: np.ndarray,
+    normalization: Any,
+    layers: dict[str, ZarrArray],
+) -> Cube:
+    """The cube of the parts read; every error about them is an error about the file."""
+    from cytepool.cube import Cube
+
     try:  # compares the tables, cells and normalization with their digests
         return Cube._from_parts(
             layers,
@@ -867,37 +696,41 @@ def _read(root: Path, backend: str) -> Cube:
             provenance=header.provenance,
             digests=header.digests,
         )
-    except FormatError as error:
+    except TypeError as error:
+        message = f"the cube file {root} holds a value of a type a cube does not accept: {error}"
+        raise StoredTypeError(message) from error
+    except ValueError as error:  # FormatError, ConstraintError and the checks of the tables
         message = f"the cube file {root} is corrupt or was edited: {error}"
         raise FormatError(message) from error
 
 
-def _read_table(root: Path, axis: str, backend: str) -> Any:
-    from cytepool.io.tables import read_table
+def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
+    from cytepool.io.tables.frames import read_table_at
 
-    return read_table(root / axis, backend=backend)  # type: ignore[arg-type]
+    rows = header.shape[_TABLE_AXES[axis]]
+    return read_table_at(root / axis, backend=backend, rows=rows)
 
 
-def _open_small(root: Path, name: str, header: _Header, kinds: str, what: str) -> ZarrArray:
+def _open_small(root: StorePath, name: str, header: _Header, kinds: str, what: str) -> ZarrArray:
     array = open_array(root / name)
     if array.dtype.kind not in kinds:
         message = f"the {what} of the cube file {root} have data type {array.dtype}, expected " + (
             "integers" if kinds == "iu" else "floating-point numbers"
         )
-        raise TypeError(message)
+        raise StoredTypeError(message)
     if array.shape != header.shape[:2]:
         _corrupt(root, f"{name} has shape {array.shape}, expected {header.shape[:2]}")
     return array
 
 
-def _read_cells(root: Path, header: _Header) -> np.ndarray:
+def _read_cells(root: StorePath, header: _Header) -> np.ndarray:
     return np.asarray(_open_small(root, "cells", header, "iu", "cell numbers"))
 
 
-def _read_normalization(root: Path, header: _Header) -> Any:
+def _read_normalization(root: StorePath, header: _Header) -> Any:
     from cytepool import Normalization
 
-    if not (root / "normalization" / METADATA_FILE).exists():
+    if root.handle.version(join(root.key, f"normalization/{METADATA_FILE}")) is None:
         return None
     array = _open_small(root, "normalization", header, "f", "normalization factors")
     method = array.attributes.get("method")
@@ -905,11 +738,15 @@ def _read_normalization(root: Path, header: _Header) -> Any:
         message = (
             f"the normalization of the cube file {root} has method {method!r}, expected a string"
         )
-        raise TypeError(message)
-    return Normalization(method, np.asarray(array))
+        raise StoredTypeError(message)
+    try:
+        return Normalization(method, np.asarray(array))
+    except ValueError as error:
+        message = f"the cube file {root} is corrupt: invalid normalization ({error})"
+        raise FormatError(message) from error
 
 
-def _open_layer(root: Path, name: str, dtype: str, header: _Header) -> ZarrArray:
+def _open_layer(root: StorePath, name: str, dtype: str, header: _Header) -> ZarrArray:
     array = open_array(root / "layers" / name)
     if array.shape != header.shape:
         _corrupt(root, f"layer {name!r} has shape {array.shape}, expected {header.shape}")

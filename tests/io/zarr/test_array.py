@@ -32,6 +32,7 @@ from cytepool.io.zarr import (
 from cytepool.io.zarr import _reading as reading_module
 from cytepool.io.zarr._threads import ENV_THREADS, threads
 from cytepool.io.zarr.codecs import PIECE_BYTES, import_zstd
+from cytepool.io.zarr.store import LocalHandle, Stamp
 
 STRING = np.dtypes.StringDType()
 
@@ -79,12 +80,14 @@ def test_documented_constants() -> None:
     ]
     assert dict(DEFAULT_LEVELS) == {"gzip": 4, "zstd": 3}
     assert MAX_CHUNK_BYTES == 2147483648
+    assert cz.MAX_METADATA_BYTES == 64 * 2**20
     with pytest.raises(TypeError):
         DATA_TYPES["x"] = np.dtype("f4")  # type: ignore[index]
     assert set(cz.__all__) == {
         "DATA_TYPES",
         "DEFAULT_LEVELS",
         "MAX_CHUNK_BYTES",
+        "MAX_METADATA_BYTES",
         "METADATA_FILE",
         "ZarrArray",
         "check_compression",
@@ -440,16 +443,9 @@ def test_reads_open_only_the_touched_chunks(
     grid: tuple[ZarrArray, np.ndarray[Any, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     array, data = grid
-    opened: list[str] = []
-    original = reading_module.open_chunk
-
-    def spy(path: str) -> Any:
-        opened.append(Path(path).relative_to(array.path).as_posix())
-        return original(path)
-
-    monkeypatch.setattr(reading_module, "open_chunk", spy)
+    log = ReadLog(monkeypatch)
     assert array.oindex[5, [4, 5], [0, 4]].tolist() == data[5][np.ix_([4, 5], [0, 4])].tolist()
-    assert opened == ["c/1/1/0", "c/1/1/2"]
+    assert sorted(log.keys) == ["c/1/1/0", "c/1/1/2"]
 
 
 def test_missing_chunks_read_as_fill(tmp_path: Path) -> None:
@@ -504,7 +500,8 @@ def test_chunks_decode_straight_into_strided_results(
     monkeypatch.setattr(reading_module._RowSink, "write", spy)
     result = open_array(tmp_path / "a")[...]
     assert result.tobytes() == data.astype(data.dtype.newbyteorder("=")).tobytes()
-    assert sum(rows) == 2 * 20000 * 3 * data.dtype.itemsize  # the interior chunks
+    # the interior chunks, as they are decompressed (uncompressed ones are copied in one step)
+    assert sum(rows) == (2 * 20000 * 3 * data.dtype.itemsize if compression else 0)
     small = np.arange(4 * 6 * 8, dtype=np.int32).reshape(4, 6, 8)
     write_array(tmp_path / "b", small, chunks=(2, 3, 4), compression=compression)
     assert open_array(tmp_path / "b")[...].tolist() == small.tolist()  # through a scratch chunk
@@ -545,8 +542,6 @@ def test_touched_or_removed_metadata_is_detected(tmp_path: Path) -> None:
 
 
 def test_stamp_through_another_mount() -> None:
-    from cytepool.io.zarr._store import Stamp
-
     here = Stamp(device=1, inode=10, size=100, mtime_ns=5)
     assert here.matches(Stamp(device=2, inode=99, size=100, mtime_ns=5))
     assert not here.matches(Stamp(device=2, inode=10, size=101, mtime_ns=5))
@@ -559,45 +554,34 @@ def test_stamp_through_another_mount() -> None:
 
 
 class ReadLog:
-    """Records every read from chunk files."""
+    """Records every object read through a local store handle: its key and the bytes read."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.keys: list[str] = []
         self.reads: list[int] = []
-        original_open = reading_module.open_chunk
+        get, get_range = LocalHandle.get, LocalHandle.get_range
         log = self
 
-        class LoggedFile:
-            def __init__(self, file: Any):
-                self.file = file
+        def logged_get(handle: LocalHandle, key: str, *, limit: int) -> Any:
+            blob = get(handle, key, limit=limit)
+            if blob is not None and not key.endswith(METADATA_FILE):
+                log.keys.append(key)
+                log.reads.append(len(blob.data))
+            return blob
 
-            def read(self, n: int) -> bytes:
-                data = self.file.read(n)
-                log.reads.append(len(data))
-                return data
+        def logged_range(handle: LocalHandle, key: str, start: int, length: int) -> Any:
+            part = get_range(handle, key, start, length)
+            if part is not None:
+                log.keys.append(key)
+                log.reads.append(len(part.data))
+            return part
 
-            def readinto(self, buffer: Any) -> int:
-                n = self.file.readinto(buffer)
-                log.reads.append(n)
-                return n
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self.file, name)
-
-            def __enter__(self) -> LoggedFile:
-                return self
-
-            def __exit__(self, *args: Any) -> None:
-                self.file.close()
-
-        def logged(path: str) -> Any:
-            file = original_open(path)
-            return None if file is None else LoggedFile(file)
-
-        monkeypatch.setattr(reading_module, "open_chunk", logged)
+        monkeypatch.setattr(LocalHandle, "get", logged_get)
+        monkeypatch.setattr(LocalHandle, "get_range", logged_range)
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zstd"])
-def test_compressed_chunks_are_read_in_bounded_pieces(
+def test_compressed_chunks_are_read_once_and_decoded_in_bounded_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compression: str
 ) -> None:
     data = np.random.default_rng(0).random(400_000)
@@ -605,9 +589,38 @@ def test_compressed_chunks_are_read_in_bounded_pieces(
     size = (tmp_path / "a/c/0").stat().st_size
     assert size > 2 * PIECE_BYTES
     log = ReadLog(monkeypatch)
+    pieces: list[int] = []
+    original = reading_module._FlatSink.write
+
+    def spy(self: Any, piece: bytes) -> None:
+        pieces.append(len(piece))
+        original(self, piece)
+
+    monkeypatch.setattr(reading_module._FlatSink, "write", spy)
     assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
-    assert max(log.reads) <= PIECE_BYTES
-    assert sum(log.reads) == size
+    assert log.reads == [size]
+    assert max(pieces) <= PIECE_BYTES
+    assert sum(pieces) == data.nbytes
+
+
+def test_the_chunk_plan_takes_no_memory_per_chunk(tmp_path: Path) -> None:
+    # 10,000 chunks of one byte, none of them stored: the plan of a read is walked, not kept
+    # (it held a Python record of some 450 bytes per chunk: 4.5 MB here)
+    import tracemalloc
+
+    write_array(tmp_path / "a", np.zeros(10_000, np.int8), chunks=(1,))
+    array = open_array(tmp_path / "a")
+    positions = np.arange(0, 10_000, 3)
+    for read in (lambda: array[...], lambda: array[::2], lambda: array.oindex[positions]):
+        tracemalloc.start()
+        try:
+            result = read()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert not result.any()
+        # the result, a few numbers per selected position of an oindex read, and 256 KiB
+        assert peak < result.nbytes + 64 * len(positions) + 256 * 1024
 
 
 def test_uncompressed_chunks_read_exactly_their_size(
@@ -672,6 +685,53 @@ def test_a_read_holds_the_result_and_about_one_chunk(tmp_path: Path, chunks: Any
     assert result.tobytes() == data.tobytes()
     # each decoding thread: a chunk and the pieces in flight
     assert peak < data.nbytes + threads() * (chunk + 6 * PIECE_BYTES)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+@pytest.mark.parametrize(("text", "bound"), [("abc", 3.5), ("ab\0", 3.5), ("é", 4.0)])
+def test_a_huge_string_decodes_in_about_twice_its_size(
+    tmp_path: Path, compression: str | None, text: str, bound: float
+) -> None:
+    # One 4 MiB string in a chunk of its own: a read holds the chunk's bytes, the result and
+    # the str made from the bytes (and, for non-ASCII text, the UTF-8 of that str, which numpy
+    # caches). It used to hold 4.3 times the string, 10 times with a NUL (np.bincount).
+    import tracemalloc
+
+    size = 4 * 2**20
+    value = text * (size // len(text.encode()))
+    write_array(
+        tmp_path / "s", np.array([value], dtype=object), chunks=(1,), compression=compression
+    )
+    array = open_array(tmp_path / "s")
+    for read in (lambda: array[...], lambda: np.asarray(array, dtype=object)):
+        tracemalloc.start()
+        try:
+            result = read()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert result[0] == value
+        assert peak < bound * size + 2**20
+
+
+def test_metadata_documents_beyond_the_limit_are_refused_unread(tmp_path: Path) -> None:
+    import tracemalloc
+
+    write_array(tmp_path / "a", np.arange(3), chunks=(3,))
+    write_group(tmp_path / "g")
+    for node in ("a", "g"):
+        with open(tmp_path / node / METADATA_FILE, "r+b") as file:
+            file.truncate(cz.MAX_METADATA_BYTES + 1)  # sparse: no disk space taken
+        problem = f"has {cz.MAX_METADATA_BYTES + 1} bytes, more than the {cz.MAX_METADATA_BYTES}"
+        for call in (open_array, read_group_attributes, node_type):
+            tracemalloc.start()
+            try:
+                with pytest.raises(FormatError, match=problem):
+                    call(tmp_path / node)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert peak < 2**20
 
 
 def test_string_chunks_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

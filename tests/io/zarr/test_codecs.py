@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import subprocess
 import sys
 import zlib
 from collections.abc import Iterator
@@ -474,6 +475,62 @@ def test_missing_zstd_says_how_to_get_it() -> None:
 def test_zstd_module_choice() -> None:
     expected = "compression.zstd" if sys.version_info >= (3, 14) else "backports.zstd"
     assert import_zstd().__name__ == expected
+
+
+# A fresh process whose zstd module takes a while to initialise (its loader waits for an event),
+# imported by one thread while another asks import_zstd() for it: the second must get the
+# complete module, never the one still being initialised (a decoding thread used to get it, and
+# fail with AttributeError on DecompressionParameter, about one first read in eight).
+_SLOW_ZSTD_IMPORT = """
+import importlib, importlib.abc, importlib.machinery, sys, threading
+from cytepool.io.zarr.codecs import import_zstd
+
+NAME = "compression.zstd" if sys.version_info >= (3, 14) else "backports.zstd"
+started, release = threading.Event(), threading.Event()
+
+
+class SlowLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        started.set()
+        release.wait()
+        self.loader.exec_module(module)
+
+
+class SlowFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != NAME:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec.loader = SlowLoader(spec.loader)
+        return spec
+
+
+assert NAME not in sys.modules
+sys.meta_path.insert(0, SlowFinder())
+threading.Thread(target=importlib.import_module, args=(NAME,)).start()
+started.wait()  # the module is in sys.modules now, still being initialised
+threading.Timer(0.5, release.set).start()
+module = import_zstd()
+print(hasattr(module, "DecompressionParameter"), module.__name__)
+"""
+
+
+def test_zstd_is_never_handed_out_half_initialised() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _SLOW_ZSTD_IMPORT],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    expected = "compression.zstd" if sys.version_info >= (3, 14) else "backports.zstd"
+    assert out.stdout.split() == ["True", expected]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from special_files import SPECIAL_FILES, make_special, without_blocking
 
 from cytepool.errors import FormatError, StoreChangedError, UnsupportedFeatureError
 from cytepool.io.zarr import (
@@ -32,6 +33,7 @@ LE = {"name": "bytes", "configuration": {"endian": "little"}}
 GZIP = {"name": "gzip", "configuration": {"level": 1}}
 ZSTD = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
 EMPTY = 2**64 - 1
+GRID_2D = {"name": "regular", "configuration": {"chunk_shape": [4, 2]}}
 
 
 def array_doc(**changes: Any) -> dict[str, Any]:
@@ -112,10 +114,26 @@ def test_array_and_group_mixups(tmp_path: Path) -> None:
         read_group_attributes(tmp_path / "a")
 
 
-def test_metadata_that_is_not_a_file(tmp_path: Path) -> None:
-    (tmp_path / "a" / METADATA_FILE).mkdir(parents=True)
-    with raises_naming(FormatError, "is a directory, not a metadata file", tmp_path / "a"):
-        open_array(tmp_path / "a")
+def test_metadata_that_is_not_a_regular_file(tmp_path: Path, special: str) -> None:
+    target = tmp_path / "a" / METADATA_FILE
+    make_special(target, special)
+    problem = f"is not a regular file: it is {SPECIAL_FILES[special]}"
+    for call in (open_array, read_group_attributes, node_type):
+        with raises_naming(FormatError, problem, target):
+            without_blocking(lambda call=call: call(tmp_path / "a"), target)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_chunk_that_is_not_a_regular_file(tmp_path: Path, special: str, compression: Any) -> None:
+    write_array(tmp_path / "a", np.arange(1, 9), chunks=(4,), compression=compression)
+    target = tmp_path / "a" / "c" / "1"
+    make_special(target, special)
+    array = open_array(tmp_path / "a")
+    assert array[:4].tolist() == [1, 2, 3, 4]
+    problem = f"is not a regular file: it is {SPECIAL_FILES[special]}"
+    for read in (lambda: array[...], lambda: array.oindex[[5]], lambda: np.asarray(array)):
+        with raises_naming(FormatError, problem, target):
+            without_blocking(read, target)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,10 +339,9 @@ def test_corrupt_string_chunks(tmp_path: Path, data: bytes, problem: str) -> Non
         open_array(uncompressed)[2]
 
 
-def test_chunk_key_naming_a_directory(tmp_path: Path) -> None:
-    path = make(tmp_path / "a", array_doc())
-    (path / "c" / "0").mkdir(parents=True)
-    with raises_naming(FormatError, "does not name a regular file", path / "c/0"):
+def test_chunk_key_through_a_file(tmp_path: Path) -> None:
+    path = make(tmp_path / "a", array_doc(shape=[8, 2], chunk_grid=GRID_2D), {"c/0": b"x"})
+    with raises_naming(FormatError, "a part of its path is not a directory", path / "c/0/0"):
         open_array(path)[0]
 
 

@@ -1,14 +1,23 @@
-"""Fuzzing cytepool.io.zarr with corrupted stores.
+"""Fuzzing the store layer with corrupted stores: Zarr arrays, tables and cube files.
 
 Hypothesis mutates copies of valid stores (flipped bytes, truncations, appended bytes and deleted
 files in chunk and shard files and in zarr.json, edited JSON fields and values, repeated keys and
-NaN tokens) and reads them. A read may only raise the documented exceptions — ``ValueError``
-(which includes ``cytepool.errors.FormatError``) and ``FileNotFoundError``, and ``RuntimeError``
-when zarr.json was replaced after the array was opened — or return a result of the shape and
-dtype the (possibly edited) metadata describes. Each example has a deadline of one second.
+NaN tokens) and reads them: arrays with open_array and reads of parts and of the whole, tables
+with read_table (pandas and polars), cube files with read_cube and a read of every layer. A read
+may only return a result or raise one of the documented exceptions for a file's content:
+``cytepool.errors.FormatError`` (UnsupportedFeatureError and StoredTypeError are FormatErrors),
+``FileNotFoundError``, and ``StoreChangedError`` when the store changed after it was opened.
+Exactly these classes: any other exception fails the test, and so does a peak above 256 MiB of
+Python's allocations (tracemalloc). Each case has a deadline of five seconds, which catches a
+hang; the target of one second per read is checked by ``benchmarks/fuzz_stores.py``.
 
-The stores cover gzip, zstd and uncompressed chunks, strings (vlen-utf8), datetimes, and sharded
-stores written by zarr-python (index at the end and at the start).
+The stores cover gzip, zstd and uncompressed chunks, strings (vlen-utf8), datetimes, sharded
+stores written by zarr-python (index at the end and at the start), tables of every column
+encoding (written by cytepool and by anndata) and cube files with and without a normalization.
+
+The suite runs CYTEPOOL_FUZZ_EXAMPLES (40 by default) mutated stores for each of its 16 stores;
+``benchmarks/fuzz_stores.py`` runs 320 of each (5,120 in all) and tabulates the outcomes from the
+report file that CYTEPOOL_FUZZ_REPORT names.
 """
 
 from __future__ import annotations
@@ -18,7 +27,10 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+import tracemalloc
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -28,13 +40,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cytepool.errors import StoreChangedError
+from cytepool.errors import FormatError, StoreChangedError
+from cytepool.io import read_cube, read_table, write_cube, write_table
 from cytepool.io.zarr import open_array, write_array
 
 # CYTEPOOL_FUZZ_EXAMPLES=5000 runs a longer campaign locally.
+# The deadline catches a hang or a runaway read even on a loaded machine; the report of
+# benchmarks/fuzz_stores.py holds each read's own time, where the 1 s target is checked.
 FUZZ = settings(
     max_examples=int(os.environ.get("CYTEPOOL_FUZZ_EXAMPLES", "40")),
-    deadline=1000,
+    deadline=5000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -110,14 +125,76 @@ def _write_zarr_python_stores(root: Path) -> None:
     )
 
 
+def _write_tables(root: Path) -> None:
+    import pandas as pd
+
+    n = 5
+    frame = pd.DataFrame(
+        {
+            "n": np.arange(n, dtype=np.int64),
+            "x": [0.5, np.nan, 2.0, 3.5, -1.0],
+            "s": ["a", "bé", "", "x" * 20, "z"],
+            "c": pd.Categorical(["u", "v", None, "u", "w"]),
+            "i": pd.array([1, None, 3, 4, 5], dtype="Int64"),
+            "b": pd.array([True, None, False, True, False], dtype="boolean"),
+            "ns": pd.array(["p", None, "q", "r", "s"], dtype="string"),
+            "t": pd.to_datetime(["2020-01-01", None, "1970-01-01", "2000-02-29", "2262-04-11"]),
+            "tz": pd.to_datetime(["2020-01-01"] * n).tz_localize("Europe/Paris"),
+            "f": pd.array([0.25, None, 1.0, 2.0, 3.0], dtype="Float64"),
+        },
+        index=pd.Index([f"r{i}" for i in range(n)], name="id"),
+    )
+    write_table(frame, root / "table", chunks=2, compression="gzip")
+    write_table(frame.reset_index(drop=True), root / "table_zstd", compression="zstd")
+    try:
+        import anndata
+        import zarr
+    except ImportError:  # the anndata case skips itself
+        return
+    group = zarr.open_group(root / "anndata_root", mode="w")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # anndata's note on sharding defaults
+        anndata.io.write_elem(group, "table", frame.drop(columns=["tz", "f", "t", "ns"]))
+    (root / "anndata_root" / "table").rename(root / "table_anndata")
+    shutil.rmtree(root / "anndata_root")
+
+
+def _write_cubes(root: Path) -> None:
+    import pandas as pd
+
+    from cytepool import Cube, Normalization
+
+    rng = np.random.default_rng(8)
+    counts = rng.integers(1, 40, size=(3, 4, 5)).astype(np.int32)
+    cube = Cube(
+        {"counts": counts, "scaled": counts.astype(np.float32) / 2},
+        samples=pd.DataFrame({"sample_id": [f"s{i}" for i in range(4)], "age": [30, 31, 32, 33]}),
+        groups=pd.DataFrame({"group_id": ["B", "T", "NK"]}),
+        features=pd.DataFrame({"feature_id": [f"g{i}" for i in range(5)]}),
+        cells=rng.integers(1, 9, size=(3, 4)),
+        normalization=Normalization("size_factors", rng.uniform(0.5, 2, size=(3, 4))),
+        metadata={"study": "fuzz"},
+    )
+    write_cube(cube, root / "cube", compression="gzip")
+    plain = Cube(
+        {"counts": counts},
+        samples=cube.samples,
+        groups=cube.groups,
+        features=cube.features,
+        cells=cube.cells,
+    )
+    write_cube(plain, root / "cube_zstd", compression="zstd")
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fuzz-stores")
     _write_cytepool_stores(root)
     _write_zarr_python_stores(root)
+    _write_tables(root)
+    _write_cubes(root)
     for store in root.iterdir():  # every store reads before it is mutated
-        array = open_array(store)
-        assert np.asarray(array).shape == array.shape
+        READS[_kind(store.name)](store)
     return root
 
 
@@ -126,6 +203,12 @@ ZARR_PYTHON_STORES = [
     pytest.param(name, marks=pytest.mark.interop)
     for name in ["sharded", "sharded_start", "sharded_strings", "zarr_python_v2_keys"]
 ]
+TABLE_STORES = ["table", "table_zstd", pytest.param("table_anndata", marks=pytest.mark.interop)]
+CUBE_STORES = ["cube", "cube_zstd"]
+
+
+def _kind(name: str) -> str:
+    return name.split("_")[0] if name.startswith(("table", "cube")) else "array"
 
 
 def _store(stores: Path, name: str) -> Path:
@@ -284,8 +367,17 @@ def _zstd() -> Any:
     return zstd
 
 
-def _codec_names(store: Path) -> list[str]:
-    return [codec["name"] for codec in json.loads((store / "zarr.json").read_text())["codecs"]]
+def _array_of(store: Path, name: str) -> Path:
+    """The array directory that holds the chunk file ``name``."""
+    path = (store / name).parent
+    while path != store and not (path / "zarr.json").is_file():
+        path = path.parent
+    return path
+
+
+def _codec_names(array: Path) -> list[str]:
+    document = json.loads((array / "zarr.json").read_text())
+    return [codec["name"] for codec in document.get("codecs", [{"name": "bytes"}])]
 
 
 @st.composite
@@ -346,7 +438,8 @@ def mutations(draw: st.DrawFn, store: Path) -> tuple[str, bytes | None]:
     name = draw(st.just("zarr.json") | st.sampled_from(files), label="file")
     content = (store / name).read_bytes()
     kinds = ["flip", "truncate", "append", "delete"]
-    codecs = _codec_names(store)
+    array = _array_of(store, name)
+    codecs = _codec_names(array)
     if name.endswith("zarr.json"):
         kinds += ["json", "json", "json", "raw json"]
     elif codecs[0] == "sharding_indexed":
@@ -357,7 +450,7 @@ def mutations(draw: st.DrawFn, store: Path) -> tuple[str, bytes | None]:
     if kind == "delete":
         return name, None
     if kind == "shard index":
-        return name, draw(shard_index_edit(store, content))
+        return name, draw(shard_index_edit(array, content))
     if kind == "payload":
         return name, draw(payload_edit(codecs, content))
     if kind == "flip" and content:
@@ -421,21 +514,58 @@ def _reads(array: Any) -> None:
     assert picked.dtype == array.dtype
 
 
-def _read_documented(path: Path) -> None:
-    try:
-        array = open_array(path)
-    except (ValueError, FileNotFoundError) as error:
-        event(f"open raised {type(error).__name__}")
-        return
-    try:
-        _reads(array)
-    except ValueError as error:
-        event(f"read raised {type(error).__name__}")
-    else:
-        event("read")
+def _read_array(path: Path) -> None:
+    _reads(open_array(path))
 
 
-@pytest.mark.parametrize("name", CYTEPOOL_STORES + ZARR_PYTHON_STORES)
+def _read_table(path: Path) -> None:
+    frame = read_table(path)
+    with suppress(ImportError):
+        assert read_table(path, backend="polars").height == len(frame)
+
+
+def _read_cube(path: Path) -> None:
+    cube = read_cube(path)
+    for name in cube.layers:  # every group read whole: each is checked against its digest
+        assert cube.to_numpy(name).shape == cube.shape
+
+
+READS: dict[str, Callable[[Path], None]] = {
+    "array": _read_array,
+    "table": _read_table,
+    "cube": _read_cube,
+}
+DOCUMENTED = (FormatError, FileNotFoundError, StoreChangedError)
+MAX_PEAK = 256 * 2**20
+
+
+def _report(record: dict[str, Any]) -> None:
+    """Append a case's outcome to the file CYTEPOOL_FUZZ_REPORT names, if any."""
+    target = os.environ.get("CYTEPOOL_FUZZ_REPORT")
+    if target:
+        with open(target, "a", encoding="utf-8") as file:  # one short line: an atomic append
+            file.write(json.dumps(record) + "\n")
+
+
+def _read_documented(path: Path, kind: str) -> None:
+    """Read a mutated store: a result, or exactly one of the DOCUMENTED exceptions."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        READS[kind](path)
+        outcome = "read"
+    except DOCUMENTED as error:  # anything else fails the test
+        outcome = type(error).__name__
+    finally:
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    event(outcome)
+    _report({"kind": kind, "store": path.name, "outcome": outcome, "s": elapsed, "peak": peak})
+    assert peak < MAX_PEAK, f"{peak} bytes"
+
+
+@pytest.mark.parametrize("name", CYTEPOOL_STORES + ZARR_PYTHON_STORES + TABLE_STORES + CUBE_STORES)
 @FUZZ
 @given(data=st.data())
 def test_mutated_store_raises_only_documented_errors(
@@ -444,7 +574,7 @@ def test_mutated_store_raises_only_documented_errors(
     with copy_of(_store(stores, name)) as store:
         file, content = data.draw(mutations(store), label="mutation")
         _apply(store, file, content)
-        _read_documented(store)
+        _read_documented(store, _kind(name))
 
 
 @pytest.mark.parametrize("name", ["gzip", "strings", ZARR_PYTHON_STORES[0]])

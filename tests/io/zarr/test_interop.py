@@ -303,7 +303,7 @@ def test_zarr_python_reads_cytepool_groups(tmp_path: Path) -> None:
 def test_sharded_reads_touch_only_the_index_and_needed_inner_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cytepool.io.zarr import _reading as reading_module
+    from cytepool.io.zarr.store import LocalHandle
 
     data = np.arange(40 * 40, dtype=np.float64).reshape(40, 40)
     codec = zcodecs.ShardingCodec(chunk_shape=(5, 5), codecs=[zcodecs.BytesCodec()])
@@ -311,36 +311,14 @@ def test_sharded_reads_touch_only_the_index_and_needed_inner_chunks(
         tmp_path / "a", data=data, chunks=(20, 20), serializer=codec, compressors=None
     )
     reads: list[int] = []
-    original = reading_module.open_chunk
+    original = LocalHandle.get_range
 
-    class Logged:
-        def __init__(self, file: Any):
-            self.file = file
+    def logged(handle: LocalHandle, key: str, start: int, length: int) -> Any:
+        part = original(handle, key, start, length)
+        reads.append(0 if part is None else len(part.data))
+        return part
 
-        def read(self, n: int) -> bytes:
-            out = self.file.read(n)
-            reads.append(len(out))
-            return out
-
-        def readinto(self, buffer: Any) -> int:
-            n = self.file.readinto(buffer)
-            reads.append(n)
-            return n
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.file, name)
-
-        def __enter__(self) -> Any:
-            return self
-
-        def __exit__(self, *args: Any) -> None:
-            self.file.close()
-
-    monkeypatch.setattr(
-        reading_module,
-        "open_chunk",
-        lambda path: None if (f := original(path)) is None else Logged(f),
-    )
+    monkeypatch.setattr(LocalHandle, "get_range", logged)
     array = open_array(tmp_path / "a")
     assert array[27, 3] == data[27, 3]
     assert sum(reads) == (16 * 16 + 4) + 5 * 5 * 8  # the index, then one inner chunk
@@ -394,3 +372,22 @@ def test_reads_every_array_of_an_anndata_store(tmp_path: Path) -> None:
 
     if tuple(int(part) for part in version("anndata").split(".")[:2]) >= (0, 13):
         assert sharded, "anndata 0.13 shards by default"
+
+
+def test_sharded_reads_keep_no_record_per_inner_chunk(tmp_path: Path) -> None:
+    # 8,000 inner chunks of one byte in 8 shards: the pieces of a shard are walked as it is
+    # read, not gathered for all shards first (some 500 bytes each: 4 MB here)
+    import tracemalloc
+
+    data = (np.arange(8000) % 7 + 1).astype(np.int8)
+    zarr.create_array(tmp_path / "a", data=data, chunks=(1,), shards=(1000,), compressors=None)
+    array = open_array(tmp_path / "a")
+    tracemalloc.start()
+    try:
+        result = array[...]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.tolist() == data.tolist()
+    # the result, and a shard's index (16 kB) and its checks, for each decoding thread
+    assert peak < result.nbytes + 512 * 1024

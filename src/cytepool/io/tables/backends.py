@@ -19,8 +19,10 @@ from typing import Any
 import narwhals as nw
 import numpy as np
 
+from cytepool.errors import FormatError
 from cytepool.io.tables import strings as _s
 from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
+from cytepool.io.zarr.names import node_name_problem
 
 __all__ = ["BACKENDS", "Source", "build_frame", "import_backend", "source_of"]
 
@@ -29,7 +31,6 @@ INDEX = "_index"
 _NAT = np.iinfo(np.int64).min
 _STRING = np.dtypes.StringDType()
 _OBJECT = np.dtype(object)
-_REFUSED_NAMES = ("", ".", "..", "zarr.json")
 
 
 def import_backend(backend: str) -> ModuleType:
@@ -102,10 +103,13 @@ def _check_names(names: Iterable[Any]) -> list[str]:
 
 
 def _check_node_name(name: str, what: str) -> None:
-    if "/" in name or name in _REFUSED_NAMES or name.startswith("__") or set(name) <= {"."}:
+    """Refuse what readers refuse, and the names Zarr reserves (``node_name_problem``)."""
+    problem = node_name_problem(name, new=True)
+    if problem is not None:
         msg = (
-            f"{what} name {name!r} cannot name a Zarr node: it must not be empty, contain '/', "
-            f"consist only of periods, start with '__', or be 'zarr.json'"
+            f"{what} name {name!r} cannot name a Zarr node: {problem}. A name must not be "
+            "empty, '.', '..' or 'zarr.json', contain '/', '\\' or NUL, consist only of "
+            "periods, start with '__', or take more than 255 bytes of UTF-8"
         )
         raise ValueError(msg)
 
@@ -471,11 +475,26 @@ def build_frame(
 
 
 def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.ndarray:
-    """Return datetime/timedelta ``values`` in a unit of ``units`` (else ``fallback``)."""
-    if np.datetime_data(values.dtype)[0] in units:
+    """Return datetime/timedelta ``values`` in a unit of ``units`` (else ``fallback``).
+
+    A unit with a scale factor (``datetime64[7s]``) is converted too. numpy wraps around where
+    a conversion to a finer unit overflows, so such values raise FormatError instead.
+    """
+    unit, count = np.datetime_data(values.dtype)
+    if unit in units and count == 1:
         return values
     kind = "datetime64" if values.dtype.kind == "M" else "timedelta64"
-    return values.astype(f"{kind}[{fallback}]")
+    target = np.dtype(f"{kind}[{unit if unit in units else fallback}]")
+    converted = values.astype(target)
+    if np.can_cast(values.dtype, target, casting="safe"):  # a multiplication: check it
+        back = converted.astype(values.dtype)
+        if not np.array_equal(back.view(np.int64), values.view(np.int64)):
+            msg = (
+                f"{kind} values in unit {count}{unit} do not fit in {target} (the unit pandas, "
+                "polars and pyarrow share): the stored values are out of range"
+            )
+            raise FormatError(msg)
+    return converted
 
 
 def _to_pandas(column: Column, pd: Any) -> Any:

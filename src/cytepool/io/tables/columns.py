@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -34,6 +33,7 @@ from cytepool.io.tables import strings as _s
 
 if TYPE_CHECKING:
     from cytepool.io.zarr import ZarrArray
+    from cytepool.io.zarr.store import StorePath
 
 __all__ = [
     "DTYPE_ATTRIBUTE",
@@ -177,7 +177,7 @@ class Node:
     UTF-8 buffers (:class:`~cytepool.io.tables.strings.Utf8Strings`, for polars and pyarrow).
     """
 
-    path: Path
+    path: StorePath
     attributes: Mapping[str, Any]
     array: ZarrArray | None = None
     objects: bool = True
@@ -259,7 +259,7 @@ def write_nullable(column: Column) -> GroupPlan:
 # --------------------------------------------------------------------------------------------
 # Readers: node -> column
 
-Read = Callable[[Path], Column]
+Read = Callable[["StorePath"], Column]
 
 
 def read_array(node: Node, read: Read) -> Column:
@@ -304,6 +304,9 @@ def read_categorical(node: Node, read: Read) -> Column:
         msg = f"{node.path}/categories: expected categories without missing values"
         raise FormatError(msg)
     n = len(categories)
+    if len(np.unique(categories.array)) != n:
+        msg = f"{node.path}/categories: the categories must be unique, found repeated values"
+        raise FormatError(msg)
     values = codes.array
     if len(values) and (values.min() < -1 or values.max() >= n):
         msg = f"{node.path}/codes: codes must lie in [-1, {n}) for {n} categories"

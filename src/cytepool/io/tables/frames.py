@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from cytepool.errors import FormatError, UnsupportedFeatureError
 from cytepool.io import zarr as _zarr
+from cytepool.io._atomic import replace_directory
 from cytepool.io.tables import backends as _b
 from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
+from cytepool.io.zarr.names import node_name_problem
+from cytepool.io.zarr.store import LocalStore, StorePath, reading
 
-__all__ = ["read_table", "write_table"]
+__all__ = ["build_table", "read_table", "read_table_at", "write_table"]
 
 
 def write_table(
@@ -39,8 +40,10 @@ def write_table(
     frame
         An eager frame narwhals supports: pandas, polars, pyarrow, or a narwhals DataFrame.
     path
-        The group's directory, which must not exist; its parent must. The group appears there
-        only once it is complete, so a write that fails leaves nothing at ``path``.
+        The group's directory, which must not exist; its parent must. The group is built in a
+        locked sibling directory and appears there only once it is complete (renamed in one
+        step, as :func:`~cytepool.io.write_cube` does), so a write that fails leaves nothing
+        at ``path``.
     index
         The column that becomes the table's index (anndata's ``_index``). With None, a pandas
         frame's own index is used (with its name); other frames, and a pandas ``RangeIndex``,
@@ -57,8 +60,9 @@ def write_table(
         that cannot be stored (nested types, objects that are not all strings, ...).
     ValueError
         If a column name is not a string, is ``"_index"``, repeats, or cannot name a Zarr node
-        (contains ``"/"``, ...); if ``index`` names no column; or if compression, level or
-        chunks is invalid.
+        (contains ``"/"``, ``"\\"`` or NUL, takes more than 255 bytes of UTF-8, ...: the rule
+        readers apply too); if ``index`` names no column; or if compression, level or chunks
+        is invalid.
     FileExistsError
         If ``path`` exists.
     FileNotFoundError
@@ -79,6 +83,39 @@ def write_table(
     s2              20
     """
     target = Path(os.fspath(path))
+    build = _builder(frame, target, index, chunks, compression, level)
+    if not target.parent.is_dir():
+        msg = f"cannot write a table at {target}: its parent directory does not exist"
+        raise FileNotFoundError(msg)
+    replace_directory(target, build, overwrite=False, replaceable=_never, what="a table")
+
+
+def build_table(
+    frame: Any,
+    path: Path,
+    *,
+    index: str | None = None,
+    chunks: int | None = None,
+    compression: str | None = "gzip",
+    level: int | None = None,
+) -> None:
+    """Write a table at ``path`` inside a directory being built, which no one else sees yet.
+
+    As :func:`write_table`, but in place: a cube file's tables are written so into the
+    temporary directory that :func:`cytepool.io.write_cube` then moves into place.
+    """
+    _builder(frame, path, index, chunks, compression, level)(path)
+
+
+def _builder(
+    frame: Any,
+    target: Path,
+    index: str | None,
+    chunks: int | None,
+    compression: str | None,
+    level: int | None,
+) -> Any:
+    """Check the arguments and the frame; return what writes the table into a directory."""
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         msg = f"chunks must be a number of rows (int) or None, found {chunks!r}"
         raise TypeError(msg)
@@ -87,32 +124,24 @@ def write_table(
         raise ValueError(msg)
     level = _zarr.check_compression(compression, level)
     source = _b.source_of(frame, index)
-    _check_target(target)
     options = _r.WriteOptions(chunks, compression, level)
     plan = GroupPlan(
         {"column-order": source.column_order, "_index": source.index_name}, source.columns
     )
-    temporary = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        _r.write_plan(temporary, _r.DATAFRAME, plan, options, str(target))
-        _check_target(target)
-        temporary.rename(target)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+
+    def build(directory: Path) -> None:
+        _r.write_plan(directory, _r.DATAFRAME, plan, options, str(target))
+
+    return build
 
 
-def _check_target(target: Path) -> None:
-    if target.exists() or target.is_symlink():
-        msg = f"cannot write a table at {target}: it exists"
-        raise FileExistsError(msg)
-    if not target.parent.is_dir():
-        msg = f"cannot write a table at {target}: its parent directory does not exist"
-        raise FileNotFoundError(msg)
+def _never(path: Path) -> bool:
+    """write_table replaces nothing."""
+    return False
 
 
 def read_table(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | StorePath,
     *,
     backend: Literal["pandas", "polars", "pyarrow"] = "pandas",
     columns: Sequence[str] | None = None,
@@ -125,7 +154,8 @@ def read_table(
     Parameters
     ----------
     path
-        The table group's directory.
+        The table group's directory (opened once; every array is read relative to it), or a
+        node of an open store (:class:`~cytepool.io.zarr.store.StorePath`).
     backend
         ``"pandas"``, ``"polars"`` or ``"pyarrow"``: the kind of frame to return. pandas gets the
         stored index as its index, with its name. polars and pyarrow get a named index as the
@@ -146,8 +176,11 @@ def read_table(
         If a name in ``columns`` is not a column of the table.
     ValueError
         If the group is not a valid table or uses an encoding cytepool does not read
-        (:class:`cytepool.errors.FormatError`, :class:`cytepool.errors.UnsupportedFeatureError`),
-        or ``backend`` is unknown.
+        (:class:`cytepool.errors.FormatError`, :class:`cytepool.errors.UnsupportedFeatureError`:
+        every error about the stored content), or ``backend`` is unknown.
+    RuntimeError
+        If the store was replaced while it was being read
+        (:class:`cytepool.errors.StoreChangedError`).
     ImportError
         If the package of ``backend`` is not installed.
 
@@ -171,9 +204,35 @@ def read_table(
     └────────────┴────────┘
     """
     _b.import_backend(backend)
+    if isinstance(path, StorePath):
+        return read_table_at(path, backend=backend, columns=columns)
     root = Path(os.fspath(path))
     try:
-        index_name, index, n_rows, stored = _read_dataframe(root, columns, backend == "pandas")
+        handle = LocalStore(root).open()
+    except (FileNotFoundError, NotADirectoryError) as error:
+        msg = f"no Zarr v3 metadata at {root}: there is no directory"
+        _r.add_path_note(error, "reading", str(root))
+        raise FileNotFoundError(msg) from error
+    with reading(handle):
+        return read_table_at(StorePath(handle), backend=backend, columns=columns)
+
+
+def read_table_at(
+    root: StorePath,
+    *,
+    backend: str = "pandas",
+    columns: Sequence[str] | None = None,
+    rows: int | None = None,
+) -> Any:
+    """:func:`read_table` of a node of an open store, every array read through its handle.
+
+    With ``rows``, the table must have that many rows (FormatError otherwise, before any
+    value is read).
+    """
+    _b.import_backend(backend)
+    try:
+        selected = _read_dataframe(root, columns, backend == "pandas", rows)
+        index_name, index, n_rows, stored = selected
         name = None if index_name == _b.INDEX else index_name
         return _b.build_frame(backend, name, index, n_rows, stored)
     except Exception as error:
@@ -182,12 +241,13 @@ def read_table(
 
 
 def _read_dataframe(
-    root: Path, selection: Sequence[str] | None, for_pandas: bool
+    root: StorePath, selection: Sequence[str] | None, for_pandas: bool, rows: int | None
 ) -> tuple[str, Column | None, int, dict[str, Column]]:
     """Read the index and the selected columns.
 
     pandas gets every index and strings as ``str`` objects (what it stores); polars and
     pyarrow get strings as compact StringDType arrays, and of an unnamed index only its length.
+    Every length is checked from the metadata before any value is read.
     """
     attributes = _zarr.read_group_attributes(root)
     spec = _r.IOSpec.from_attributes(attributes)
@@ -220,17 +280,14 @@ def _read_dataframe(
         if len(set(selection)) != len(selection):
             msg = f"columns must not repeat a name, found {list(selection)}"
             raise ValueError(msg)
+    n_rows = _r.check_lengths(root, [index_name, *selection], rows)
     index: Column | None = None
     objects = for_pandas
     node = _r.read_node(root / index_name)
     if for_pandas or index_name != _b.INDEX or node.array is None:
         index = _r.read_element(root / index_name, objects=objects)
         n_rows = len(index)
-    elif node.array.ndim != 1:
-        msg = f"{root / index_name}: the index must be 1-D, found shape {node.array.shape}"
-        raise FormatError(msg)
-    else:  # an unnamed index that is not returned: only its length is needed
-        n_rows = node.array.shape[0]
+    # else: an unnamed index that is not returned: only its length is needed
     stored: dict[str, Column] = {}
     for name in selection:
         if name == index_name and index is not None:
@@ -244,7 +301,8 @@ def _read_dataframe(
     return index_name, index, n_rows, stored
 
 
-def _check_stored_name(root: Path, name: str) -> None:
-    if name in ("", ".", "..") or "/" in name or "\\" in name or name == _zarr.METADATA_FILE:
-        msg = f"{root}: {name!r} cannot name a node of the table"
+def _check_stored_name(root: StorePath, name: str) -> None:
+    problem = node_name_problem(name)
+    if problem is not None:
+        msg = f"{root}: {name!r} cannot name a node of the table: {problem}"
         raise FormatError(msg)

@@ -23,6 +23,7 @@ from cytepool.errors import FormatError, UnsupportedFeatureError
 from cytepool.io import zarr as _zarr
 from cytepool.io.tables import columns as _c
 from cytepool.io.tables import strings as _s
+from cytepool.io.zarr.store import StorePath
 
 __all__ = [
     "DATAFRAME",
@@ -31,6 +32,7 @@ __all__ = [
     "IOSpec",
     "WriteOptions",
     "add_path_note",
+    "check_lengths",
     "read_element",
     "read_node",
     "write_element",
@@ -192,7 +194,7 @@ def _write_child(
     write_element(path / name, column, options, f"{shown}/{name}")
 
 
-def read_node(path: Path, *, objects: bool = True) -> _c.Node:
+def read_node(path: StorePath, *, objects: bool = True) -> _c.Node:
     """Open the element at ``path``: its attributes, and the array if it is one."""
     kind = _zarr.node_type(path)
     if kind == "array":
@@ -201,7 +203,7 @@ def read_node(path: Path, *, objects: bool = True) -> _c.Node:
     return _c.Node(path, _zarr.read_group_attributes(path), None, objects)
 
 
-def read_element(path: Path, *, objects: bool = True) -> _c.Column:
+def read_element(path: StorePath, *, objects: bool = True) -> _c.Column:
     """Read the column stored at ``path`` with the reader of its encoding.
 
     ``objects`` reads strings as object arrays of ``str``, else as StringDType arrays.
@@ -233,3 +235,66 @@ def add_path_note(error: BaseException, action: str, shown: str) -> None:
     notes = getattr(error, "__notes__", ())
     if not any(note.startswith(_NOTE_PREFIX) for note in notes):
         error.add_note(f"{_NOTE_PREFIX}{action} the table element at {shown}")
+
+
+def check_lengths(root: StorePath, names: list[str], rows: int | None) -> int:
+    """The number of rows of the elements ``names`` of a table, from their metadata alone.
+
+    Every element must declare the same number (and ``rows``, if given), and a categorical's
+    categories must be no more than its codes can address; FormatError otherwise, before any
+    value is read, so an edited shape never makes a reader allocate what it describes.
+    """
+    expected = rows
+    for position, name in enumerate(dict.fromkeys(names)):
+        found = _declared_length(root / name)
+        if found is None:  # an encoding cytepool does not read: its reader says so
+            continue
+        if expected is None:
+            expected = found
+        elif found != expected:
+            what = "the index" if position == 0 else f"column {name!r}"
+            basis = "the index has" if rows is None else "the shape of its cube says"
+            msg = f"{root}: {what} has {found} rows but {basis} {expected}"
+            raise FormatError(msg)
+    if expected is None:
+        msg = f"{root}: the table's index has an encoding cytepool does not read"
+        raise UnsupportedFeatureError(msg)
+    return expected
+
+
+def _declared_length(path: StorePath) -> int | None:
+    """The length an element's metadata declares, or None for an unknown encoding."""
+    if _zarr.node_type(path) == "array":
+        return len(_column_array(path))
+    spec = IOSpec.from_attributes(_zarr.read_group_attributes(path))
+    if spec.encoding_type == "categorical":
+        codes = _column_array(path / "codes")
+        n_categories = _declared_length(path / "categories")
+        if codes.dtype.kind == "i" and n_categories is not None:
+            most = int(np.iinfo(codes.dtype).max) + 1
+            if n_categories > most:
+                msg = (
+                    f"{path}: {n_categories} categories are more than codes of data type "
+                    f"{codes.dtype} can address ({most})"
+                )
+                raise FormatError(msg)
+        return len(codes)
+    if spec.encoding_type.startswith("nullable-"):
+        values, mask = _column_array(path / "values"), _column_array(path / "mask")
+        if len(values) != len(mask):
+            msg = f"{path}: values has {len(values)} elements but mask has {len(mask)}"
+            raise FormatError(msg)
+        return len(values)
+    return None
+
+
+def _column_array(path: StorePath) -> _zarr.ZarrArray:
+    """The 1-D array at ``path`` (its metadata; no value is read)."""
+    if _zarr.node_type(path) != "array":
+        msg = f"{path}: expected an array, found a group"
+        raise FormatError(msg)
+    array = _zarr.open_array(path)
+    if array.ndim != 1:
+        msg = f"{path}: a table column must be 1-D, found shape {array.shape}"
+        raise FormatError(msg)
+    return array

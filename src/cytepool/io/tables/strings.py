@@ -20,7 +20,6 @@ reads the chunks with the Zarr module's chunk reader, every check included.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,10 @@ import numpy as np
 from cytepool.io import zarr as _zarr
 from cytepool.io.zarr import _vlen
 from cytepool.io.zarr._reading import Reader
+from cytepool.io.zarr.array import array_handle
 from cytepool.io.zarr.indexing import ChunkPiece, parse_selection
-from cytepool.io.zarr.metadata import ArrayMetadata, dumps
+from cytepool.io.zarr.metadata import dumps
+from cytepool.io.zarr.store import StoreHandle
 
 __all__ = ["RowNumbers", "StringRows", "Utf8Strings", "decimal", "read_strings", "write_strings"]
 
@@ -270,8 +271,10 @@ def read_strings(array: _zarr.ZarrArray) -> Utf8Strings:
 
     Chunks that are not stored read as ``""``.
     """
-    reader = _BufferReader(array.path, array.metadata)
-    reader.read(parse_selection(..., array.shape, orthogonal=False), np.empty(0, dtype=object))
+    with array_handle(array) as handle:
+        reader = _BufferReader(handle, array)
+        selection = parse_selection(..., array.shape, orthogonal=False)
+        reader.read(selection, np.empty(0, dtype=object))
     reader.pieces.sort(key=lambda piece: piece[0])
     parts = [(lengths, body) for _, lengths, body in reader.pieces]
     reader.pieces.clear()
@@ -281,8 +284,8 @@ def read_strings(array: _zarr.ZarrArray) -> Utf8Strings:
 class _BufferReader(Reader):
     """The Zarr module's chunk reader, keeping decoded string chunks as buffers."""
 
-    def __init__(self, path: str | os.PathLike[str], meta: ArrayMetadata):
-        super().__init__(Path(path), meta, objects=False)
+    def __init__(self, handle: StoreHandle, array: _zarr.ZarrArray):
+        super().__init__(handle, array.key, array.metadata, objects=False)
         self.pieces: list[tuple[int, np.ndarray, np.ndarray]] = []
 
     def _fill(self, piece: ChunkPiece, work: np.ndarray) -> None:
@@ -290,14 +293,7 @@ class _BufferReader(Reader):
         self.pieces.append((start, np.zeros(stop - start, np.int32), np.zeros(0, np.uint8)))
 
     def _decode_strings(self, source: Any, piece: ChunkPiece, work: np.ndarray) -> None:
-        self._check_encoded_size(source)
-        decoder = _vlen.Decoder(self.count, source.where)
-        pieces = source.pieces()
-        if self.chain.compressors:
-            pieces = self.chain.decode_stream(pieces, self.nbytes, source.where)
-        for out in pieces:
-            decoder.feed(out)
-        lengths, body = decoder.buffers()
+        lengths, body = self._string_decoder(source).buffers()
         a, b = _bounds(piece.chunk_sel)
         if (a, b) != (0, len(lengths)):
             skipped = int(lengths[:a].sum())

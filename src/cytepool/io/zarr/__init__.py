@@ -1,4 +1,4 @@
-"""A minimal reader and writer for Zarr v3 arrays and groups on a local file system.
+"""A minimal reader and writer for Zarr v3 arrays and groups, in local directories.
 
 This module implements, with numpy and the standard library only, the part of the Zarr core
 specification, version 3.1 (Miles et al. 2025), that cube files need, with the bytes and gzip
@@ -21,8 +21,9 @@ Beyond that text, because anndata and zarr-python write them by default, this mo
 supports:
 
 - zstd through ``compression.zstd`` (Python 3.14+) or else the ``backports.zstd`` package
-  (a dependency on older Pythons); without either, zstd raises a ValueError saying how to
-  get it;
+  (a dependency on older Pythons), imported at its first use under a lock, through the import
+  system, so decoding threads that reach zstd at the same time share one complete module;
+  without either, zstd raises a ValueError saying how to get it;
 - the ``string`` data type with the ``vlen-utf8`` codec, read and written: reads return numpy
   arrays of ``numpy.dtypes.StringDType()``, writes take numpy ``str``/StringDType arrays or
   object arrays of ``str``; the fill value is ``""`` and edge chunks are padded with it;
@@ -34,24 +35,43 @@ supports:
   needed inner chunks read. Shards are not written.
 
 Anything else, such as another data type, the blosc or transpose codec, crc32c outside a shard
-index, nested sharding, another chunk grid or a storage transformer, raises a ValueError that
-names it; zarr-python reads such stores.
+index, nested sharding, another chunk grid or a storage transformer, raises an
+UnsupportedFeatureError (a FormatError, so a ValueError) that names it; zarr-python reads such
+stores.
 
-A read opens only the chunks that hold a selected element and decodes each of them once, so it
-holds the result and about one chunk per decoding thread: compressed chunks are read from disk
-and decoded in pieces of at most 256 KiB. Unlike the base text, which decodes one chunk at a
-time, chunks are decoded (and, when writing, encoded) a few at a time on a small shared thread
-pool, since zlib and zstd release the GIL: as many threads as the process may use CPUs, at most
-four. The environment variable ``CYTEPOOL_ZARR_THREADS`` (an integer from 1 to 64) sets the
-number; ``1`` works on one chunk at a time in the calling thread, as in the base text. Results,
-stored files and errors do not depend on it: chunks go to disjoint parts of the result, are
-stored in order, and a failure is raised for the first bad chunk in order once the chunks being
-decoded have settled. A zstd decoder also keeps its frame's window, outside
-Python's allocations: up to the size of the chunk, and 2 MiB at zstd's default level of 3
-(frames asking for a window larger than both the chunk and the 8 MiB that RFC 8878 asks every
-decoder to support are refused). A chunk compressed twice is decoded as a stream through both
-steps. Selections take integers and slices, and, through ZarrArray.oindex, integer arrays and
-boolean masks along any axes.
+**One store handle per read.** A read opens the store once and fetches every object through
+that handle (:mod:`cytepool.io.zarr.store`: get a whole object, get a byte range, list). A
+local store's handle is a file descriptor of its directory, and every file is opened relative
+to it (``openat``), never by resolving the store's path again. An array's read first checks
+that its zarr.json is still the file it was when the array was opened, and at its end that
+the directory is still at the path; so a read returns values wholly from the store the array
+was opened in, or raises StoreChangedError (a RuntimeError): never a mix of two stores, never a
+FormatError because a store was replaced while it was read. A ZarrArray holds no open files and
+can be pickled: each read, in any process, opens the store by its path and makes the same
+checks. Objects that are not regular files (FIFOs, sockets, devices, directories) are refused
+with FormatError without being opened for reading, so a read never blocks on one.
+
+**Memory is bounded by the result.** A read allocates its result once and walks its chunk plan
+as it goes, keeping no record per chunk (a few numbers per axis, and for integer-array
+selections a few per selected position), then holds about one chunk per decoding thread: it
+fetches only the chunks that hold a selected element, each whole and refused unread if it is
+larger than any valid encoding of the chunk can be, and decodes compressed chunks in pieces of
+at most 256 KiB, each chunk once. A string chunk decodes its items a batch of at most 256 KiB
+at a time (a larger item alone), so decoding holds the chunk's bytes, the strings made so far,
+8 bytes per item and one batch: about twice the decoded strings plus the chunk. A metadata
+document larger than MAX_METADATA_BYTES (64 MiB) is refused with FormatError unread. Unlike the
+base text, which decodes one chunk at a time, chunks are decoded (and, when writing, encoded) a
+few at a time on a small shared thread pool, since zlib and zstd release the GIL: as many
+threads as the process may use CPUs, at most four. The environment variable
+``CYTEPOOL_ZARR_THREADS`` (an integer from 1 to 64) sets the number; ``1`` works on one chunk at
+a time in the calling thread, as in the base text. Results, stored files and errors do not
+depend on it: chunks go to disjoint parts of the result, are stored in order, and a failure is
+raised for the first bad chunk in order once the chunks being decoded have settled. A zstd
+decoder also keeps its frame's window, outside Python's allocations: up to the size of the
+chunk, and 2 MiB at zstd's default level of 3 (frames asking for a window larger than both the
+chunk and the 8 MiB that RFC 8878 asks every decoder to support are refused). A chunk
+compressed twice is decoded as a stream through both steps. Selections take integers and
+slices, and, through ZarrArray.oindex, integer arrays and boolean masks along any axes.
 
 Reading is strict. A metadata document must be a JSON object without repeated keys or NaN and
 Infinity tokens, and every field must be valid; a field the specification does not define is
@@ -59,15 +79,18 @@ an error unless its value is an object with ``"must_understand": false``. A chun
 to exactly the bytes its shape needs, compressed streams must be complete and pass their
 checksums, and bool chunks may hold only the bytes 0 and 1. Memory and time stay bounded on
 malformed files: arrays whose chunks would hold more than 2 GiB (MAX_CHUNK_BYTES) are refused,
-at most the bytes a valid encoding of a chunk can take are read from disk, every decoding step
-stops just past the most bytes a valid chunk can produce, and a chunk may hold at most 1,024
-gzip members or zstd frames (writers use one). A string chunk may decode to at most
-MAX_CHUNK_BYTES.
+at most the bytes a valid encoding of a chunk can take are read, every decoding step stops just
+past the most bytes a valid chunk can produce, and a chunk may hold at most 1,024 gzip members
+or zstd frames (writers use one). A string chunk may decode to at most MAX_CHUNK_BYTES. Every
+error about a file's content is a FormatError (an UnsupportedFeatureError for a valid feature
+this module does not implement); a missing node raises FileNotFoundError.
 
 Writing produces arrays with a regular chunk grid, the default chunk key encoding with /, a
 fill value of zero (false for bool, ``""`` for strings, NaT for datetime64/timedelta64) and the
 bytes codec, little endian (vlen-utf8 for strings), followed by gzip, zstd (with a checksum) or
-no compression. A chunk whose bytes are all zero equals the fill value and is not stored.
+no compression. A chunk whose bytes are all zero equals the fill value and is not stored. Node
+names follow one rule, for readers and writers alike
+(:func:`cytepool.io.zarr.names.node_name_problem`).
 
 Examples
 --------
@@ -94,12 +117,13 @@ from cytepool.io.zarr.array import (
 )
 from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 from cytepool.io.zarr.groups import node_type, read_group_attributes, write_group
-from cytepool.io.zarr.metadata import DATA_TYPES, METADATA_FILE
+from cytepool.io.zarr.metadata import DATA_TYPES, MAX_METADATA_BYTES, METADATA_FILE
 
 __all__ = [
     "DATA_TYPES",
     "DEFAULT_LEVELS",
     "MAX_CHUNK_BYTES",
+    "MAX_METADATA_BYTES",
     "METADATA_FILE",
     "ZarrArray",
     "check_compression",

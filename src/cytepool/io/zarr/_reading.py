@@ -1,20 +1,18 @@
-"""Reading chunks into a preallocated result: bounded sources, sinks and the chunk reader.
+"""Reading chunks into a preallocated result: sources, sinks and the chunk reader.
 
-A read allocates its result once, then decodes the chunks it needs, each once and a few at a
-time on the shared pool of ``_threads``: straight into the result when a whole chunk fills a
-C-contiguous block of it or a block whose rows are contiguous, otherwise into a reusable chunk
-buffer of the decoding thread that is then copied into place. Chunks cover disjoint parts of the
-result, so the threads never write to the same element.
+A read allocates its result once, then fetches the chunks it needs through one store handle
+(see :mod:`cytepool.io.zarr.store`) and decodes each of them once, a few at a time on the
+shared pool of ``_threads``, as the chunk plan is walked (no record per chunk is kept):
+straight into the result when a whole chunk fills a C-contiguous block of it or a block whose
+rows are contiguous, otherwise into a reusable chunk buffer of the decoding thread that is then
+copied into place. Chunks cover disjoint parts of the result, so the threads never write to the
+same element.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import stat
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,68 +29,25 @@ from cytepool.io.zarr.codecs import (
 from cytepool.io.zarr.indexing import ChunkPiece, Selection, as_index
 from cytepool.io.zarr.metadata import ArrayMetadata
 from cytepool.io.zarr.sharding import read_shard_index
+from cytepool.io.zarr.store import StoreHandle, TooLargeError, join
 
-__all__ = ["Reader", "open_chunk"]
-
-_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
+__all__ = ["Reader"]
 
 
 class _Source:
-    """A byte range of an open file, read in bounded pieces or into a buffer."""
+    """The encoded bytes of one chunk, handed to the decoders in pieces of PIECE_BYTES."""
 
-    def __init__(self, file: io.FileIO, offset: int, size: int, where: str):
-        self.file, self.offset, self.size, self.where = file, offset, size, where
+    def __init__(self, data: bytes | bytearray, where: str):
+        self.data, self.size, self.where = data, len(data), where
 
-    def pieces(self) -> Iterator[bytes]:
-        pos, end = self.offset, self.offset + self.size
-        self.file.seek(pos)
-        while pos < end:
-            data = self.file.read(min(PIECE_BYTES, end - pos))
-            if not data:
-                raise _corrupt(self.where, "the file ended early (was it truncated?)")
-            pos += len(data)
-            yield data
-
-    def readinto(self, dest: memoryview) -> None:
-        pos, n = 0, len(dest)
-        self.file.seek(self.offset)
-        while pos < n:
-            got = self.file.readinto(dest[pos:])
-            if not got:
-                raise _corrupt(self.where, "the file ended early (was it truncated?)")
-            pos += got
+    def pieces(self) -> Iterator[memoryview]:
+        view = memoryview(self.data)
+        for start in range(0, self.size, PIECE_BYTES):
+            yield view[start : start + PIECE_BYTES]
 
 
 def _corrupt(where: str, problem: str) -> FormatError:
     return FormatError(f"corrupt chunk {where}: {problem}")
-
-
-def _reader_of(file: io.FileIO) -> Any:
-    """``read(offset, size)`` on an open file."""
-
-    def read(offset: int, size: int) -> bytes:
-        file.seek(offset)
-        parts = []
-        while size > 0 and (data := file.read(size)):
-            parts.append(data)
-            size -= len(data)
-        return b"".join(parts)
-
-    return read
-
-
-def open_chunk(path: str) -> io.FileIO | None:
-    """Open a chunk or shard file; None if it is not stored."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _O_BINARY)
-    except FileNotFoundError:
-        return None
-    except (NotADirectoryError, IsADirectoryError) as error:
-        raise _corrupt(path, "the chunk key does not name a regular file") from error
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _corrupt(path, "the chunk key does not name a regular file")
-    return io.FileIO(fd, "rb")
 
 
 class _FlatSink:
@@ -102,14 +57,10 @@ class _FlatSink:
         self.bytes = array.reshape(-1).view(np.uint8)  # numpy copies release the GIL
         self.size, self.pos = len(self.bytes), 0
 
-    def write(self, piece: bytes) -> None:
+    def write(self, piece: bytes | memoryview) -> None:
         end = self.pos + len(piece)
         self.bytes[self.pos : end] = np.frombuffer(piece, dtype=np.uint8)
         self.pos = end
-
-    def read(self, source: _Source) -> None:
-        source.readinto(self.bytes.data)
-        self.pos = self.size
 
 
 class _RowSink:
@@ -120,7 +71,7 @@ class _RowSink:
         self.width = rows.shape[1]
         self.size, self.pos = rows.size, 0
 
-    def write(self, piece: bytes) -> None:
+    def write(self, piece: bytes | memoryview) -> None:
         data = np.frombuffer(piece, dtype=np.uint8)
         row, col = divmod(self.pos, self.width)
         done = 0
@@ -137,10 +88,6 @@ class _RowSink:
             self.rows[row, : len(data) - done] = data[done:]
         self.pos += len(data)
 
-    def read(self, source: _Source) -> None:
-        for piece in source.pieces():
-            self.write(piece)
-
 
 def _sink(target: np.ndarray[Any, Any]) -> Any:
     """A sink that decodes straight into ``target``, or None if its layout does not allow it."""
@@ -156,11 +103,15 @@ def _sink(target: np.ndarray[Any, Any]) -> Any:
 
 
 class Reader:
-    """Decodes the chunks of one read into the preallocated result."""
+    """Decodes the chunks of one read, fetched through ``handle``, into the preallocated result.
 
-    def __init__(self, path: Path, meta: ArrayMetadata, *, objects: bool = False):
-        self.path, self.meta, self.objects = path, meta, objects
-        self.root = str(path)
+    ``key`` is the array's key in the store (``""`` for the store's root).
+    """
+
+    def __init__(
+        self, handle: StoreHandle, key: str, meta: ArrayMetadata, *, objects: bool = False
+    ):
+        self.handle, self.key, self.meta, self.objects = handle, key, meta, objects
         self.fill = str(meta.fill_value) if objects else meta.fill_value
         head = meta.codecs.array_bytes
         self.shard = head if isinstance(head, ShardingCodec) else None
@@ -184,65 +135,76 @@ class Reader:
         return self.meta.chunk_grid.chunk_shape
 
     def read(self, selection: Selection, work: np.ndarray[Any, Any]) -> None:
-        pieces = selection.pieces(self.chunk_shape)
         if self.shard is None:
+            pieces = selection.pieces(self.chunk_shape)
             for_each(lambda piece: self._read_file_chunk(piece, work), pieces)
         else:
-            self._read_shards(pieces, work)
+            shards = selection.shards(self._shard_shape, self.chunk_shape)
+            for_each(lambda shard: self._read_shard(shard[0], shard[1], work), shards)
 
-    def _key_path(self, coords: Sequence[int]) -> str:
-        return os.path.join(self.root, self.meta.chunk_key_encoding.encode(coords))
+    def _chunk_key(self, coords: Sequence[int]) -> str:
+        return join(self.key, self.meta.chunk_key_encoding.encode(coords))
 
     def _fill(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
         work[_index(piece.out_sel)] = self.fill
 
-    def _read_file_chunk(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
-        path = self._key_path(piece.coords)
-        file = open_chunk(path)
-        if file is None:
-            self._fill(piece, work)
-            return
-        with file:
-            size = os.fstat(file.fileno()).st_size
-            self._decode(_Source(file, 0, size, path), piece, work)
+    def _get(self, key: str) -> _Source | None:
+        """The chunk at ``key``, refused unread if no valid encoding is that large."""
+        exact = self.stored is not None and not self.chain.compressors
+        limit = self.nbytes if exact else self.max_encoded
+        try:
+            blob = self.handle.get(key, limit=limit)
+        except TooLargeError as error:
+            problem = f"it has {error.size} bytes, " + (
+                f"expected exactly {limit}"
+                if exact
+                else f"more than any valid encoding of the chunk ({limit})"
+            )
+            raise _corrupt(error.where, problem) from None
+        return None if blob is None else _Source(blob.data, self.handle.where(key))
 
-    def _read_shards(self, pieces: Iterator[ChunkPiece], work: np.ndarray[Any, Any]) -> None:
-        assert self.shard is not None  # internal invariant
-        per_shard = [s // c for s, c in zip(self._shard_shape, self.chunk_shape, strict=True)]
-        groups: dict[tuple[int, ...], list[tuple[int, ChunkPiece]]] = {}
-        for piece in pieces:
-            shard = tuple(c // k for c, k in zip(piece.coords, per_shard, strict=True))
-            local = [c % k for c, k in zip(piece.coords, per_shard, strict=True)]
-            flat = int(np.ravel_multi_index(local, per_shard)) if local else 0
-            groups.setdefault(shard, []).append((flat, piece))
-        for_each(lambda group: self._read_shard(group[0], group[1], work), groups.items())
+    def _read_file_chunk(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
+        source = self._get(self._chunk_key(piece.coords))
+        if source is None:
+            self._fill(piece, work)
+        else:
+            self._decode(source, piece, work)
 
     def _read_shard(
-        self, coords: tuple[int, ...], items: list[tuple[int, ChunkPiece]], work: np.ndarray
+        self,
+        coords: tuple[int, ...],
+        items: Iterator[tuple[int, ChunkPiece]],
+        work: np.ndarray[Any, Any],
     ) -> None:
         assert self.shard is not None  # internal invariant
-        path = self._key_path(coords)
-        file = open_chunk(path)
-        if file is None:
+        key = self._chunk_key(coords)
+        where = self.handle.where(key)
+        size = self.shard.index_nbytes(self._shard_shape)
+        part = self.handle.get_range(key, -size if self.shard.index_location == "end" else 0, size)
+        if part is None:
             for _, piece in items:
                 self._fill(piece, work)
             return
-        with file:
-            size = os.fstat(file.fileno()).st_size
-            index = read_shard_index(
-                _reader_of(file), size, self.shard, self._shard_shape, self.max_encoded, path
-            )
-            for flat, piece in items:
-                entry = index.entry(flat)
-                if entry is None:
-                    self._fill(piece, work)
-                    continue
-                where = f"{path} (inner chunk {flat})"
-                self._decode(_Source(file, entry[0], entry[1], where), piece, work)
+        index = read_shard_index(
+            part.data, part.size, self.shard, self._shard_shape, self.max_encoded, where
+        )
+        for flat, piece in items:
+            entry = index.entry(flat)
+            if entry is None:
+                self._fill(piece, work)
+                continue
+            inner = f"{where} (inner chunk {flat})"
+            got = self.handle.get_range(key, entry[0], entry[1])
+            if got is None or len(got.data) != entry[1]:
+                raise _corrupt(inner, "the file ended early (was it truncated?)")
+            self._decode(_Source(got.data, inner), piece, work)
 
     def _decode(self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
         if self.stored is None:
             self._decode_strings(source, piece, work)
+            return
+        if not self.chain.compressors:
+            self._copy(source, piece, work)
             return
         direct = self._direct_view(piece, work)
         sink = None if direct is None else _sink(direct)
@@ -272,14 +234,18 @@ class Reader:
             scratch = self.local.scratch = np.empty(self.chunk_shape, dtype=self.stored)
         return scratch
 
+    def _copy(self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
+        """Copy an uncompressed chunk from the bytes read into place."""
+        n = self.nbytes
+        if source.size != n:
+            raise _corrupt(source.where, f"it has {source.size} bytes, expected exactly {n}")
+        chunk = np.frombuffer(source.data, dtype=self.stored).reshape(self.chunk_shape)
+        if chunk.dtype.kind == "b":
+            self._check_bools(chunk, source.where)
+        work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
+
     def _decode_bytes(self, source: _Source, sink: Any) -> None:
         n = sink.size
-        if not self.chain.compressors:
-            if source.size != n:
-                problem = f"it has {source.size} bytes, expected exactly {n}"
-                raise _corrupt(source.where, problem)
-            sink.read(source)
-            return
         self._check_encoded_size(source)
         for out in self.chain.decode_stream(source.pieces(), n, source.where):
             sink.write(out)
@@ -299,15 +265,25 @@ class Reader:
     def _decode_strings(
         self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]
     ) -> None:
+        decoder = self._string_decoder(source)
+        direct = self._direct_view(piece, work)
+        if direct is not None and direct.flags.c_contiguous:
+            decoder.finish(out=direct.reshape(-1))  # straight into the result
+            return
+        chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
+        del decoder  # the decoded bytes
+        work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
+
+    def _string_decoder(self, source: _Source) -> Decoder:
+        """A decoder fed with the whole decoded chunk (an uncompressed one is not copied)."""
         self._check_encoded_size(source)
         decoder = Decoder(self.count, source.where)
-        pieces = source.pieces()
-        if self.chain.compressors:
-            pieces = self.chain.decode_stream(pieces, self.nbytes, source.where)
-        for out in pieces:
+        if not self.chain.compressors:
+            decoder.feed(source.data)  # taken over, not copied
+            return decoder
+        for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
             decoder.feed(out)
-        chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
-        work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
+        return decoder
 
 
 def _index(selection: Sequence[Any]) -> Any:

@@ -3,11 +3,16 @@
 A chunk is a u32 item count, then for each item (C order) a u32 byte length and that many bytes
 of UTF-8, all integers little endian. Decoding checks the count, every length, truncation,
 trailing bytes and UTF-8 (each item on its own), and raises FormatError naming the chunk.
+
+Decoded items are made into strings a batch at a time (items of at most 256 KiB together, or
+one larger item alone), so decoding holds the chunk's bytes, the strings made so far and one
+batch: at most about twice the decoded strings plus the chunk.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,6 +24,7 @@ __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
 _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
 _OFFSETS = np.arange(4)
+_BATCH_BYTES = 256 * 1024
 
 
 def _corrupt(where: str, problem: str) -> FormatError:
@@ -158,18 +164,27 @@ class Decoder:
     """
 
     _RUN = 16  # equal lengths in a row before trying a vectorised run
+    _FLUSH = 4096  # lengths kept as Python integers (after a piece) before an array takes them
 
     def __init__(self, count: int, where: str):
         self.count, self.where = count, where
-        self.data = bytearray()
+        self.data: bytes | bytearray = bytearray()
         self.items, self.pos = 0, 4  # items whose length is known; the next length field
         self.parts: list[np.ndarray[Any, Any]] = []
         self.pending: list[int] = []
 
     def feed(self, piece: bytes | bytearray | memoryview) -> None:
-        """Append decoded bytes and check them (FormatError as soon as something is wrong)."""
+        """Append decoded bytes and check them (FormatError as soon as something is wrong).
+
+        A bytes or bytearray object fed first is taken over without a copy (and not changed).
+        """
         had = len(self.data)
-        self.data += piece
+        if not had and isinstance(piece, bytes | bytearray):
+            self.data = piece
+        else:
+            if not isinstance(self.data, bytearray):
+                self.data = bytearray(self.data)
+            self.data += piece
         if had < 4 <= len(self.data):
             found = _U32.unpack_from(self.data, 0)[0]
             if found != self.count:
@@ -199,6 +214,8 @@ class Decoder:
                 self._run(length)
                 items, pos, streak = self.items, self.pos, 0
         self.items, self.pos = items, pos
+        if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
+            self._flush()
 
     def _run(self, length: int) -> None:
         """Skip the items that follow with the same length, checked with numpy."""
@@ -211,24 +228,35 @@ class Decoder:
         del fields  # release the buffer, which grows with the next piece
         run = fit if same.all() else int(np.argmin(same))
         if run:
-            self.parts += [np.array(self.pending, dtype=np.int64), np.full(run, length)]
-            self.pending.clear()
+            self._flush()
+            self.parts.append(np.full(run, length))
             self.items += run
             self.pos += run * step
 
-    def finish(self, *, objects: bool = False) -> np.ndarray[Any, Any]:
+    def _flush(self) -> None:
+        self.parts.append(np.array(self.pending, dtype=np.int64))
+        self.pending.clear()
+
+    def finish(
+        self, *, objects: bool = False, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
         """Check that the stream is complete and return its strings.
 
-        The length fields in the decoder's buffer are overwritten (with separators): feed
+        The strings go into ``out`` (a 1-D array of ``count`` elements, object or StringDType)
+        if given, else into a new StringDType (or, with ``objects``, object) array. Feed
         nothing after ``finish`` or ``buffers``.
         """
-        return _split(self.data, self._lengths(), self.where, objects)
+        lengths = self._lengths()
+        if out is None:
+            out = np.empty(self.count, dtype=object if objects else _STRING)
+        _split(self.data, lengths, self.where, out)
+        return out
 
     def buffers(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """Check that the stream is complete and return its items as Arrow-style buffers.
 
         Returns the byte length of each item (int64) and the items' UTF-8 joined (uint8),
-        each item checked to be valid UTF-8 on its own; no Python strings are made.
+        each item checked to be valid UTF-8 on its own; no Python strings are kept.
         """
         lengths = self._lengths()
         return lengths, _join(self.data, lengths, self.where)
@@ -238,6 +266,7 @@ class Decoder:
         if size < 4:
             raise _corrupt(self.where, f"the vlen-utf8 data is truncated: {size} bytes")
         lengths = np.concatenate([*self.parts, np.array(self.pending, dtype=np.int64)])
+        self.parts, self.pending = [lengths], []  # one array, not two copies
         if self.pos > size:
             i, length = self.items - 1, int(lengths[-1])
             remain = size - (self.pos - length)
@@ -249,70 +278,96 @@ class Decoder:
         return lengths
 
 
-def _compact(
-    buffer: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], separator: int | None
-) -> np.ndarray[Any, Any]:
-    """The items back to back (a new uint8 array), each after ``separator`` if one is given.
+def _batches(
+    data: bytes | bytearray, lengths: np.ndarray[Any, Any]
+) -> Iterator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+    """Items ``a:b`` of at most _BATCH_BYTES together (or one larger item alone).
 
-    The separator goes on the last byte of each length field (``buffer`` is changed).
+    Yields ``a``, ``b``, the bytes of those items with their length fields (a view of
+    ``data``) and where each item's length field starts in them.
     """
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    ends = np.cumsum(lengths + 4)  # where each item ends, after the item count
+    n, a = len(lengths), 0
+    while a < n:
+        base = int(ends[a - 1]) if a else 0
+        b = max(a + 1, int(np.searchsorted(ends, base + _BATCH_BYTES, side="right")))
+        fields = np.concatenate([[0], ends[a : b - 1] - base])
+        yield a, b, buffer[4 + base : 4 + int(ends[b - 1])], fields
+        a = b
+
+
+def _compact(
+    span: np.ndarray[Any, Any],
+    fields: np.ndarray[Any, Any],
+    lengths: np.ndarray[Any, Any],
+    separator: int | None,
+) -> np.ndarray[Any, Any]:
+    """The items of a span back to back (a new uint8 array), each after ``separator`` if one is
+    given (where the last byte of its length field was; ``span`` is not changed)."""
     n = len(lengths)
     keep = 0 if separator is None else 1
-    first = int(lengths[0]) if n else 0
-    if n and (lengths == first).all():  # one length: a 2-D block, no index arrays
-        rows = buffer[4:].reshape(n, 4 + first)[:, 4 - keep :]
+    first = int(lengths[0])
+    if (lengths == first).all():  # one length: a 2-D block, no index arrays
+        rows = span.reshape(n, 4 + first)[:, 4 - keep :].copy()
         if separator is not None:
             rows[:, 0] = separator
-        return rows.flatten()
-    fields = 4 + 4 * np.arange(n) + np.cumsum(lengths) - lengths
-    if separator is not None:
-        buffer[fields + 3] = separator
-    mask = np.ones(len(buffer), dtype=bool)
-    mask[:4] = False
+        return rows.reshape(-1)
+    mask = np.ones(len(span), dtype=bool)
     mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
-    return buffer[mask]
+    joined = span[mask]
+    if separator is not None:  # each kept byte moved back by the 3 dropped before it
+        joined[fields - 3 * np.arange(n)] = separator
+    return joined
 
 
-def _split(data: bytearray, lengths: np.ndarray[Any, Any], where: str, objects: bool) -> Any:
-    """The items as str: joined by one separator byte, decoded once and split in C.
+def _split(
+    data: bytes | bytearray, lengths: np.ndarray[Any, Any], where: str, out: np.ndarray[Any, Any]
+) -> None:
+    """Decode the items into ``out``, a batch at a time.
 
-    The separator is an ASCII byte that no item holds, so decoding also checks that each
-    item is valid UTF-8 on its own (a character cut by an item boundary gets a separator in
-    the middle).
+    A batch of several items is joined with one separator byte, an ASCII byte that none of
+    them holds, decoded once and split in C; since a character cut by an item boundary gets a
+    separator in the middle, decoding also checks that each item is valid UTF-8 on its own.
     """
-    n = len(lengths)
-    joined = _compact(np.frombuffer(data, dtype=np.uint8), lengths, 0)
-    if len(joined) - np.count_nonzero(joined) == n:  # no item holds a NUL: the usual case
-        items = _utf8(joined.data, where).split("\0")[1:]
-    else:
-        items = _split_on_unused(joined, lengths, where)
-    if objects:
-        return np.fromiter(items, dtype=object, count=n)
-    return np.array(items, dtype=_STRING).reshape(n)
+    for a, b, span, fields in _batches(data, lengths):
+        if b - a == 1:
+            out[a] = _utf8(span[4:].data, where)
+            continue
+        joined = _compact(span, fields, lengths[a:b], 0)
+        if len(joined) - np.count_nonzero(joined) == b - a:  # no item holds a NUL
+            out[a:b] = _utf8(joined.data, where).split("\0")[1:]
+        else:
+            out[a:b] = _split_on_unused(joined, lengths[a:b], where)
+        del joined
 
 
 def _split_on_unused(
     joined: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], where: str
 ) -> list[str]:
     separators = np.arange(len(lengths)) + np.cumsum(lengths) - lengths
-    counts = np.bincount(joined, minlength=256)[:128]
-    counts[0] -= len(separators)
-    unused = np.flatnonzero(counts == 0)
-    if not len(unused):  # the items use every ASCII byte: decode them one by one
-        raw = joined.tobytes()
-        starts = (separators + 1).tolist()
-        return [_utf8(raw[a : a + k], where) for a, k in zip(starts, lengths.tolist(), strict=True)]
-    separator = int(unused[0])
-    joined[separators] = separator
-    return _utf8(joined.data, where).split(chr(separator))[1:]
+    for separator in range(1, 128):  # the first ASCII byte no item holds (separators are 0)
+        if not (joined == separator).any():
+            joined[separators] = separator
+            return _utf8(joined.data, where).split(chr(separator))[1:]
+    # the items use every ASCII byte: decode them one by one (a batch is small)
+    raw = joined.tobytes()
+    starts = (separators + 1).tolist()
+    return [_utf8(raw[a : a + k], where) for a, k in zip(starts, lengths.tolist(), strict=True)]
 
 
-def _join(data: bytearray, lengths: np.ndarray[Any, Any], where: str) -> np.ndarray[Any, Any]:
+def _join(
+    data: bytes | bytearray, lengths: np.ndarray[Any, Any], where: str
+) -> np.ndarray[Any, Any]:
     """The items' bytes back to back (uint8), each checked to be valid UTF-8 on its own."""
-    buffer = np.frombuffer(data, dtype=np.uint8)
-    body = _compact(buffer, lengths, None)
-    if len(body) and body.max() >= 0x80:  # not ASCII: decode with a NUL between the items
-        _utf8(_compact(buffer, lengths, 0).data, where)
+    body = np.empty(int(lengths.sum()), dtype=np.uint8)
+    position = 0
+    for a, b, span, fields in _batches(data, lengths):
+        part = _compact(span, fields, lengths[a:b], None)
+        body[position : position + len(part)] = part
+        position += len(part)
+        if len(part) and part.max() >= 0x80:  # not ASCII: decode with a NUL between the items
+            _utf8(_compact(span, fields, lengths[a:b], 0).data, where)
     return body
 
 

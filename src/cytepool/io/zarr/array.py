@@ -1,19 +1,20 @@
-"""Zarr v3 arrays on a local file system: :class:`ZarrArray`, open_array and write_array."""
+"""Zarr v3 arrays: :class:`ZarrArray`, open_array and write_array."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, StoreChangedError
 from cytepool.io.zarr._reading import Reader
-from cytepool.io.zarr._store import Stamp, as_path, read_document, write_document
+from cytepool.io.zarr._store import as_path, open_local, read_document, write_document
 from cytepool.io.zarr._writing import NAT, write_chunks
 from cytepool.io.zarr.codecs import (
     MAX_CHUNK_BYTES,
@@ -26,38 +27,70 @@ from cytepool.io.zarr.codecs import (
 )
 from cytepool.io.zarr.indexing import Selection, parse_selection
 from cytepool.io.zarr.metadata import (
+    METADATA_FILE,
     ArrayMetadata,
     ChunkKeyEncoding,
     DataType,
     RegularChunkGrid,
     check_attributes,
 )
+from cytepool.io.zarr.store import (
+    LocalStore,
+    Store,
+    StoreHandle,
+    StorePath,
+    Version,
+    join,
+    reading,
+)
 
-__all__ = ["DEFAULT_LEVELS", "ZarrArray", "check_compression", "open_array", "write_array"]
+__all__ = [
+    "DEFAULT_LEVELS",
+    "ZarrArray",
+    "array_handle",
+    "check_compression",
+    "open_array",
+    "write_array",
+]
 
 DEFAULT_LEVELS: Mapping[str, int] = types.MappingProxyType({"gzip": 4, "zstd": 3})
 _LEVEL_RANGES = {"gzip": (0, 9), "zstd": (-131072, 22)}
 
 
 class ZarrArray:
-    """A Zarr v3 array in a local directory, read chunk by chunk.
+    """A Zarr v3 array in a store (a local directory), read chunk by chunk.
 
     Open one with :func:`open_array`. ``array[key]`` takes integers, slices and one ellipsis;
     ``array.oindex[key]`` also takes 1-D integer arrays and boolean masks along any axes.
     Reads return new arrays in native byte order (numpy scalars when every axis gets an
     integer) and read only the chunks the selection touches; a chunk that is not stored
-    reads as the fill value. Every read first checks that zarr.json is still the file it
-    was when the array was opened (StoreChangedError, a RuntimeError, otherwise). The array
-    holds no open files, so it can be pickled.
+    reads as the fill value.
+
+    Each read opens the store once (for a local store, a file descriptor of its directory)
+    and fetches every chunk through that handle (see :mod:`cytepool.io.zarr.store`). It
+    first checks that the array's zarr.json is still the file it was when the array was
+    opened, and at its end that the store is still at its path; otherwise it raises
+    StoreChangedError (a RuntimeError). So a read returns values wholly from the store the
+    array was opened in, or raises: never a mix of two stores. The array holds no open
+    files, so it can be pickled; a copy unpickled in another process opens the store by its
+    path at each read and makes the same checks, so it too reads the store it was opened
+    in, or raises StoreChangedError.
 
     Parameters
     ----------
     path
-        The array's directory.
+        The array's directory, or the :class:`~cytepool.io.zarr.store.Store` that holds it at
+        ``key``.
     metadata
         Its parsed metadata.
     stamp
-        The stamp of its zarr.json when the metadata was read.
+        The version of its zarr.json when the metadata was read (for a local store, a
+        :class:`~cytepool.io.zarr.store.Stamp`).
+    key
+        The array's key in the store (``""``: the store is the array).
+    handle
+        An open handle of the store that reads use while it is open (instead of opening the
+        store themselves); the handle's owner verifies the store when it closes it.
 
     Examples
     --------
@@ -74,15 +107,39 @@ class ZarrArray:
            [ 0,  3]])
     """
 
-    def __init__(self, path: str | os.PathLike[str], metadata: ArrayMetadata, stamp: Stamp):
-        self._path = Path(path)
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Store,
+        metadata: ArrayMetadata,
+        stamp: Version,
+        *,
+        key: str = "",
+        handle: StoreHandle | None = None,
+    ):
+        self._store: Store = LocalStore(Path(path)) if isinstance(path, str | os.PathLike) else path
+        self._key = key
         self._metadata = metadata
         self._stamp = stamp
+        self._handle = handle
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the handle of an open store."""
+        return {**self.__dict__, "_handle": None}
 
     @property
     def path(self) -> Path:
         """The array's directory."""
-        return self._path
+        return Path(self._store.where(self._key))
+
+    @property
+    def store(self) -> Store:
+        """The store that holds the array."""
+        return self._store
+
+    @property
+    def key(self) -> str:
+        """The array's key in its store (``""`` when the store is the array)."""
+        return self._key
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -167,16 +224,48 @@ class ZarrArray:
     def __repr__(self) -> str:
         """Path, shape, chunks and dtype."""
         return (
-            f"<ZarrArray {str(self._path)!r} shape={self.shape} chunks={self.chunks}"
+            f"<ZarrArray {self._store.where(self._key)!r} shape={self.shape} chunks={self.chunks}"
             f" dtype={self.dtype}>"
         )
 
     def _read(self, selection: Selection, *, objects: bool = False) -> Any:
-        self._stamp.check(self._path)
-        out = np.empty(selection.shape, dtype=object if objects else self.dtype)
-        work = out.reshape(selection.full_shape)
-        Reader(self._path, self._metadata, objects=objects).read(selection, work)
+        with array_handle(self) as handle:
+            out = np.empty(selection.shape, dtype=object if objects else self.dtype)
+            work = out.reshape(selection.full_shape)
+            Reader(handle, self._key, self._metadata, objects=objects).read(selection, work)
         return out[()] if selection.scalar else out
+
+
+@contextlib.contextmanager
+def array_handle(array: ZarrArray) -> Iterator[StoreHandle]:
+    """The store handle of one read of ``array``.
+
+    The array's own open handle if it has one; else the store is opened now, the array's
+    zarr.json checked against its stamp, and the store verified when the read ends.
+    """
+    bound = array._handle
+    if bound is not None and not bound.closed:
+        yield bound
+        return
+    with reading(array._store.open()) as handle:
+        _check_stamp(array, handle)
+        yield handle
+
+
+def _check_stamp(array: ZarrArray, handle: StoreHandle) -> None:
+    key = join(array._key, METADATA_FILE)
+    where = handle.where(key)
+    current = handle.version(key)
+    changed = f"the Zarr array {array.path} changed since it was opened: {where}"
+    if current is None:
+        msg = f"{changed} is gone"
+        raise StoreChangedError(msg)
+    if not array._stamp.matches(current):
+        msg = (
+            f"{changed} is not the file it was (inode, size or modification time differ);"
+            " open it again"
+        )
+        raise StoreChangedError(msg)
 
 
 class _OIndex:
@@ -190,13 +279,15 @@ class _OIndex:
         return array._read(parse_selection(key, array.shape, orthogonal=True))
 
 
-def open_array(path: str | os.PathLike[str]) -> ZarrArray:
+def open_array(path: str | os.PathLike[str] | StorePath) -> ZarrArray:
     """Open a Zarr v3 array for reading.
 
     Parameters
     ----------
     path
-        The array's directory, which holds its zarr.json.
+        The array's directory, which holds its zarr.json, or a node of an open store
+        (:class:`~cytepool.io.zarr.store.StorePath`), whose handle the array then reads
+        through while it is open.
 
     Returns
     -------
@@ -218,12 +309,20 @@ def open_array(path: str | os.PathLike[str]) -> ZarrArray:
     >>> open_array(tmp / "a")[:]
     array([1.5, 2.5], dtype=float32)
     """
-    directory = as_path(path)
-    doc, stamp, where = read_document(directory)
+    node = path if isinstance(path, StorePath) else None
+    if node is None:
+        with reading(open_local(as_path(path))) as handle:
+            return _open(StorePath(handle), None)
+    return _open(node, node.handle)
+
+
+def _open(node: StorePath, handle: StoreHandle | None) -> ZarrArray:
+    doc, stamp, where = read_document(node)
     if isinstance(doc, dict) and doc.get("node_type") == "group":
-        msg = f"{directory} is a Zarr group, not an array ({where})"
+        msg = f"{node} is a Zarr group, not an array ({where})"
         raise FormatError(msg)
-    return ZarrArray(directory, ArrayMetadata.from_json(doc, where), stamp)
+    meta = ArrayMetadata.from_json(doc, where)
+    return ZarrArray(node.handle.store, meta, stamp, key=node.key, handle=handle)
 
 
 # ---------------------------------------------------------------------------------------------

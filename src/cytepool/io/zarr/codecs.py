@@ -16,6 +16,7 @@ import functools
 import importlib
 import math
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ __all__ = [
     "parse_codecs",
 ]
 
+Bytes: TypeAlias = "bytes | bytearray | memoryview"
+"""What the decoders take: any contiguous bytes."""
+
 MAX_CHUNK_BYTES = 2**31
 PIECE_BYTES = 256 * 1024
 MAX_FRAMES = 1024
@@ -68,8 +72,17 @@ _ZSTD_HINT = (
 )
 
 
+_zstd_lock = threading.Lock()
+_zstd: types.ModuleType | None = None  # set once the module is completely imported
+
+
 def import_zstd() -> types.ModuleType:
     """Import ``compression.zstd`` (Python 3.14+) or else ``backports.zstd``.
+
+    The first import runs under a lock and through the import system, which hands out a
+    module only once it is completely initialised: decoding threads that reach zstd at the
+    same time wait for one import, and none gets a module another thread is still
+    initialising. Later calls return that module (while ``sys.modules`` still holds it).
 
     Returns
     -------
@@ -85,15 +98,18 @@ def import_zstd() -> types.ModuleType:
     >>> import_zstd().decompress(import_zstd().compress(b"abc"))
     b'abc'
     """
-    for name in _ZSTD_MODULES:
-        module = sys.modules.get(name)
-        if module is not None:
+    global _zstd
+    module = _zstd
+    if module is not None and sys.modules.get(module.__name__) is module:
+        return module
+    with _zstd_lock:
+        for name in _ZSTD_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            _zstd = module
             return module
-    for name in _ZSTD_MODULES:
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
     raise ValueError(_ZSTD_HINT)
 
 
@@ -239,7 +255,7 @@ class GzipCodec:
         """Compress into one gzip member."""
         return zlib.compress(data, self.level, wbits=31)
 
-    def decode_stream(self, pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+    def decode_stream(self, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
         """Decompress gzip members, yielding at most ``limit`` bytes in bounded pieces."""
         try:
             yield from _inflate(pieces, limit, where)
@@ -247,7 +263,7 @@ class GzipCodec:
             raise _corrupt(where, f"invalid gzip data: {error}") from error
 
 
-def _inflate(pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+def _inflate(pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
     def more(decoder: Any, out: bytes, want: int) -> bytes | None:
         tail = decoder.unconsumed_tail
         return None if decoder.eof or (not tail and len(out) < want) else tail
@@ -266,7 +282,7 @@ class _Stream:
     more: Callable[[Any, bytes, int], bytes | None]
 
 
-def _frames(pieces: Iterable[bytes], limit: int, where: str, kind: _Stream) -> Iterator[bytes]:
+def _frames(pieces: Iterable[Bytes], limit: int, where: str, kind: _Stream) -> Iterator[bytes]:
     """Decode consecutive frames (gzip members, zstd frames), at most ``limit`` bytes in all."""
     total = count = 0
     decoder = None
@@ -287,9 +303,9 @@ def _frames(pieces: Iterable[bytes], limit: int, where: str, kind: _Stream) -> I
         raise _corrupt(where, f"the {kind.name} stream is truncated (or has trailing bytes)")
 
 
-def _steps(decoder: Any, data: bytes, room: int, kind: _Stream) -> Iterator[bytes]:
+def _steps(decoder: Any, data: Bytes, room: int, kind: _Stream) -> Iterator[bytes]:
     """Decode ``data``, in pieces of at most PIECE_BYTES, stopping just past ``room`` bytes."""
-    next_input: bytes | None = data
+    next_input: Bytes | None = data
     while next_input is not None:
         want = min(PIECE_BYTES, room + 1)
         out = decoder.decompress(next_input, want)
@@ -363,7 +379,7 @@ class ZstdCodec:
         }
         return bytes(zstd.compress(data, options=options))
 
-    def decode_stream(self, pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+    def decode_stream(self, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
         """Decompress zstd frames, yielding at most ``limit`` bytes in bounded pieces."""
         zstd = import_zstd()
         try:
@@ -372,7 +388,7 @@ class ZstdCodec:
             raise _corrupt(where, f"invalid zstd data: {error}") from error
 
 
-def _unzstd(zstd: Any, pieces: Iterable[bytes], limit: int, where: str) -> Iterator[bytes]:
+def _unzstd(zstd: Any, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
     # The window a frame may ask for: the output size, but at least the 8 MiB that RFC 8878
     # asks every decoder to support (streaming writers use up to that without a content size).
     window_log = min(max(_MIN_WINDOW_LOG, (limit - 1).bit_length()), _MAX_WINDOW_LOG)
@@ -439,10 +455,10 @@ class CodecChain:
             limits.append(codec.encoded_bound(limits[-1]))
         return limits
 
-    def decode_stream(self, pieces: Iterable[bytes], size: int, where: str) -> Iterator[bytes]:
+    def decode_stream(self, pieces: Iterable[Bytes], size: int, where: str) -> Iterator[Bytes]:
         """Undo the compressors: the pieces of the array -> bytes codec's input (<= size)."""
         limits = self.limits(size)
-        stream: Iterable[bytes] = pieces
+        stream: Iterable[Bytes] = pieces
         for codec, limit in zip(reversed(self.compressors), reversed(limits[:-1]), strict=True):
             stream = codec.decode_stream(stream, limit, where)
         try:

@@ -14,6 +14,7 @@ from cytepool.io.zarr.metadata import (
     check_attributes,
     parse_document,
 )
+from cytepool.io.zarr.store import StorePath
 
 __all__ = ["node_type", "read_group_attributes", "write_group"]
 
@@ -54,7 +55,7 @@ def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | No
     write_document(directory, document)
 
 
-def read_group_attributes(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_group_attributes(path: str | os.PathLike[str] | StorePath) -> dict[str, Any]:
     """Read and check a Zarr v3 group's metadata and return its attributes.
 
     Consolidated metadata, if present, is ignored: each node is read from its own zarr.json.
@@ -62,7 +63,8 @@ def read_group_attributes(path: str | os.PathLike[str]) -> dict[str, Any]:
     Parameters
     ----------
     path
-        The group's directory, which holds its zarr.json.
+        The group's directory, which holds its zarr.json, or a node of an open store
+        (:class:`~cytepool.io.zarr.store.StorePath`).
 
     Returns
     -------
@@ -83,21 +85,21 @@ def read_group_attributes(path: str | os.PathLike[str]) -> dict[str, Any]:
     >>> read_group_attributes(tmp)
     {}
     """
-    directory = as_path(path)
-    doc, _, where = read_document(directory)
+    node = path if isinstance(path, StorePath) else as_path(path)
+    doc, _, where = read_document(node)
     if isinstance(doc, dict) and doc.get("node_type") == "array":
-        msg = f"{directory} is a Zarr array, not a group ({where})"
+        msg = f"{node} is a Zarr array, not a group ({where})"
         raise FormatError(msg)
     return GroupMetadata.from_json(doc, where).attributes
 
 
-def node_type(path: str | os.PathLike[str]) -> Literal["array", "group"]:
+def node_type(path: str | os.PathLike[str] | StorePath) -> Literal["array", "group"]:
     """Whether the Zarr v3 node at ``path`` is an array or a group (its metadata is checked).
 
     Parameters
     ----------
     path
-        The node's directory, which holds its zarr.json.
+        The node's directory, which holds its zarr.json, or a node of an open store.
 
     Returns
     -------
@@ -118,6 +120,6 @@ def node_type(path: str | os.PathLike[str]) -> Literal["array", "group"]:
     >>> node_type(tmp)
     'group'
     """
-    directory = as_path(path)
-    doc, _, where = read_document(directory)
+    node = path if isinstance(path, StorePath) else as_path(path)
+    doc, _, where = read_document(node)
     return "group" if isinstance(parse_document(doc, where), GroupMetadata) else "array"

@@ -1,15 +1,18 @@
 """Chunk-grid arithmetic without I/O: selections become per-chunk pieces.
 
 A selection gives each axis an integer, a slice, or (orthogonal indexing) a 1-D integer array
-or boolean mask. Each axis is turned into an indexer that yields :class:`AxisPiece` records
-(chunk index along the axis, selection inside that chunk, positions in the output); the pieces
-of all axes are combined by a Cartesian product into :class:`ChunkPiece` records. Chunk keys of
-the ``default`` and ``v2`` encodings are made here too.
+or boolean mask. Each axis is turned into an indexer whose :class:`AxisPlan` gives, for each
+chunk the axis touches, an :class:`AxisPiece` record (chunk index along the axis, selection
+inside that chunk, positions in the output), made only when asked for; the pieces of all axes
+are combined one at a time, in C order of the chunk grid, into :class:`ChunkPiece` records.
+So a plan holds no record per chunk: a read that touches a million chunks holds a few numbers
+per axis (for integer arrays, a few per selected position), not a million records. Chunk keys
+of the ``default`` and ``v2`` encodings are made here too.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ import numpy as np
 __all__ = [
     "ArrayAxis",
     "AxisPiece",
+    "AxisPlan",
     "ChunkPiece",
     "IntAxis",
     "Selection",
@@ -67,10 +71,12 @@ class IntAxis:
         """The number of selected positions."""
         return 1
 
-    def pieces(self, chunk: int) -> list[AxisPiece]:
+    def pieces(self, chunk: int) -> AxisPlan:
         """The pieces along an axis of chunk length ``chunk``."""
         offset = self.index % chunk
-        return [AxisPiece(self.index // chunk, slice(offset, offset + 1, 1), slice(0, 1, 1))]
+        return _OnePiece(
+            AxisPiece(self.index // chunk, slice(offset, offset + 1, 1), slice(0, 1, 1))
+        )
 
 
 @dataclass(frozen=True)
@@ -86,29 +92,25 @@ class SliceAxis:
         """The number of selected positions."""
         return len(range(self.start, self.stop, self.step))
 
-    def pieces(self, chunk: int) -> list[AxisPiece]:
+    def pieces(self, chunk: int) -> AxisPlan:
         """The pieces along an axis of chunk length ``chunk``."""
         if self.size == 0:
-            return []
-        if self.step >= chunk:
-            return _points(np.arange(self.start, self.stop, self.step), chunk)
+            return _Points(np.empty(0, dtype=np.intp), chunk)
+        if self.step >= chunk:  # one position in each chunk touched
+            return _Strided(self, chunk)
         last = self.start + (self.size - 1) * self.step
-        chunks = range(self.start // chunk, last // chunk + 1)
+        # a step shorter than a chunk leaves no chunk between the first and last one untouched
+        return _Range(self, chunk, self.start // chunk, last // chunk + 1)
+
+    def piece(self, c: int, chunk: int) -> AxisPiece:
+        """The piece in chunk ``c``, which must hold a selected position."""
         if self.step == 1:
-            return [self._contiguous(c, chunk) for c in chunks]
-        return [piece for c in chunks if (piece := self._piece(c, chunk)) is not None]
-
-    def _contiguous(self, c: int, chunk: int) -> AxisPiece:
-        low = c * chunk
-        first, end = max(low, self.start), min(low + chunk, self.stop)
-        out = first - self.start
-        return AxisPiece(c, slice(first - low, end - low, 1), slice(out, out + end - first, 1))
-
-    def _piece(self, c: int, chunk: int) -> AxisPiece | None:
+            low = c * chunk
+            first, end = max(low, self.start), min(low + chunk, self.stop)
+            out = first - self.start
+            return AxisPiece(c, slice(first - low, end - low, 1), slice(out, out + end - first, 1))
         low, high = c * chunk, min((c + 1) * chunk, self.stop)
         first = self.start + max(0, _ceil_div(low - self.start, self.step)) * self.step
-        if first >= high:
-            return None
         count = _ceil_div(high - first, self.step)
         out = (first - self.start) // self.step
         inner = slice(first - low, first - low + (count - 1) * self.step + 1, self.step)
@@ -130,25 +132,104 @@ class ArrayAxis:
         """The number of selected positions."""
         return len(self.positions)
 
-    def pieces(self, chunk: int) -> list[AxisPiece]:
+    def pieces(self, chunk: int) -> AxisPlan:
         """The pieces along an axis of chunk length ``chunk``."""
-        return _points(self.positions, chunk)
+        return _Points(self.positions, chunk)
 
 
-def _points(positions: np.ndarray[Any, Any], chunk: int) -> list[AxisPiece]:
-    """Group positions by chunk; contiguous runs become slices."""
-    if len(positions) == 0:
-        return []
-    chunk_ids = positions // chunk
-    order = np.argsort(chunk_ids, kind="stable")
-    ids = chunk_ids[order]
-    starts = np.flatnonzero(np.diff(ids)) + 1
-    pieces = []
-    for group in np.split(order, starts):
-        c = int(chunk_ids[group[0]])
-        inner = positions[group] - c * chunk
-        pieces.append(AxisPiece(c, _as_slice(inner), _as_slice(group)))
-    return pieces
+class AxisPlan(Sequence[AxisPiece]):
+    """The pieces of one axis, one per chunk it touches in increasing chunk order, each made
+    when it is asked for."""
+
+    def chunk(self, i: int) -> int:
+        """The chunk index of piece ``i`` (increasing with ``i``)."""
+        raise NotImplementedError
+
+    def piece(self, i: int) -> AxisPiece:
+        """Piece ``i``, with ``0 <= i < len(self)``."""
+        raise NotImplementedError
+
+    def __getitem__(self, i: Any) -> Any:
+        if not isinstance(i, int):
+            msg = f"an axis plan takes integer indices, not {i!r}"
+            raise TypeError(msg)
+        n = len(self)
+        if not -n <= i < n:
+            msg = f"piece {i} of {n}"
+            raise IndexError(msg)
+        return self.piece(i % n)
+
+
+class _OnePiece(AxisPlan):
+    def __init__(self, piece: AxisPiece):
+        self._piece = piece
+
+    def __len__(self) -> int:
+        return 1
+
+    def chunk(self, i: int) -> int:
+        return self._piece.chunk
+
+    def piece(self, i: int) -> AxisPiece:
+        return self._piece
+
+
+class _Range(AxisPlan):
+    """A slice whose step is shorter than a chunk: chunks ``first`` to ``stop - 1``, all touched."""
+
+    def __init__(self, axis: SliceAxis, chunk: int, first: int, stop: int):
+        self._axis, self._chunk, self._first, self._stop = axis, chunk, first, stop
+
+    def __len__(self) -> int:
+        return self._stop - self._first
+
+    def chunk(self, i: int) -> int:
+        return self._first + i
+
+    def piece(self, i: int) -> AxisPiece:
+        return self._axis.piece(self._first + i, self._chunk)
+
+
+class _Strided(AxisPlan):
+    """A slice whose step is at least a chunk: one position in each chunk it touches."""
+
+    def __init__(self, axis: SliceAxis, chunk: int):
+        self._axis, self._chunk = axis, chunk
+
+    def __len__(self) -> int:
+        return self._axis.size
+
+    def chunk(self, i: int) -> int:
+        return (self._axis.start + i * self._axis.step) // self._chunk
+
+    def piece(self, i: int) -> AxisPiece:
+        c, offset = divmod(self._axis.start + i * self._axis.step, self._chunk)
+        return AxisPiece(c, slice(offset, offset + 1, 1), slice(i, i + 1, 1))
+
+
+class _Points(AxisPlan):
+    """Positions grouped by chunk (stably); contiguous runs become slices."""
+
+    def __init__(self, positions: np.ndarray[Any, Any], chunk: int):
+        self._positions, self._size = positions, chunk
+        chunk_ids = positions // chunk
+        self._order = np.argsort(chunk_ids, kind="stable")
+        ids = chunk_ids[self._order]
+        starts = np.flatnonzero(np.diff(ids)) + 1
+        self._bounds = np.concatenate([[0], starts, [len(ids)]]) if len(ids) else np.zeros(1, int)
+        self._chunks = ids[self._bounds[:-1]]
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def chunk(self, i: int) -> int:
+        return int(self._chunks[i])
+
+    def piece(self, i: int) -> AxisPiece:
+        group = self._order[self._bounds[i] : self._bounds[i + 1]]
+        c = int(self._chunks[i])
+        inner = self._positions[group] - c * self._size
+        return AxisPiece(c, _as_slice(inner), _as_slice(group))
 
 
 def _as_slice(values: np.ndarray[Any, Any]) -> AxisSel:
@@ -179,13 +260,95 @@ class Selection:
         return tuple(axis.size for axis in self.axes if not isinstance(axis, IntAxis))
 
     def pieces(self, chunks: Sequence[int]) -> Iterator[ChunkPiece]:
-        """The chunk pieces, in C order of the chunk grid."""
-        per_axis = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
-        for combination in itertools.product(*per_axis):
-            coords, chunk_sel, out_sel = (
-                zip(*combination, strict=True) if combination else ((),) * 3
-            )
-            yield ChunkPiece(coords, chunk_sel, out_sel)
+        """The chunk pieces, in C order of the chunk grid, each made when it is reached."""
+        plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
+        pieces = _kept(plans)
+        for index in _odometer([(0, len(plan)) for plan in plans]):
+            yield _combine(pieces, index)
+
+    def shards(
+        self, shard_shape: Sequence[int], chunks: Sequence[int]
+    ) -> Iterator[tuple[tuple[int, ...], Iterator[tuple[int, ChunkPiece]]]]:
+        """The shards touched, in C order of the shard grid, each with its chunk pieces.
+
+        For each shard: its coordinates, and its pieces in C order with the position of their
+        inner chunk in the shard (C order). ``chunks`` is the inner chunk shape, which divides
+        ``shard_shape``.
+        """
+        plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
+        pieces = _kept(plans)
+        per_shard = [s // c for s, c in zip(shard_shape, chunks, strict=True)]
+        for runs in _run_product(plans, per_shard, ()):
+            coords = tuple(shard for shard, _, _ in runs)
+            yield coords, _shard_pieces(pieces, per_shard, runs)
+
+
+Run: TypeAlias = "tuple[int, int, int]"
+KEPT_PIECES = 1024
+"""An inner axis of at most this many pieces keeps them while a read walks its plan, since the
+walk comes back to them for each position of the outer axes; others make each when reached."""
+
+
+def _kept(plans: Sequence[AxisPlan]) -> list[Sequence[AxisPiece]]:
+    kept: list[Sequence[AxisPiece]] = []
+    outer = 1
+    for plan in plans:
+        kept.append(list(plan) if outer > 1 and len(plan) <= KEPT_PIECES else plan)
+        outer *= len(plan)
+    return kept
+
+
+def _odometer(bounds: Sequence[tuple[int, int]]) -> Iterator[tuple[int, ...]]:
+    """Every index tuple within ``bounds`` (start, stop per axis), in C order."""
+    if any(start >= stop for start, stop in bounds):
+        return
+    index = [start for start, _ in bounds]
+    while True:
+        yield tuple(index)
+        for axis in reversed(range(len(bounds))):
+            index[axis] += 1
+            if index[axis] < bounds[axis][1]:
+                break
+            index[axis] = bounds[axis][0]
+        else:
+            return
+
+
+def _combine(plans: Sequence[Sequence[AxisPiece]], index: tuple[int, ...]) -> ChunkPiece:
+    pieces = [plan[i] for plan, i in zip(plans, index, strict=True)]
+    coords = tuple(p.chunk for p in pieces)
+    return ChunkPiece(coords, tuple(p.chunk_sel for p in pieces), tuple(p.out_sel for p in pieces))
+
+
+def _runs(plan: AxisPlan, per_shard: int) -> Iterator[Run]:
+    """The shards one axis touches: (shard index, first piece, stop piece), in order."""
+    i, n = 0, len(plan)
+    while i < n:
+        shard = plan.chunk(i) // per_shard
+        stop = bisect.bisect_left(range(n), (shard + 1) * per_shard, lo=i, key=plan.chunk)
+        yield shard, i, stop
+        i = stop
+
+
+def _run_product(
+    plans: Sequence[AxisPlan], per_shard: Sequence[int], prefix: tuple[Run, ...]
+) -> Iterator[tuple[Run, ...]]:
+    depth = len(prefix)
+    if depth == len(plans):
+        yield prefix
+        return
+    for run in _runs(plans[depth], per_shard[depth]):
+        yield from _run_product(plans, per_shard, (*prefix, run))
+
+
+def _shard_pieces(
+    plans: Sequence[Sequence[AxisPiece]], per_shard: Sequence[int], runs: tuple[Run, ...]
+) -> Iterator[tuple[int, ChunkPiece]]:
+    strides = [int(np.prod(per_shard[axis + 1 :], dtype=np.int64)) for axis in range(len(plans))]
+    for index in _odometer([(first, stop) for _, first, stop in runs]):
+        piece = _combine(plans, index)
+        flat = sum((c % k) * s for c, k, s in zip(piece.coords, per_shard, strides, strict=True))
+        yield int(flat), piece
 
 
 def parse_selection(key: Any, shape: Sequence[int], *, orthogonal: bool) -> Selection:

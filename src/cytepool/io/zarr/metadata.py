@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATA_TYPES",
+    "MAX_METADATA_BYTES",
     "METADATA_FILE",
     "ArrayMetadata",
     "ChunkKeyEncoding",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 METADATA_FILE = "zarr.json"
+MAX_METADATA_BYTES = 64 * 2**20
+"""The largest metadata document (zarr.json) a reader accepts, in bytes: 64 MiB."""
 
 _CORE_NAMES = (
     "bool",
@@ -117,13 +120,13 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def loads(text: str | bytes, where: str) -> Any:
+def loads(text: str | bytes | bytearray, where: str) -> Any:
     """Parse strict JSON: no repeated keys, no NaN/Infinity tokens, finite numbers only.
 
     Parameters
     ----------
     text
-        The JSON text (bytes are decoded as UTF-8).
+        The JSON text (bytes are decoded as UTF-8, without a byte order mark).
     where
         The file the text came from, for error messages.
 
@@ -146,7 +149,7 @@ def loads(text: str | bytes, where: str) -> Any:
     cytepool.errors.FormatError: x.json is not valid JSON: repeated key 'a' in a JSON object
     """
     try:
-        if isinstance(text, bytes):
+        if not isinstance(text, str):
             text = text.decode("utf-8")
         return json.loads(
             text,

@@ -9,7 +9,7 @@ is marked (2**64-1, 2**64-1). Only the index and the inner chunks a read needs a
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,19 +101,20 @@ def _corrupt(where: str, problem: str) -> FormatError:
 
 
 def read_shard_index(
-    read: Callable[[int, int], bytes],
+    raw: bytes,
     file_size: int,
     codec: ShardingCodec,
     shard_shape: Sequence[int],
     max_chunk_nbytes: int,
     where: str,
 ) -> ShardIndex:
-    """Read, verify and check the index of an open shard file.
+    """Verify and check the index of a shard file.
 
     Parameters
     ----------
-    read
-        ``read(offset, size)`` returns up to ``size`` bytes of the shard file from ``offset``.
+    raw
+        The bytes where the index is: the last (index at the end) or first (at the start)
+        ``codec.index_nbytes(shard_shape)`` bytes of the file, fewer if the file is shorter.
     file_size
         Its size in bytes.
     codec
@@ -139,8 +140,6 @@ def read_shard_index(
     if file_size < size:
         problem = f"the file has {file_size} bytes, fewer than its index of {size} bytes"
         raise _corrupt(where, problem)
-    start = file_size - size if codec.index_location == "end" else 0
-    raw = read(start, size)
     if len(raw) != size:
         raise _corrupt(where, f"the index is truncated ({len(raw)} of {size} bytes)")
     if codec.index_codecs.crc32c:

@@ -1,0 +1,449 @@
+"""Stores: where the bytes of a Zarr hierarchy come from, opened once for each read.
+
+A :class:`Store` names a store and holds nothing open, so it can be pickled. ``store.open()``
+gives a :class:`StoreHandle`, the store as one read sees it, and every object the read needs
+is fetched through that handle by a key (``"zarr.json"``, ``"layers/counts/c/0/0/0"``):
+
+- ``get(key, limit=...)`` gives a whole object with its :class:`Version` (None if absent),
+  refusing one of more than ``limit`` bytes unread;
+- ``get_range(key, start, length)`` gives a byte range and the object's size (``start < 0``
+  asks for the last ``-start`` bytes);
+- ``list(prefix)`` gives the names under a prefix;
+- ``version(key)`` identifies an object's content without reading it, so that an array can
+  tell whether its ``zarr.json`` is still the one it was opened with;
+- ``verify()`` raises :class:`~cytepool.errors.StoreChangedError` unless the store the handle
+  opened is still the one at the store's location.
+
+:func:`reading` wraps one read: it verifies the store when the read ends, and turns any error
+raised while the store was being replaced into StoreChangedError, so a read returns values
+wholly from the store it opened, or raises StoreChangedError; never a mix of two stores, and
+never a FormatError caused by a replacement.
+
+:class:`LocalStore` is a directory. Its handle is a file descriptor of the directory, opened
+once; every object is opened relative to it (``openat``), never by resolving the store's path
+again, so a read sees one directory even while another process exchanges the path for a new
+store (as :func:`cytepool.io.write_cube` does) and removes the old one. An object that is not a
+regular file (a FIFO, socket, device or directory) is refused with FormatError without being
+opened for reading (it is examined with ``stat`` first, and opened non-blocking), so a read
+never blocks on one. :class:`StorePath` names a node of an open store, for the functions of
+:mod:`cytepool.io.zarr` and :mod:`cytepool.io.tables` that read many nodes through one handle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from cytepool.errors import FormatError, StoreChangedError
+from cytepool.io.zarr.names import node_name_problem
+
+__all__ = [
+    "Blob",
+    "LocalStore",
+    "Part",
+    "Stamp",
+    "Store",
+    "StoreHandle",
+    "StorePath",
+    "TooLargeError",
+    "Version",
+    "join",
+    "reading",
+]
+
+_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
+_READ = os.O_RDONLY | _O_BINARY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NONBLOCK", 0)
+_AT_SUPPORTED = os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
+
+
+@runtime_checkable
+class Version(Protocol):
+    """What identifies the content of an object (a file's stamp, an HTTP ETag)."""
+
+    def matches(self, other: Any) -> bool:
+        """Whether ``other`` identifies the same content."""
+
+
+class Blob(NamedTuple):
+    """A whole object and the version it had when it was read."""
+
+    data: bytes
+    version: Version
+
+
+class Part(NamedTuple):
+    """A byte range of an object and the object's size in bytes."""
+
+    data: bytes
+    size: int
+
+
+class TooLargeError(FormatError):
+    """An object holds more bytes than the reader asked for (``get(key, limit=...)``)."""
+
+    def __init__(self, where: str, size: int, limit: int):
+        super().__init__(f"{where} has {size} bytes, more than the {limit} it may hold")
+        self.where, self.size, self.limit = where, size, limit
+
+
+class StoreHandle(Protocol):
+    """A store opened for one read (see the module documentation)."""
+
+    @property
+    def store(self) -> Store:
+        """The store this handle opened."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle was closed."""
+
+    def where(self, key: str) -> str:
+        """The object at ``key`` as messages show it."""
+
+    def get(self, key: str, *, limit: int) -> Blob | None:
+        """The whole object at ``key`` (None if absent); TooLargeError beyond ``limit``."""
+
+    def get_range(self, key: str, start: int, length: int) -> Part | None:
+        """``length`` bytes from ``start`` (the last ``-start`` if negative); None if absent.
+
+        Fewer bytes come back where the object ends first.
+        """
+
+    def list(self, prefix: str) -> list[str]:
+        """The names directly under ``prefix`` ("" for the root), sorted."""
+
+    def version(self, key: str) -> Version | None:
+        """The version of the object at ``key``, or None if it is absent."""
+
+    def verify(self) -> None:
+        """Raise StoreChangedError unless the opened store is still at its location."""
+
+    def close(self) -> None:
+        """Release what the handle holds."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where a store is; it holds nothing open, and ``open()`` gives a read's handle."""
+
+    def open(self) -> StoreHandle:
+        """Open the store for one read."""
+
+    def where(self, key: str) -> str:
+        """The object at ``key`` as messages show it."""
+
+
+def join(key: str, name: str) -> str:
+    """The key of ``name`` under ``key`` (``""`` being the root).
+
+    Examples
+    --------
+    >>> join("", "zarr.json"), join("layers/counts", "c/0")
+    ('zarr.json', 'layers/counts/c/0')
+    """
+    return f"{key}/{name}" if key else name
+
+
+def _check_key(key: str) -> None:
+    parts = key.split("/")
+    if not all(parts) or "." in parts or ".." in parts or "\0" in key:
+        msg = f"invalid store key {key!r}: it must be names joined by '/', without '.' or '..'"
+        raise FormatError(msg)
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The version of a local file: device, inode, size and modification time.
+
+    On the same device the inode must match too; through another mount, where inode numbers
+    can differ, the size and modification time.
+
+    Examples
+    --------
+    >>> a = Stamp(device=1, inode=2, size=3, mtime_ns=4)
+    >>> a.matches(Stamp(device=1, inode=9, size=3, mtime_ns=4))
+    False
+    >>> a.matches(Stamp(device=5, inode=9, size=3, mtime_ns=4))  # another mount
+    True
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def from_stat(cls, result: os.stat_result) -> Stamp:
+        """The stamp of a ``stat`` result."""
+        return cls(result.st_dev, result.st_ino, result.st_size, result.st_mtime_ns)
+
+    def matches(self, other: Any) -> bool:
+        """Same size and mtime, and the same inode when on the same device."""
+        if not isinstance(other, Stamp):
+            return False
+        same = (self.size, self.mtime_ns) == (other.size, other.mtime_ns)
+        if self.device == other.device:
+            return same and self.inode == other.inode
+        return same
+
+
+@dataclass(frozen=True)
+class LocalStore:
+    """A store in a local directory.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "zarr.json").write_text("{}")
+    >>> with reading(LocalStore(root).open()) as handle:
+    ...     bytes(handle.get("zarr.json", limit=10).data), handle.list("")
+    (b'{}', ['zarr.json'])
+    """
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    def open(self) -> LocalHandle:
+        """Open the directory (FileNotFoundError, NotADirectoryError if it is none)."""
+        return LocalHandle(self)
+
+    def where(self, key: str) -> str:
+        """The path of ``key``, for messages."""
+        return os.path.join(os.fspath(self.path), key) if key else os.fspath(self.path)
+
+
+class LocalHandle:
+    """A local store opened for one read: a file descriptor of its directory."""
+
+    def __init__(self, store: LocalStore):
+        self._store = store
+        self._fd: int | None = None
+        if _AT_SUPPORTED:
+            self._fd = os.open(store.path, _DIRECTORY)
+            info = os.fstat(self._fd)
+            if not stat.S_ISDIR(info.st_mode):  # pragma: no cover - O_DIRECTORY refuses first
+                os.close(self._fd)
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(store.path))
+        else:  # pragma: no cover - Windows: paths are joined, and verify() compares identities
+            info = os.stat(store.path)
+            if not stat.S_ISDIR(info.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(store.path))
+        self._identity = (info.st_dev, info.st_ino)
+
+    @property
+    def store(self) -> LocalStore:
+        """The store this handle opened."""
+        return self._store
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle was closed."""
+        return self._identity is None
+
+    def where(self, key: str) -> str:
+        """The path of ``key``, for messages."""
+        return self._store.where(key)
+
+    def _path(self, key: str) -> str:
+        _check_key(key)
+        if self._fd is not None:
+            return key
+        return os.path.join(self._store.path, *key.split("/"))  # pragma: no cover - Windows
+
+    def _stat(self, key: str) -> os.stat_result | None:
+        """``stat`` of ``key`` (following links); None if absent, FormatError if unusable."""
+        try:
+            return os.stat(self._path(key), dir_fd=self._fd)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError as error:
+            msg = f"{self.where(key)} cannot be read: a part of its path is not a directory"
+            raise FormatError(msg) from error
+        except OSError as error:
+            if error.errno in (errno.EACCES, errno.EPERM):
+                raise
+            msg = f"{self.where(key)} cannot be read: {error.strerror}"
+            raise FormatError(msg) from error
+
+    def _regular(self, key: str, info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+            msg = f"{self.where(key)} is not a regular file: it is {kind}"
+            raise FormatError(msg)
+
+    def _open(self, key: str) -> tuple[int, os.stat_result] | None:
+        """Open a regular file for reading without blocking; None if absent."""
+        info = self._stat(key)
+        if info is None:
+            return None
+        self._regular(key, info)
+        try:
+            fd = os.open(self._path(key), _READ, dir_fd=self._fd)
+        except FileNotFoundError:
+            return None
+        info = os.fstat(fd)
+        try:
+            self._regular(key, info)  # it may have been replaced since the stat
+        except FormatError:
+            os.close(fd)
+            raise
+        return fd, info
+
+    def get(self, key: str, *, limit: int) -> Blob | None:
+        """The whole file at ``key`` (None if absent); TooLargeError beyond ``limit`` bytes."""
+        opened = self._open(key)
+        if opened is None:
+            return None
+        fd, info = opened
+        try:
+            if info.st_size > limit:
+                raise TooLargeError(self.where(key), info.st_size, limit)
+            data = _read(fd, 0, info.st_size)
+        finally:
+            os.close(fd)
+        return Blob(data, Stamp.from_stat(info))
+
+    def get_range(self, key: str, start: int, length: int) -> Part | None:
+        """``length`` bytes of the file at ``key`` from ``start`` (from its end if negative)."""
+        opened = self._open(key)
+        if opened is None:
+            return None
+        fd, info = opened
+        size = info.st_size
+        position = max(0, size + start) if start < 0 else start
+        try:
+            data = _read(fd, position, max(0, min(length, size - position)))
+        finally:
+            os.close(fd)
+        return Part(data, size)
+
+    def list(self, prefix: str) -> list[str]:
+        """The names in the directory ``prefix`` ("" for the root), sorted."""
+        if not prefix:
+            if self._fd is None:  # pragma: no cover - Windows
+                return sorted(os.listdir(self._store.path))
+            return sorted(os.listdir(self._fd))
+        try:
+            fd = os.open(self._path(prefix), _DIRECTORY, dir_fd=self._fd)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    def version(self, key: str) -> Stamp | None:
+        """The stamp of the file at ``key``, or None if it is absent."""
+        info = self._stat(key)
+        if info is None:
+            return None
+        self._regular(key, info)
+        return Stamp.from_stat(info)
+
+    def verify(self) -> None:
+        """Raise StoreChangedError unless the directory is still at the store's path."""
+        try:
+            info = os.stat(self._store.path)
+        except OSError:
+            identity = None
+        else:
+            identity = (info.st_dev, info.st_ino)
+        if identity != self._identity:
+            gone = " (it is gone)" if identity is None else ""
+            msg = f"{self._store.path} was replaced while it was being read{gone}; open it again"
+            raise StoreChangedError(msg)
+
+    def close(self) -> None:
+        """Close the directory's descriptor."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._identity = None  # type: ignore[assignment]
+
+
+def _read(fd: int, position: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``position`` (fewer where the file ends first).
+
+    One read makes one bytes object, with no copy and no zeroing, for any size a read can
+    return at once (about 2 GiB on Linux).
+    """
+    if position:
+        os.lseek(fd, position, os.SEEK_SET)
+    data = os.read(fd, size) if size else b""
+    if len(data) == size or not data:
+        return data
+    pieces = [data]
+    size -= len(data)
+    while size > 0 and (piece := os.read(fd, size)):
+        pieces.append(piece)
+        size -= len(piece)
+    return b"".join(pieces)
+
+
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+@contextlib.contextmanager
+def reading(handle: StoreHandle) -> Iterator[StoreHandle]:
+    """Use an open handle for one read, then verify the store and close the handle.
+
+    An error raised inside becomes :class:`~cytepool.errors.StoreChangedError` (with the error
+    as its cause) if the store was replaced meanwhile, since it may come from the replacement.
+    """
+    try:
+        yield handle
+        handle.verify()
+    except StoreChangedError:
+        raise
+    except Exception as error:
+        try:
+            handle.verify()
+        except StoreChangedError as changed:
+            raise changed from error
+        raise
+    finally:
+        handle.close()
+
+
+@dataclass(frozen=True)
+class StorePath:
+    """A node of an open store: the handle and the node's key (``""`` for the root).
+
+    ``path / name`` names a child; an invalid name (see
+    :func:`cytepool.io.zarr.names.node_name_problem`) raises FormatError, since names come
+    from the store's own metadata.
+    """
+
+    handle: StoreHandle
+    key: str = ""
+
+    def __truediv__(self, name: str) -> StorePath:
+        problem = node_name_problem(name)
+        if problem is not None:
+            msg = f"{self}: {name!r} cannot name a node: {problem}"
+            raise FormatError(msg)
+        return StorePath(self.handle, join(self.key, name))
+
+    @property
+    def name(self) -> str:
+        """The node's name (the last part of its key)."""
+        return self.key.rpartition("/")[2]
+
+    def __str__(self) -> str:
+        return self.handle.where(self.key)
