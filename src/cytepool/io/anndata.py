@@ -1197,14 +1197,22 @@ def _axis_tables(
     dropped = {}
     for name in obs.columns:
         if name not in excluded and name not in samples and name not in groups:
-            reasons = [why_not_sample.get(name), why_not_group.get(name)]
-            dropped[str(name)] = " and ".join(dict.fromkeys(r for r in reasons if r))
+            dropped[str(name)] = _both(why_not_sample.get(name), why_not_group.get(name))
     report = {
         "samples": [str(name) for name in samples.columns],
         "groups": [str(name) for name in groups.columns],
         "dropped": dropped,
     }
     return samples, groups, report
+
+
+def _both(first: str | None, second: str | None) -> str:
+    """One reason of two: "varies within sample 'a' (1 and 2) and within group 'B' (...)"."""
+    if not first or not second or first == second:
+        return first or second or ""
+    if first.startswith("varies within ") and second.startswith("varies within "):
+        second = second.removeprefix("varies ")
+    return f"{first} and {second}"
 
 
 def _covariates(
@@ -1270,7 +1278,9 @@ def _variation(
 
 
 def _brief(value: Any) -> str:
-    text = repr(value.item() if isinstance(value, np.generic) else value)
+    """A short text of a value for messages: 0.585, 'ctrl', 'a very long tex...'."""
+    value = value.item() if isinstance(value, np.generic) else value
+    text = f"{value:.6g}" if isinstance(value, float) else repr(value)
     return text if len(text) <= 24 else text[:21] + "..."
 
 
@@ -1429,7 +1439,7 @@ def _open_store(path: Path) -> Iterator[Any]:
         try:
             yield zarr.open_group(path, mode="r")
         except (ValueError, OSError) as error:
-            msg = f"{path} is not an AnnData zarr store: {error}"
+            msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
             raise ValueError(msg) from error
         return
     import h5py
