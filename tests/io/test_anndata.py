@@ -853,6 +853,41 @@ def test_mudata_round_trip(tmp_path: Path) -> None:
     assert conv.from_mudata(again).fingerprint == cube.fingerprint
 
 
+def cube_without_groups(kind: str) -> Any:
+    """No cells pooled (no groups, no samples), or samples but no groups."""
+    features = pd.DataFrame({"feature_id": [f"g{j}" for j in range(30)], "chrom": ["1"] * 30})
+    if kind == "no cells":
+        nothing = np.array([], dtype=object)
+        counts = np.zeros((0, 30), dtype=np.float32)
+        return cytepool.from_cells(
+            counts, sample_labels=nothing, group_labels=nothing, features=features
+        )
+    return cytepool.Cube(
+        {"counts": np.zeros((0, 2, 30), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s1", "s2"], "age": [30, 41]}),
+        groups=pd.DataFrame({"group_id": pd.Series([], dtype=object)}),
+        features=features,
+        cells=np.zeros((0, 2), dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize("kind", ["no cells", "samples but no groups"])
+def test_mudata_of_a_cube_without_groups(tmp_path: Path, kind: str) -> None:
+    md = pytest.importorskip("mudata")
+    cube = cube_without_groups(kind)
+    mdata = conv.to_mudata(cube)
+    assert list(mdata.mod) == []
+    assert conv.from_mudata(mdata).fingerprint == cube.fingerprint
+    mdata.write_h5mu(tmp_path / "empty.h5mu")
+    back = conv.from_mudata(md.read_h5mu(tmp_path / "empty.h5mu"))
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.features, cube.features)
+    assert from_pseudobulk(to_anndata(cube)).fingerprint == cube.fingerprint
+    del mdata.uns[conv.RECORD_KEY]
+    with pytest.raises(ValueError, match="mdata has no modalities, and no record of to_mudata"):
+        conv.from_mudata(mdata)
+
+
 def test_from_mudata_without_record() -> None:
     md = pytest.importorskip("mudata")
     obs = pd.DataFrame({"n_cells": [2, 0]}, index=["s1", "s2"])
@@ -900,6 +935,59 @@ def test_from_mudata_cells_shares_samples_and_groups(cells: Any, cube: Any) -> N
     assert cubes["prot"].shape[2] == 3
     with pytest.raises(KeyError, match="'batch' is in neither"):
         conv.from_mudata_cells(mdata, sample_key="batch", group_key="cell_type")
+
+
+def test_from_mudata_cells_names_the_modality_and_records_covariates(cells: Any) -> None:
+    md = pytest.importorskip("mudata")
+    rna = ad.AnnData(cells.X, obs=cells.obs, var=cells.var)
+    prot = ad.AnnData(
+        np.full((cells.n_obs, 2), 0.5, dtype=np.float32),
+        obs=cells.obs,
+        var=pd.DataFrame(index=["CD3", "CD19"]),
+    )
+    with md.set_options(pull_on_update=False):
+        mdata = md.MuData({"rna": rna, "prot": prot})
+    pattern = (
+        r"^mdata.mod\['prot'\].X: not every value is a count .* e.g. 0.5 at row \d+ \(cell "
+        r"'cell\d+'\), column 0 \(feature 'CD3'\);.* put the raw counts in the X of each "
+        r"modality; .* allow_float=True"
+    )
+    with pytest.warns(NotCountsWarning, match=pattern) as caught:
+        cubes = conv.from_mudata_cells(mdata, sample_key="sample", group_key="cell_type")
+    assert len(caught) == 1
+    for cube in cubes.values():
+        record = cube.provenance[-1]
+        assert record.operation == "from_mudata_cells"
+        assert record.parameters["covariates"]["samples"] == ["donor", "condition", "age"]
+        assert record.parameters["covariates"]["groups"] == ["lineage"]
+        assert list(record.parameters["covariates"]["dropped"]) == ["n_counts"]
+    quiet = conv.from_mudata_cells(
+        mdata, sample_key="sample", group_key="cell_type", allow_float=True
+    )
+    assert quiet["prot"].fingerprint == cubes["prot"].fingerprint
+
+
+@pytest.mark.interop
+def test_from_anndata_records_the_covariates_kept_and_dropped(cells: Any) -> None:
+    cube = from_anndata(cells, sample_key="sample", group_key="cell_type")
+    record = cube.provenance[-1]
+    assert record.operation == "from_anndata"
+    covariates = record.parameters["covariates"]
+    assert covariates["samples"] == list(cube.samples.columns) == ["donor", "condition", "age"]
+    assert covariates["groups"] == list(cube.groups.columns) == ["lineage"]
+    assert list(covariates["dropped"]) == ["n_counts"]
+    assert re.fullmatch(
+        r"varies within sample '\S+' \(0\.\d+ and 0\.\d+\) and within group '\S+' "
+        r"\(0\.\d+ and 0\.\d+\)",
+        covariates["dropped"]["n_counts"],
+    )
+    named = from_anndata(cells, sample_key="sample", group_key="cell_type", samples=["age"])
+    dropped = named.provenance[-1].parameters["covariates"]["dropped"]
+    assert re.fullmatch(
+        r"not named as a sample covariate and varies within group '\S+' \('D\d' and 'D\d'\)",
+        dropped["donor"],
+    )
+    assert named.provenance[-1].parameters["covariates"]["groups"] == ["lineage"]
 
 
 # ---------------------------------------------------------------------------------------------

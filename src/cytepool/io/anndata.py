@@ -25,7 +25,9 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;
 - ``normalization``: ``{"method", "factors"}`` when the cube has one;
 - ``metadata``, ``provenance``: JSON text;
-- ``modalities`` (MuData only): the modality name of each group.
+- ``modalities`` (MuData only): the modality name of each group;
+- ``features`` (MuData only, of a cube without groups): the feature table, which no modality
+  holds then.
 
 The anndata and mudata packages (the ``anndata`` extra) are imported only when a function
 needs them.
@@ -294,15 +296,16 @@ def from_mudata_cells(
             modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
         )
         labels = [_labels(obs, key, role, source.obs) for key, role in roles]
-        cube = _pool_with_tables(
-            matrix,
-            var,
-            source,
-            labels=labels,
-            tables=(sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]]),
-            features=None,
-            options={"layers": layers, "allow_float": allow_float, "progress": progress},
-        )
+        with _words.speaking(cells=obs.index):
+            cube = _pool_with_tables(
+                matrix,
+                var,
+                source,
+                labels=labels,
+                tables=(sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]]),
+                features=None,
+                options={"layers": layers, "allow_float": allow_float, "progress": progress},
+            )
         cube = _widened(cube, sample_table, group_table)
         parameters = {
             "modality": name,
@@ -761,10 +764,13 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
         mods[name] = ad.AnnData(values.pop(layer), obs=obs, var=features, layers=values)
     with md.set_options(pull_on_update=False):
         mdata = md.MuData(mods, axis=-1)  # every modality has the same obs and var
-    mdata.obs = samples
-    mdata.var = features
     record = _record(cube, tables, layer, cells)
     record["modalities"] = modalities
+    if mods:
+        mdata.obs = samples
+        mdata.var = features
+    else:  # no groups (no cells were pooled, say): no modality holds the features
+        record["features"] = _writable(tables["features"])
     mdata.uns[RECORD_KEY] = record
     return mdata
 
@@ -815,8 +821,7 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
     record = _read_record(mdata.uns, "mdata")
     names = list(mdata.mod)
     if not names:
-        msg = "mdata has no modalities"
-        raise ValueError(msg)
+        return _without_groups(record)
     layers: list[str | None] = [None]
     if record is not None:
         layers += [
@@ -858,6 +863,32 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
         cells_key="n_cells",
         covariates=((), ()),
         stamp=("from_mudata", {"cells_key": cells_key}),
+    )
+
+
+def _without_groups(record: dict[str, Any] | None) -> Cube:
+    """The cube of a MuData without modalities: one without groups, if the record says so."""
+    import pandas as pd
+
+    if record is None or "features" not in record:
+        msg = "mdata has no modalities, and no record of to_mudata with the features of a cube"
+        raise ValueError(msg)
+    features = record["features"]
+    obs = pd.DataFrame({"sample_id": [], "group_id": [], "n_cells": []}, dtype=object)
+    sums: dict[str | None, np.ndarray] = {
+        None if name == record["layer"] else name: np.zeros((0, len(features)))
+        for name in record["layers"]
+    }
+    return _from_profiles(
+        obs,
+        sums,
+        features,
+        record,
+        "mdata",
+        keys=("sample_id", "group_id"),
+        cells_key="n_cells",
+        covariates=((), ()),
+        stamp=("from_mudata", {"cells_key": None}),
     )
 
 
@@ -1677,6 +1708,9 @@ def _read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
             record["normalization"] = (str(norm["method"]), np.asarray(norm["factors"], float))
         if "modalities" in raw:
             record["modalities"] = [str(name) for name in raw["modalities"]]
+        if "features" in raw:
+            record["features"] = pd.DataFrame(raw["features"])
+            record["features"].index = record["features"].index.astype(str)
     except (KeyError, TypeError, ValueError) as error:
         msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({error!r}): delete it or rewrite it"
         raise ValueError(msg) from error
