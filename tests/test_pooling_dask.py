@@ -116,7 +116,10 @@ def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
             raise AssertionError
 
     monkeypatch.setitem(sys.modules, "dask.array", None)
-    with pytest.raises(ImportError, match=r"pip install 'cytepool\[dask\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"extra 'dask' \(in a checkout of cytepool: pip install -e '\.\[dask\]'\)",
+    ):
         from_cells(FakeDaskArray(), sample_labels=["a"], group_labels=["g"])
 
 

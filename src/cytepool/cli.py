@@ -116,7 +116,10 @@ def _discard_stdout() -> None:
 
 def _one_line(error: BaseException | str) -> str:
     if isinstance(error, ImportError) and error.name in {"anndata", "mudata", "h5py", "scipy"}:
-        return f"this command needs {error.name}: pip install 'cytepool[anndata]'"
+        return (
+            f"this command needs {error.name}: install cytepool's extra 'anndata' (in a checkout "
+            f"of cytepool: pip install -e '.[anndata]')"
+        )
     if isinstance(error, OSError) and error.strerror:  # without "[Errno 17]"
         text = error.strerror
         if error.filename is not None and os.fspath(error.filename) not in text:

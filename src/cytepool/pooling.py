@@ -87,7 +87,10 @@ def from_cells(
         list of strings or integers, ...). The ids are the labels' ``str`` values, in sorted
         order (by code point; ``"10"`` sorts before ``"9"``) whatever the cells' order or the
         labels' type, so pooling the same cells always gives the same cube. Categories that
-        no cell has are left out.
+        no cell has are left out. As an id is a label's text, labels and texts must match one
+        to one: labels that differ but read the same (``1`` and ``"1"``) or are equal but
+        read differently (``1`` and ``1.0``, ``True`` and ``1``, ``0.0`` and ``-0.0``) are an
+        error, never merged or split silently; give such labels one type first.
     samples, groups
         Optional tables (pandas, polars or pyarrow) with one row per id, in any order, the
         ids in a column ``sample_id`` / ``group_id`` (pandas: or the index, so named). Rows
@@ -129,8 +132,8 @@ def from_cells(
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
     ValueError
-        For a missing label (the message counts them), labels and counts of different
-        lengths, a value that is negative, infinite or NaN (naming the cell and feature), a
+        For a missing label (the message counts them), labels that do not match their texts
+        one to one (naming two of them), labels and counts of different lengths, a value that is negative, infinite or NaN (naming the cell and feature), a
         table lacking rows for ids the labels hold or holding rows for ids they do not (both
         named), or a features table of the wrong length.
 
@@ -554,8 +557,8 @@ def _require_dask() -> Any:
         import dask.array
     except ImportError as err:
         msg = (
-            "pooling a dask array needs dask[array]: install cytepool's extra with "
-            "pip install 'cytepool[dask]'"
+            "pooling a dask array needs dask[array]: install cytepool's extra 'dask' (in a "
+            "checkout of cytepool: pip install -e '.[dask]')"
         )
         raise ImportError(msg) from err
     return dask

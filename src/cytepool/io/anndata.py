@@ -111,7 +111,8 @@ def from_anndata(
         which is opened read-only (only ``obs``, ``var`` and the matrix are read).
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
-        ``str`` values of the labels, sorted (as :func:`cytepool.from_cells` sorts them).
+        ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
+        (labels and their texts must match one to one: ``1`` and ``1.0`` are an error).
     layer
         The layer that holds the counts; None for ``X``.
     use_raw
@@ -156,9 +157,9 @@ def from_anndata(
     KeyError
         If a key, layer or column does not exist.
     ValueError
-        If a label is missing, a named covariate varies within a sample or group, the
-        values are negative or not finite, var names are not unique, or ``layer`` and
-        ``use_raw`` are both given.
+        If a label is missing, labels do not match their texts one to one, a named covariate
+        varies within a sample or group, the values are negative or not finite, var names
+        are not unique, or ``layer`` and ``use_raw`` are both given.
 
     Examples
     --------
