@@ -625,20 +625,13 @@ def _replace(built: Path, output: Path) -> None:
 # The demo
 # ---------------------------------------------------------------------------------------------
 
-_CELL_TYPES = {  # name: (share of cells, lineage)
-    "B": (0.14, "lymphoid"),
-    "CD4 T": (0.30, "lymphoid"),
-    "CD8 T": (0.18, "lymphoid"),
-    "NK": (0.10, "lymphoid"),
-    "Monocyte": (0.22, "myeloid"),
-    "DC": (0.06, "myeloid"),
-}
 _DEMO_GROUP = "CD4 T"
 
 
 def _demo(args: argparse.Namespace) -> None:
     import anndata as ad
 
+    from cytepool._demo import CELL_TYPES, simulate_cells
     from cytepool.io import read_cube, write_cube
     from cytepool.io.anndata import from_anndata, to_anndata
 
@@ -651,12 +644,12 @@ def _demo(args: argparse.Namespace) -> None:
     export_path = directory / f"{_DEMO_GROUP.replace(' ', '_')}.h5ad"
     print(f"cytepool demo -> {directory}/")
     with _step() as took:
-        cells = _simulate_cells(args.cells, seed=_DEMO_SEED)
+        cells = simulate_cells(args.cells, seed=_DEMO_SEED)
         cells.write_h5ad(cells_path)
     nonzero = cells.X.nnz / (cells.n_obs * cells.n_vars)
     print(
         f"1. simulated {cells.n_obs:,} cells x {cells.n_vars:,} genes: 8 donors x 2 "
-        f"conditions, {len(_CELL_TYPES)} cell types, negative-binomial counts ({nonzero:.1%} "
+        f"conditions, {len(CELL_TYPES)} cell types, negative-binomial counts ({nonzero:.1%} "
         f"nonzero, sparse CSR) -> {cells_path} ({_size(cells_path)}) [{took()}]"
     )
     del cells
@@ -759,52 +752,3 @@ def _size(path: Path) -> str:
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     return f"{size / 1e6:.1f} MB"
-
-
-def _simulate_cells(n_cells: int, *, seed: int) -> anndata.AnnData:
-    """Seeded negative-binomial counts: 8 donors x 2 conditions, 6 cell types, 2,000 genes."""
-    import anndata as ad
-    import pandas as pd
-    import scipy.sparse
-
-    rng = np.random.default_rng(seed)
-    n_genes, dispersion = 2_000, 0.4
-    donors = [f"D{i}" for i in range(1, 9)]
-    types = list(_CELL_TYPES)
-    base = np.exp(rng.normal(-3.2, 1.6, n_genes))  # mean counts per cell, heavy-tailed
-    type_effect = np.exp(rng.normal(0.0, 0.6, (len(types), n_genes)) * (rng.random(n_genes) < 0.3))
-    donor_effect = np.exp(rng.normal(0.0, 0.15, (len(donors), n_genes)))
-    stim_effect = np.where(rng.random(n_genes) < 0.05, np.exp(rng.normal(0.0, 1.0, n_genes)), 1.0)
-    shares = np.array([share for share, _ in _CELL_TYPES.values()])
-    blocks, rows = [], []
-    per_sample = n_cells / (2 * len(donors))
-    for d, donor in enumerate(donors):
-        for condition in ("ctrl", "stim"):
-            n = int(rng.poisson(per_sample))
-            kinds = rng.choice(len(types), size=n, p=shares)
-            depth = rng.lognormal(0.0, 0.35, n)[:, None]
-            mean = base * type_effect[kinds] * donor_effect[d] * depth
-            if condition == "stim":
-                mean = mean * stim_effect
-            counts = rng.poisson(rng.gamma(1 / dispersion, mean * dispersion))
-            blocks.append(scipy.sparse.csr_matrix(counts.astype(np.float32)))
-            rows.append(
-                pd.DataFrame(
-                    {"donor": donor, "condition": condition, "cell_type": np.array(types)[kinds]}
-                )
-            )
-    obs = pd.concat(rows, ignore_index=True)
-    obs["sample"] = obs["donor"] + "-" + obs["condition"]
-    obs["sex"] = obs["donor"].map({d: "F" if i % 2 else "M" for i, d in enumerate(donors)})
-    obs["age"] = obs["donor"].map({d: 25 + 6 * i for i, d in enumerate(donors)})
-    obs["lineage"] = obs["cell_type"].map({t: lineage for t, (_, lineage) in _CELL_TYPES.items()})
-    for column in ("donor", "condition", "cell_type", "sample", "sex", "lineage"):
-        obs[column] = obs[column].astype("category")
-    obs.index = [f"cell{i:06d}" for i in range(len(obs))]
-    var = pd.DataFrame(
-        {"gene_symbol": [f"GENE{j:04d}" for j in range(n_genes)]},
-        index=[f"ENSG{j:011d}" for j in range(n_genes)],
-    )
-    counts = scipy.sparse.vstack(blocks, format="csr")
-    obs["n_counts"] = np.asarray(counts.sum(axis=1)).ravel()
-    return ad.AnnData(X=counts, obs=obs, var=var)
