@@ -260,28 +260,28 @@ def test_demo_refuses_to_clobber(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert_one_line_error(code, err, "not a directory")
 
 
-def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
-    """`python -m cytepool`: the README's demo as a user runs it, and a failing command."""
-    result = subprocess.run(
-        [sys.executable, "-m", "cytepool", "demo", "--no-progress"],
-        cwd=tmp_path,
+def cytepool(command: list[str] | str, cwd: Path, **options: Any) -> Any:
+    """Run a command (a shell line if a string) in a real process; its output as text."""
+    return subprocess.run(
+        command,
+        shell=isinstance(command, str),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        **options,
     )
+
+
+def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
+    """`python -m cytepool`: the README's demo as a user runs it, and a failing command."""
+    result = cytepool([sys.executable, "-m", "cytepool", "demo", "--no-progress"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "cytepool demo -> cytepool-demo/" in result.stdout
     assert (tmp_path / "cytepool-demo" / "cells.cube.zarr" / "zarr.json").is_file()
-    result = subprocess.run(
-        [sys.executable, "-m", "cytepool", "info", "missing.cube.zarr"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = cytepool([sys.executable, "-m", "cytepool", "info", "missing.cube.zarr"], tmp_path)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr
@@ -447,14 +447,8 @@ def test_output_cut_short_by_the_reader_is_quiet(tmp_path: Path, h5ad: Path) -> 
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (0, "")
-    shell = subprocess.run(
-        f"{shlex.quote(sys.executable)} -m cytepool info c.cube.zarr | head -1",
-        shell=True,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    shell = cytepool(
+        f"{shlex.quote(sys.executable)} -m cytepool info c.cube.zarr | head -1", tmp_path
     )
     assert (shell.stdout, shell.stderr) == ("cube       c.cube.zarr\n", "")
 
@@ -469,27 +463,35 @@ def test_demo_hint_runs_after_the_readmes_first_command(tmp_path: Path) -> None:
         d for d in os.environ.get("PATH", "").split(os.pathsep) if Path(d) != script.parent
     )
     environment = {**os.environ, "PATH": path}
-    demo = subprocess.run(
-        [typed, "demo", "--cells", "300", "--no-progress"],
-        cwd=tmp_path,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    demo = cytepool([typed, "demo", "--cells", "300", "--no-progress"], tmp_path, env=environment)
     assert demo.returncode == 0, demo.stderr
     hint = demo.stdout.splitlines()[-1]
     assert hint == f"next: {typed} info cytepool-demo/cells.cube.zarr"
-    info = subprocess.run(
-        hint.removeprefix("next: "),
-        shell=True,
-        cwd=tmp_path,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    info = cytepool(hint.removeprefix("next: "), tmp_path, env=environment)
     assert (info.returncode, info.stderr) == (0, "")
     assert "6 groups x 16 samples x 2,000 features" in info.stdout
+
+
+def test_info_of_a_cube_without_a_covariates_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cube files written before covariates were recorded, or pooled by from_cells, read as ever."""
+    import cytepool
+    from cytepool.io import write_cube
+
+    samples = pd.DataFrame({"sample_id": ["s1", "s2"], "age": [30, 41]})
+    cube = cytepool.from_cells(
+        np.ones((4, 2), dtype=np.int64),
+        sample_labels=["s1", "s2", "s2", "s1"],
+        group_labels=["B", "B", "T", "T"],
+        samples=samples,
+    )
+    assert all("covariates" not in record.parameters for record in cube.provenance)
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    code, out, _ = run(["info", str(tmp_path / "c.cube.zarr")], capsys)
+    assert code == 0
+    assert "samples    age (Int64)" in out
+    assert "groups     (ids only)" in out
+    assert "dropped" not in out
+    info = json.loads(run(["info", str(tmp_path / "c.cube.zarr"), "--json"], capsys)[1])
+    assert info["dropped"] == {}

@@ -297,16 +297,9 @@ def from_mudata_cells(
             modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
         )
         labels = [_labels(obs, key, role, source.obs) for key, role in roles]
-        with _words.speaking(cells=obs.index):
-            cube = _pool_with_tables(
-                matrix,
-                var,
-                source,
-                labels=labels,
-                tables=(sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]]),
-                features=None,
-                options={"layers": layers, "allow_float": allow_float, "progress": progress},
-            )
+        tables = (sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]])
+        options = {"layers": layers, "allow_float": allow_float, "progress": progress}
+        cube = _pool_with_tables(matrix, (obs, var), source, labels, tables, None, options)
         cube = _widened(cube, sample_table, group_table)
         parameters = {
             "modality": name,
@@ -395,16 +388,10 @@ def _pool(
         (samples, groups),
         source.obs,
     )
-    with _words.speaking(cells=obs.index):
-        cube = _pool_with_tables(
-            matrix,
-            var,
-            source,
-            labels=labels,
-            tables=(tables[0], tables[1]),
-            features=features,
-            options=options,
-        )
+    frames = (obs, var)
+    cube = _pool_with_tables(
+        matrix, frames, source, labels, (tables[0], tables[1]), features, options
+    )
     parameters = {
         "source": source.matrix,
         "sample_key": sample_key,
@@ -416,9 +403,8 @@ def _pool(
 
 def _pool_with_tables(
     matrix: Any,
-    var: pd.DataFrame,
+    frames: tuple[pd.DataFrame, pd.DataFrame],
     source: _Source,
-    *,
     labels: Sequence[tuple[np.ndarray, list[str]]],
     tables: tuple[pd.DataFrame, pd.DataFrame],
     features: Covariates,
@@ -426,12 +412,15 @@ def _pool_with_tables(
 ) -> Cube:
     """Pool ``matrix`` (cells x features) by the (codes, ids) ``labels`` of its rows.
 
-    ``options``: ``layers``, ``allow_float`` and ``progress``, as :func:`from_anndata` takes them.
+    ``frames`` are its obs and var, ``tables`` the sample and group tables, ``features`` the
+    var columns to keep; ``options``: ``layers``, ``allow_float`` and ``progress``, as
+    :func:`from_anndata` takes them.
     """
     import pandas as pd
 
     from cytepool.pooling import from_cells
 
+    obs, var = frames
     feature_table = _feature_table(var, features, source.var)
     shape = tuple(matrix.shape)
     expected = (len(labels[0][0]), len(feature_table))
@@ -463,7 +452,8 @@ def _pool_with_tables(
             allow_float=allow_float,
         )
 
-    names = {"matrix": source.matrix, "pick": pick, "features": feature_table.index}
+    names = {"matrix": source.matrix, "pick": pick, "cells": obs.index}
+    names["features"] = feature_table.index
     with _words.speaking(**names):
         if _is_sparse_dataset(matrix) and matrix.format == "csc":
             return _pool_columns(matrix, feature_table, pool, options)
@@ -854,9 +844,20 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
             sums.setdefault(layer, []).append(_pseudobulk_matrix(modality, layer, where))
     obs = _concat_frames(frames)
     stacked = {layer: np.concatenate(blocks) for layer, blocks in sums.items()}
+    return _from_modality_rows(obs, stacked, var, record, cells_key)
+
+
+def _from_modality_rows(
+    obs: pd.DataFrame,
+    sums: Mapping[str | None, np.ndarray],
+    var: pd.DataFrame,
+    record: dict[str, Any] | None,
+    cells_key: str | None,
+) -> Cube:
+    """The cube of from_mudata, from one row per (sample, group): sample_id, group_id, n_cells."""
     return _from_profiles(
         obs,
-        stacked,
+        sums,
         var,
         record,
         "mdata",
@@ -880,17 +881,7 @@ def _without_groups(record: dict[str, Any] | None) -> Cube:
         None if name == record["layer"] else name: np.zeros((0, len(features)))
         for name in record["layers"]
     }
-    return _from_profiles(
-        obs,
-        sums,
-        features,
-        record,
-        "mdata",
-        keys=("sample_id", "group_id"),
-        cells_key="n_cells",
-        covariates=((), ()),
-        stamp=("from_mudata", {"cells_key": None}),
-    )
+    return _from_modality_rows(obs, sums, features, record, None)
 
 
 def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
