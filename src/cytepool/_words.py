@@ -94,7 +94,11 @@ def stacklevel() -> int:
     """
     frame = sys._getframe(1)
     level = 1
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("cytepool"):
+    while frame.f_back is not None and _in_cytepool(frame.f_globals.get("__name__", "")):
         frame = frame.f_back
         level += 1
     return level
+
+
+def _in_cytepool(module: str) -> bool:
+    return module == "cytepool" or module.startswith("cytepool.")

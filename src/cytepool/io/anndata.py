@@ -1553,10 +1553,7 @@ def _check_values(values: np.ndarray, where: str) -> None:
     low = values.min()
     if not low >= 0:
         what = "NaN values" if np.isnan(low) else f"negative values (min {low})"
-        msg = (
-            f"{where} holds {what}: expected counts; pass the layer that holds the raw "
-            f"counts (layer=, use_raw=True or --layer/--raw)"
-        )
+        msg = f"{where} holds {what}: expected sums of counts; name their layer with layer="
         raise ValueError(msg)
     if values.dtype.kind == "f" and not np.isfinite(values.max()):
         msg = f"{where} holds infinite values: expected counts"
