@@ -39,7 +39,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,8 +189,8 @@ def from_anndata(
 
 
 def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    names = ("sample_key", "group_key", "samples", "groups", "features", "layers", "progress")
-    return {name: arguments[name] for name in (*names, "allow_float")}
+    names = ("sample_key", "group_key", "samples", "groups", "features", "layers")
+    return {name: arguments[name] for name in (*names, "allow_float", "progress")}
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,7 @@ class _Source:
     owner: str  # "adata", "mdata.mod['rna']", or a path as the user gave it
     matrix_key: str  # "X", "raw.X", "layers['counts']" (or "layer 'counts'" for a path)
     path: bool = False
+    modality: bool = False  # of a MuData, whose X is pooled: no other matrix can be chosen
 
     def part(self, name: str) -> str:
         return f"{name} of {self.owner}" if self.path else f"{self.owner}.{name}"
@@ -215,6 +216,13 @@ class _Source:
     @property
     def var(self) -> str:
         return self.part("raw.var" if self.matrix_key == "raw.X" else "var")
+
+    def pick_counts(self) -> str:
+        """How to pool counts instead of this matrix, in the caller's words."""
+        if self.modality:
+            return "put the raw counts in the X of each modality"
+        layer, raw = _words.option("layer"), _words.option("use_raw")
+        return f"choose the matrix that holds them with {layer} or {raw}"
 
 
 def from_mudata_cells(
@@ -296,6 +304,7 @@ def from_mudata_cells(
         matrix, var, source = _matrix_of(
             modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
         )
+        source = replace(source, modality=True)
         labels = [_labels(obs, key, role, source.obs) for key, role in roles]
         tables = (sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]])
         options = {"layers": layers, "allow_float": allow_float, "progress": progress}
@@ -433,12 +442,6 @@ def _pool_with_tables(
         )
         for (codes, ids), table in zip(labels, tables, strict=True)
     )
-    pick = (
-        f"choose the matrix that holds them with {_words.option('layer')} or "
-        f"{_words.option('use_raw')}"
-    )
-    if source.owner.startswith("mdata"):
-        pick = "put the raw counts in the X of each modality"
 
     def pool(counts: Any, features: pd.DataFrame, allow_float: bool) -> Cube:
         return from_cells(
@@ -452,7 +455,7 @@ def _pool_with_tables(
             allow_float=allow_float,
         )
 
-    names = {"matrix": source.matrix, "pick": pick, "cells": obs.index}
+    names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": obs.index}
     names["features"] = feature_table.index
     with _words.speaking(**names):
         if _is_sparse_dataset(matrix) and matrix.format == "csc":
