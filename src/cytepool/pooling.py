@@ -65,8 +65,8 @@ def from_cells(
     (integers, or floats such as the float32 counts of most h5ad files) pool exactly into an
     int64 layer; as soon as a value is not a whole number below 2**31, the layer becomes
     float64 (the sums so far carry over exactly, and X is not read again) and, unless
-    ``allow_float`` says such values are meant, a
-    :class:`~cytepool.errors.NotCountsWarning` names the first one met. The layer is
+    ``allow_float`` says such values are meant, a :class:`~cytepool.errors.NotCountsWarning`
+    names one of them and where it is. The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
     it must not depend on the values, and cubes pooled from parts of the data must add up
     (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is
@@ -133,9 +133,10 @@ def from_cells(
         the extra to install).
     ValueError
         For a missing label (the message counts them), labels that do not match their texts
-        one to one (naming two of them), labels and counts of different lengths, a value that is negative, infinite or NaN (naming the cell and feature), a
-        table lacking rows for ids the labels hold or holding rows for ids they do not (both
-        named), or a features table of the wrong length.
+        one to one (naming two of them), labels and counts of different lengths, a value
+        that is negative, infinite or NaN (naming the cell and feature), a table lacking
+        rows for ids the labels hold or holding rows for ids they do not (both named), or a
+        features table of the wrong length.
 
     Examples
     --------
