@@ -1,11 +1,12 @@
 """Sphinx configuration of the cytepool documentation.
 
 Build it with ``sphinx-build -W -b html docs docs/_build/html`` (the docs extra installs what it
-needs). Notebooks in ``notebooks/`` are the tutorials; they are executed by the build unless
-``-D nb_execution_mode=off`` is given (the test suite passes it: it executes the notebooks itself,
-see tests/test_notebooks.py). Links to the other projects' documentation (intersphinx) are
-fetched when the network is there, and fall back to small inventories made offline otherwise, so
-the build never depends on the network; ``CYTEPOOL_DOCS_OFFLINE=1`` skips the fetch.
+needs). Notebooks in ``notebooks/`` are the tutorials; they are stored with their outputs
+(``scripts/run-notebooks.py`` runs them in place), which the build shows as they are; pass
+``-D nb_execution_mode=force`` to run them again (tests/test_notebooks.py executes them). Links
+to the other projects' documentation (intersphinx) are fetched when the network is there, and
+fall back to small inventories made offline otherwise, so the build never depends on the
+network; ``CYTEPOOL_DOCS_OFFLINE=1`` skips the fetch.
 """
 
 import os
@@ -72,7 +73,7 @@ numpydoc_xref_aliases = {
 # --- Markdown and notebooks (MyST-NB) ------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
 myst_heading_anchors = 3
-nb_execution_mode = "force"
+nb_execution_mode = "off"  # stored with their outputs: scripts/run-notebooks.py
 nb_execution_timeout = 120
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True

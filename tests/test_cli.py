@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 import warnings
@@ -64,6 +67,14 @@ def test_help(command: str | None, capsys: pytest.CaptureFixture[str]) -> None:
     assert "usage: cytepool" in out
     if command is None:
         assert all(name in out for name in COMMANDS)
+    examples = out[out.index("\nexamples:\n") :].splitlines()
+    assert any(line.startswith(f"  cytepool {command or ''}") for line in examples), out
+
+
+def test_level_help_reads_as_ranges(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["pool", "--help"], capsys)
+    text = " ".join(out.split())
+    assert "gzip from 0 to 9 (default 4), zstd from -131072 to 22 (default 3)" in text
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,10 +183,13 @@ def test_errors_are_one_line(
         (pool(tmp_path / "missing.h5ad", cube_path), "no such file or store"),
         (
             ["pool", str(h5ad), str(cube_path), "--sample-key", "x", "--group-key", "cell_type"],
-            "sample_key 'x' is not a column",
+            f"--sample-key 'x' is not a column of obs of {h5ad}; its columns: ['donor', ",
         ),
-        ([*pool(h5ad, cube_path), "--layer", "spliced"], "no element 'layers/spliced'"),
-        ([*pool(h5ad, cube_path), "--raw"], "no element 'raw/X'"),
+        (
+            [*pool(h5ad, cube_path), "--layer", "spliced"],
+            f"{h5ad} has no layer 'spliced'; its layers are ['counts']",
+        ),
+        ([*pool(h5ad, cube_path), "--raw"], f"{h5ad} has no raw.X"),
         ([*pool(h5ad, cube_path), "--compression", "gzip", "--level", "42"], "level"),
         (["info", str(tmp_path / "nothing.cube.zarr")], "nothing.cube.zarr"),
         (["info", str(h5ad)], "cells.h5ad"),
@@ -246,28 +260,238 @@ def test_demo_refuses_to_clobber(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert_one_line_error(code, err, "not a directory")
 
 
-def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
-    """`python -m cytepool`: the README's demo as a user runs it, and a failing command."""
-    result = subprocess.run(
-        [sys.executable, "-m", "cytepool", "demo", "--no-progress"],
-        cwd=tmp_path,
+def cytepool(command: list[str] | str, cwd: Path, **options: Any) -> Any:
+    """Run a command (a shell line if a string) in a real process; its output as text."""
+    return subprocess.run(
+        command,
+        shell=isinstance(command, str),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        **options,
     )
+
+
+def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
+    """`python -m cytepool`: the README's demo as a user runs it, and a failing command."""
+    result = cytepool([sys.executable, "-m", "cytepool", "demo", "--no-progress"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "cytepool demo -> cytepool-demo/" in result.stdout
     assert (tmp_path / "cytepool-demo" / "cells.cube.zarr" / "zarr.json").is_file()
-    result = subprocess.run(
-        [sys.executable, "-m", "cytepool", "info", "missing.cube.zarr"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = cytepool([sys.executable, "-m", "cytepool", "info", "missing.cube.zarr"], tmp_path)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The command's own vocabulary
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def log_h5ad(tmp_path: Path, h5ad: Path) -> Path:
+    """The cells with log-normalized X (the counts in the layer 'counts') and a varying column."""
+    cells = ad.read_h5ad(h5ad)
+    cells.X = sparse.csr_matrix(np.log1p(cells.layers["counts"].toarray()))
+    rng = np.random.default_rng(2)
+    cells.obs["batch"] = "b1"
+    cells.obs["n_genes"] = rng.integers(100, 200, cells.n_obs)
+    donor_sex = {"D1": "F", "D2": "M", "D3": "F"}
+    cells.obs["sex"] = cells.obs["donor"].map(donor_sex).astype(str)
+    path = tmp_path / "log.h5ad"
+    cells.write_h5ad(path)
+    return path
+
+
+@pytest.mark.interop
+def test_not_counts_is_one_warning_line_in_flags(
+    tmp_path: Path,
+    log_h5ad: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(pool(Path("log.h5ad"), Path("log.cube.zarr")), capsys)
+    assert code == 0
+    assert err.count("\n") == 1, err
+    assert err.startswith("cytepool pool: warning: X of log.h5ad: not every value is a count")
+    assert "(cell 'c" in err
+    assert "with --layer or --raw; if these values are meant, pass --allow-float" in err
+    assert "layer=" not in err
+    assert "use_raw" not in err
+    assert read_cube("log.cube.zarr").layers["counts"].dtype == np.float64
+    code, _, err = run([*pool(Path("log.h5ad"), Path("a.cube.zarr")), "--allow-float"], capsys)
+    assert (code, err) == (0, "")
+    code, _, err = run([*pool(Path("log.h5ad"), Path("c.cube.zarr")), "--layer", "counts"], capsys)
+    assert (code, err) == (0, "")
+    assert read_cube("c.cube.zarr").layers["counts"].dtype == np.int64
+
+
+@pytest.mark.interop
+def test_pool_reports_and_chooses_covariates(
+    tmp_path: Path, log_h5ad: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cube_path = tmp_path / "c.cube.zarr"
+    code, out, _ = run([*pool(log_h5ad, cube_path), "--layer", "counts"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1] == "sample covariates: batch, sex"
+    assert lines[2] == "group covariates: (none)"
+    assert re.fullmatch(
+        r"dropped: n_genes \(varies within sample 'D\d' \(\d+ and \d+\) and within group '[^']+' "
+        r"\(\d+ and \d+\)\)",
+        lines[3],
+    )
+    recorded = read_cube(cube_path).provenance[-1].parameters["covariates"]
+    assert recorded["samples"] == ["batch", "sex"]
+    assert list(recorded["dropped"]) == ["n_genes"]
+
+    code, out, _ = run(["info", str(cube_path)], capsys)
+    assert code == 0
+    assert "samples    batch (Categorical), sex (Categorical)" in out
+    assert "dropped    n_genes (varies within sample 'D" in out
+    info = json.loads(run(["info", str(cube_path), "--json"], capsys)[1])
+    assert info["covariates"]["samples"] == {"batch": "Categorical", "sex": "Categorical"}
+    assert list(info["dropped"]) == ["n_genes"]
+
+    args = [*pool(log_h5ad, cube_path), "--layer", "counts", "--overwrite"]
+    code, out, _ = run([*args, "--sample-covariates", "sex", "--group-covariates", "batch"], capsys)
+    assert code == 0
+    assert out.splitlines()[1:4] == [
+        "sample covariates: sex",
+        "group covariates: batch",
+        "dropped: n_genes (not named as a sample covariate and not named as a group covariate)",
+    ]
+    assert list(read_cube(cube_path).groups.columns) == ["batch"]
+    code, out, _ = run([*args, "--sample-covariates", "", "--group-covariates", ""], capsys)
+    assert code == 0
+    assert out.splitlines()[1:3] == ["sample covariates: (none)", "group covariates: (none)"]
+    code, _, err = run([*args, "--sample-covariates", "n_genes"], capsys)
+    assert_one_line_error(
+        code,
+        err,
+        f"column 'n_genes' of obs of {log_h5ad} varies within sample 'D",
+    )
+    assert err.rstrip().endswith("it cannot be a sample covariate (--sample-covariates)")
+
+
+@pytest.mark.interop
+def test_errors_name_what_exists_with_paths_as_typed(
+    tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a file").write_text("x")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("x")
+    keys = ["--sample-key", "donor", "--group-key", "cell_type"]
+    cases = [
+        (
+            ["pool", "./cells.h5ad", "o.cube.zarr", "--sample-key", "nope", "--group-key", "x"],
+            "error: --sample-key 'nope' is not a column of obs of ./cells.h5ad; its columns",
+        ),
+        (
+            ["pool", "cells.h5ad", "a file", *keys, "--overwrite"],
+            "error: a file exists and is not a cube file or an empty directory; --overwrite "
+            "replaces only a cube file or an empty directory",
+        ),
+        (["pool", "cells.h5ad", "other", *keys, "--overwrite"], "error: other exists and is not"),
+        (["pool", "cells.h5ad", "a file", *keys], "error: a file exists; pass --overwrite"),
+        (
+            ["pool", "cells.h5ad", "q.cube.zarr", *keys, "--compression", "none", "--level", "3"],
+            "error: --level needs --compression gzip or zstd",
+        ),
+        (
+            ["pool", "cells.h5ad", "q.cube.zarr", *keys, "--level", "42"],
+            "error: --level: the gzip level must be from 0 to 9, not 42",
+        ),
+        (["info", "missing.cube.zarr"], "error: there is no cube file at missing.cube.zarr\n"),
+        (["info", "other"], "error: other is not a cube file"),
+        (["export", "missing.cube.zarr", "x.h5ad"], "error: there is no cube file at missing"),
+    ]
+    for args, message in cases:
+        code, out, err = run(args, capsys)
+        assert_one_line_error(code, err, message)
+        assert out == ""
+        assert "[Errno" not in err
+        assert str(tmp_path) not in err  # paths as typed, not resolved
+        assert ".X.obs" not in err
+        assert ":X" not in err
+    assert run(["pool", "cells.h5ad", "c.cube.zarr", *keys], capsys)[0] == 0
+    code, _, err = run(["export", "c.cube.zarr", "b.h5ad", "--group", "Z"], capsys)
+    assert_one_line_error(
+        code, err, "error: --group 'Z': the cube has no such group; its groups are ['B', 'CD4 T'"
+    )
+
+
+def test_output_cut_short_by_the_reader_is_quiet(tmp_path: Path, h5ad: Path) -> None:
+    """`cytepool info CUBE | head -1`: the reader is gone before the output is written."""
+    cube = from_anndata(ad.read_h5ad(h5ad), sample_key="donor", group_key="cell_type")
+    from cytepool.io import write_cube
+
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # writing into the pipe now fails with EPIPE, every time
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "cytepool", "info", str(tmp_path / "c.cube.zarr")],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (0, "")
+    shell = cytepool(
+        f"{shlex.quote(sys.executable)} -m cytepool info c.cube.zarr | head -1", tmp_path
+    )
+    assert (shell.stdout, shell.stderr) == ("cube       c.cube.zarr\n", "")
+
+
+def test_demo_hint_runs_after_the_readmes_first_command(tmp_path: Path) -> None:
+    """The README runs `.venv/bin/cytepool demo` with cytepool not on PATH: the hint must work."""
+    script = Path(sys.executable).parent / "cytepool"
+    if not script.is_file():
+        pytest.skip("cytepool is not installed as a console script next to this Python")
+    typed = os.path.relpath(script, tmp_path)
+    path = os.pathsep.join(
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if Path(d) != script.parent
+    )
+    environment = {**os.environ, "PATH": path}
+    demo = cytepool([typed, "demo", "--cells", "300", "--no-progress"], tmp_path, env=environment)
+    assert demo.returncode == 0, demo.stderr
+    hint = demo.stdout.splitlines()[-1]
+    assert hint == f"next: {typed} info cytepool-demo/cells.cube.zarr"
+    info = cytepool(hint.removeprefix("next: "), tmp_path, env=environment)
+    assert (info.returncode, info.stderr) == (0, "")
+    assert "6 groups x 16 samples x 2,000 features" in info.stdout
+
+
+def test_info_of_a_cube_without_a_covariates_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cube files written before covariates were recorded, or pooled by from_cells, read as ever."""
+    import cytepool
+    from cytepool.io import write_cube
+
+    samples = pd.DataFrame({"sample_id": ["s1", "s2"], "age": [30, 41]})
+    cube = cytepool.from_cells(
+        np.ones((4, 2), dtype=np.int64),
+        sample_labels=["s1", "s2", "s2", "s1"],
+        group_labels=["B", "B", "T", "T"],
+        samples=samples,
+    )
+    assert all("covariates" not in record.parameters for record in cube.provenance)
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    code, out, _ = run(["info", str(tmp_path / "c.cube.zarr")], capsys)
+    assert code == 0
+    assert "samples    age (Int64)" in out
+    assert "groups     (ids only)" in out
+    assert "dropped" not in out
+    info = json.loads(run(["info", str(tmp_path / "c.cube.zarr"), "--json"], capsys)[1])
+    assert info["dropped"] == {}

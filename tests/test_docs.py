@@ -1,8 +1,9 @@
 """Build the documentation with warnings as errors, and check that it documents every public name.
 
-The notebooks are included as they are committed (without outputs); tests/test_notebooks.py executes
-them. Links to other projects use the offline inventories of docs/_ext/offline_inventories.py. One
-test does the whole build (about ten seconds), so that pytest-xdist does not build it twice.
+The notebooks are included as they are committed, with their outputs; tests/test_notebooks.py
+executes them. Links to other projects use the offline inventories of
+docs/_ext/offline_inventories.py. One test does the whole build (about ten seconds), so that
+pytest-xdist does not build it twice.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 
 import cytepool
 from cytepool import from_cells
+from cytepool.errors import NotCountsWarning
 
 BOTH = ("counts", "detected")
 
@@ -90,6 +93,30 @@ def assert_pooled(cube: cytepool.Cube, x: np.ndarray, sample_labels: Any, group_
         assert cube.layers["detected"].dtype == np.int64
 
 
+def pooled_with_warnings(counts: Any, **arguments: Any) -> tuple[cytepool.Cube, list[str]]:
+    """from_cells, and the messages of the NotCountsWarnings it gave (any other warning fails)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cube = from_cells(counts, **arguments)
+    assert {w.category for w in caught} <= {NotCountsWarning}, [str(w.message) for w in caught]
+    return cube, [str(w.message) for w in caught]
+
+
+def assert_names_a_fraction(message: str, x: np.ndarray, matrix: str = "counts") -> None:
+    """The warning names a value of x that is not a whole number, where it is."""
+    found = re.match(
+        rf"{re.escape(matrix)}: not every value is a count \(a whole number below 2\*\*31\), "
+        r"e.g. (\S+) at row (\d+)(?: \(cell '[^']*'\))?, column (\d+).*; the layer 'counts' "
+        r"holds float64 sums\. If you meant to pool counts, .*; if these values are meant, pass "
+        r"allow_float=True to pool them without this warning$",
+        message,
+    )
+    assert found, message
+    value, row, column = float(found[1]), int(found[2]), int(found[3])
+    assert x[row, column] == pytest.approx(value, rel=1e-5)
+    assert x[row, column] != np.floor(x[row, column]) or x[row, column] >= 2**31
+
+
 # --------------------------------------------------------------------------- inputs
 
 
@@ -129,11 +156,36 @@ def test_non_integers_pool_to_float64(kind: str) -> None:
     x = random_counts(rng).astype(np.float64)
     x[-1, :] = np.where(x[-1] > 0, x[-1] + 0.25, 0.5)  # only the last cell is not whole
     s, g = labels(rng, len(x))
-    cube = from_cells(
+    cube, messages = pooled_with_warnings(
         INPUTS[kind](x), sample_labels=s, group_labels=g, layers=("counts", "detected")
     )
     assert cube.layers["counts"].dtype == np.float64
     assert_pooled(cube, x, s, g)  # quarters add exactly in any order
+    assert len(messages) == 1
+    assert_names_a_fraction(messages[0], x)
+    assert re.search(r"at row 59, column 0;", messages[0])  # the only cell that is not whole
+
+
+@pytest.mark.parametrize("kind", list(INPUTS))
+def test_intended_floats_pool_without_a_warning(kind: str) -> None:
+    rng = np.random.default_rng(3)
+    x = np.log1p(random_counts(rng).astype(np.float64))
+    s, g = labels(rng, len(x))
+    cube = from_cells(INPUTS[kind](x), sample_labels=s, group_labels=g, allow_float=True)
+    assert cube.layers["counts"].dtype == np.float64
+    np.testing.assert_allclose(cube.to_numpy(), reference(x, s, g)[3], rtol=1e-12)
+
+
+def test_detected_alone_does_not_warn_about_floats() -> None:
+    x = np.array([[0.5, 0.0], [1.5, 2.0]])
+    cube = from_cells(x, sample_labels=["a", "b"], group_labels=["g", "g"], layers="detected")
+    np.testing.assert_array_equal(cube.to_numpy("detected"), [[[1, 0], [1, 1]]])
+
+
+def test_the_warning_points_at_the_caller() -> None:
+    with pytest.warns(NotCountsWarning) as caught:
+        from_cells(np.array([[0.5]]), sample_labels=["a"], group_labels=["g"])
+    assert caught[0].filename == __file__
 
 
 def test_switch_to_float64_keeps_earlier_sums_exact() -> None:
@@ -143,14 +195,16 @@ def test_switch_to_float64_keeps_earlier_sums_exact() -> None:
     x[:, 0] = [2.0**30, 2.0**30, 1.0, 3.0, 2.0**30, 2.0**30]
     x[3, 1] = 0.5
     blocks = [x[:2], x[2:4], x[4:]]
-    cube = from_cells(blocks, sample_labels=["a"] * 6, group_labels=["g"] * 6)
+    with pytest.warns(NotCountsWarning, match=r"e.g. 0.5 at row 3, column 1;"):
+        cube = from_cells(blocks, sample_labels=["a"] * 6, group_labels=["g"] * 6)
     assert cube.layers["counts"].dtype == np.float64
     np.testing.assert_array_equal(cube.to_numpy()[0, 0], [4 * 2.0**30 + 4, 0.5])
 
 
 def test_large_whole_numbers_pool_to_float64() -> None:
     x = np.array([[2.0**31], [1.0]])
-    cube = from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
+    with pytest.warns(NotCountsWarning, match=r"e.g. 2.14748e\+09 at row 0, column 0;"):
+        cube = from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
     assert cube.layers["counts"].dtype == np.float64
     assert cube.to_numpy()[0, 0, 0] == 2.0**31 + 1
 
@@ -243,7 +297,10 @@ def test_categorical_labels_drop_unused_categories_and_sort_ids() -> None:
         pytest.param(np.array(["b", "a", "b"], dtype="T"), ["a", "b"], id="numpy-stringdtype"),
         pytest.param(pd.Series(["b", "a", "b"], dtype="string"), ["a", "b"], id="pandas-string"),
         pytest.param(pl.Series(["b", "a", "b"]), ["a", "b"], id="polars"),
-        pytest.param(np.array([1, "1", "x"], dtype=object), ["1", "x"], id="object-mixed"),
+        pytest.param(np.array([1, 1.0, "x"], dtype=object)[[0, 2]], ["1", "x"], id="object"),
+        pytest.param(np.array([1, np.int64(1), 2], dtype=object), ["1", "2"], id="int-types"),
+        pytest.param(np.array(["a", np.str_("a")], dtype=object), ["a"], id="str-types"),
+        pytest.param(np.array([-0.0, -0.0, 1.0]), ["-0.0", "1.0"], id="negative-zero"),
         pytest.param([True, False, True], ["False", "True"], id="bool"),
         pytest.param(pd.Categorical([3, 1, 3]), ["1", "3"], id="categorical-ints"),
     ],
@@ -269,6 +326,28 @@ def test_label_types(values: Any, ids: list[str]) -> None:
 def test_missing_labels_are_counted(values: Any) -> None:
     with pytest.raises(ValueError, match=r"group_labels: 2 of 3 cells have a missing label"):
         from_cells(np.ones((3, 1)), sample_labels=["a"] * 3, group_labels=values)
+
+
+AMBIGUOUS_LABELS = [
+    pytest.param(
+        [1.0, 1, 2], r"the labels 1.0 and 1 are equal but read differently", id="1.0-and-1"
+    ),
+    pytest.param([True, 1], r"the labels True and 1 are equal", id="True-and-1"),
+    pytest.param(np.array([0.0, -0.0]), r"the labels 0.0 and -0.0 are equal", id="signed-zeros"),
+    pytest.param(
+        [1, "1"], r"the labels 1 \(int\) and '1' \(str\) differ but read the same", id="1-and-'1'"
+    ),
+    pytest.param(
+        pd.Categorical([1, "1"]), r"the labels 1 \(int\) and '1' \(str\) differ", id="categories"
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "match"), AMBIGUOUS_LABELS)
+def test_labels_must_match_their_texts_one_to_one(values: Any, match: str) -> None:
+    n = len(values)
+    with pytest.raises(ValueError, match=rf"^sample_labels: {match}.*make them one type first"):
+        from_cells(np.ones((n, 1)), sample_labels=values, group_labels=["g"] * n)
 
 
 def test_label_lengths_must_match() -> None:
@@ -372,7 +451,7 @@ def test_invalid_values_are_located(bad: float, kind: str) -> None:
     x = np.ones((4, 3))
     x[2, 1] = bad
     with pytest.raises(
-        ValueError, match=r"counts: row 2, column 1 holds .*expected finite values >= 0"
+        ValueError, match=r"counts: row 2, column 1 holds .*expected counts, finite values >= 0"
     ):
         from_cells(INPUTS[kind](x), sample_labels=["a"] * 4, group_labels=["g"] * 4)
 
@@ -464,12 +543,15 @@ def pooling_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @given(case=pooling_cases(), kind=st.sampled_from(list(INPUTS)))
 def test_random_matrices_pool_like_numpy(case: tuple[np.ndarray, ...], kind: str) -> None:
     x, s, g = case
-    cube = from_cells(
+    cube, messages = pooled_with_warnings(
         INPUTS[kind](x), sample_labels=s, group_labels=g, layers=("counts", "detected")
     )
     whole = bool((x == np.floor(x)).all())
     assert cube.layers["counts"].dtype == (np.int64 if whole else np.float64)
     assert_pooled(cube, x, s, g)
+    assert len(messages) == (0 if whole else 1)
+    for message in messages:
+        assert_names_a_fraction(message, x)
 
 
 # --------------------------------------------------------------------------- scanpy

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +13,8 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from cytepool import from_cells
+from cytepool import Cube, from_cells
+from cytepool.errors import NotCountsWarning
 
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
@@ -28,6 +31,22 @@ def data(seed: int, n_cells: int = 500, n_features: int = 12, *, whole: bool = T
     s = pd.Categorical(rng.choice(["s1", "s2", "s3"], n_cells), categories=["s0", "s1", "s2", "s3"])
     g = rng.choice(["B", "T", "NK"], n_cells)
     return x, s, g
+
+
+def pooled(counts: Any, x: np.ndarray, **arguments: Any) -> Cube:
+    """from_cells; when x is not all whole numbers, it warns once, naming such a value of x."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cube = from_cells(counts, **arguments)
+    messages = [str(w.message) for w in caught if w.category is NotCountsWarning]
+    assert len(messages) == len(caught) == (0 if (x == np.floor(x)).all() else 1)
+    for message in messages:
+        found = re.search(r"e.g. (\S+) at row (\d+), column (\d+);", message)
+        assert found, message
+        value = x[int(found[2]), int(found[3])]
+        assert value == float(found[1])
+        assert value != np.floor(value)
+    return cube
 
 
 def csr_chunks(array: Any) -> Any:
@@ -50,8 +69,8 @@ def test_threaded_equals_in_memory(chunks: str, sparse: bool, whole: bool) -> No
     counts = da.from_array(x, chunks=CHUNKINGS[chunks])
     counts = csr_chunks(counts) if sparse else counts
     with dask.config.set(scheduler="threads"):
-        cube = from_cells(counts, sample_labels=s, group_labels=g, layers=BOTH)
-    expected = from_cells(x, sample_labels=s, group_labels=g, layers=BOTH)
+        cube = pooled(counts, x, sample_labels=s, group_labels=g, layers=BOTH)
+    expected = pooled(x, x, sample_labels=s, group_labels=g, layers=BOTH)
     assert cube.layers["counts"].dtype == (np.int64 if whole else np.float64)
     assert cube.fingerprint == expected.fingerprint
     assert list(cube.samples.index) == ["s1", "s2", "s3"]  # the unused category is left out
@@ -97,7 +116,10 @@ def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
             raise AssertionError
 
     monkeypatch.setitem(sys.modules, "dask.array", None)
-    with pytest.raises(ImportError, match=r"pip install 'cytepool\[dask\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"extra 'dask' \(in a checkout of cytepool: pip install -e '\.\[dask\]'\)",
+    ):
         from_cells(FakeDaskArray(), sample_labels=["a"], group_labels=["g"])
 
 
@@ -117,6 +139,6 @@ def client() -> Iterator[Any]:
 def test_local_cluster_equals_in_memory(client: Any, whole: bool) -> None:
     x, s, g = data(3, n_cells=2000, whole=whole)
     counts = csr_chunks(da.from_array(x, chunks=((300, 0, 700, 1000), (6, 6))))
-    cube = from_cells(counts, sample_labels=s, group_labels=g, layers=BOTH)
-    expected = from_cells(x, sample_labels=s, group_labels=g, layers=BOTH)
+    cube = pooled(counts, x, sample_labels=s, group_labels=g, layers=BOTH)
+    expected = pooled(x, x, sample_labels=s, group_labels=g, layers=BOTH)
     assert cube.fingerprint == expected.fingerprint

@@ -1,14 +1,16 @@
 """The ``cytepool`` command: pool AnnData files into cube files, inspect and export cubes.
 
-Commands (each has ``--help``)::
+Commands (each has ``--help``, with examples)::
 
-    cytepool pool INPUT OUTPUT.cube.zarr --sample-key K --group-key K [--layer L] [--raw]
+    cytepool pool INPUT OUTPUT.cube.zarr --sample-key K --group-key K [--layer L | --raw]
     cytepool info CUBE [--json]
     cytepool export CUBE OUTPUT.h5ad|OUTPUT.zarr [--layer L] [--group G]
     cytepool demo [DIR]
 
-Errors are reported as one line on stderr with exit status 1 (2 for bad arguments), never
-as a traceback.
+The command speaks its own language: an error is one line on stderr, in the words of its
+flags (``--layer``, not ``layer=``), with paths as they were given, and exit status 1 (2 for
+bad arguments), never a traceback; a warning is one line too. Output cut short by the reader
+(``cytepool info CUBE | head -1``) ends quietly with status 0.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _DEMO_MARKER = ".cytepool-demo"
+_ZARR_JSON = "zarr.json"
 _DEMO_SEED = 20240611
 
 
@@ -61,26 +66,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     cytepool ...
     0
     """
+    from cytepool import _words
+    from cytepool.errors import NotCountsWarning
+
     parser = _parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, --version, or a usage error (already printed)
         return stop.code if isinstance(stop.code, int) else 0
+    with _words.speaking(command_line=True), warnings.catch_warnings():
+        warnings.showwarning = _warning_printer(args.command)
+        warnings.simplefilter("default", NotCountsWarning)  # a line to read, not a failure
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         args.run(args)
+        sys.stdout.flush()  # now, so that a closed pipe is met here and not at exit
+    except BrokenPipeError:  # the reader has had enough (| head): not an error
+        _discard_stdout()
+        return 0
     except KeyboardInterrupt:
         print("cytepool: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # every failure is one line, never a traceback
-        print(f"cytepool {args.command}: error: {_one_line(error)}", file=sys.stderr)
+        message = _as_typed(_one_line(error), args)
+        print(f"cytepool {args.command}: error: {message}", file=sys.stderr)
         return 1
     return 0
 
 
-def _one_line(error: BaseException) -> str:
+def _warning_printer(command: str) -> Callable[..., None]:
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        print(f"cytepool {command}: warning: {_one_line(message)}", file=sys.stderr)
+
+    return show
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that flushing it at exit fails no more."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture it)
+        pass
+
+
+def _one_line(error: BaseException | str) -> str:
     if isinstance(error, ImportError) and error.name in {"anndata", "mudata", "h5py", "scipy"}:
-        return f"this command needs {error.name}: pip install 'cytepool[anndata]'"
-    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+        return (
+            f"this command needs {error.name}: install cytepool's extra 'anndata' (in a checkout "
+            f"of cytepool: pip install -e '.[anndata]')"
+        )
+    if isinstance(error, OSError) and error.strerror:  # without "[Errno 17]"
+        text = error.strerror
+        if error.filename is not None and os.fspath(error.filename) not in text:
+            text = f"{text}: {os.fspath(error.filename)}"
+    elif isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    else:
+        text = str(error)
     text = " ".join(text.split())
     return text or type(error).__name__
 
@@ -97,12 +144,79 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help that wraps paragraphs and keeps indented lines (the examples) as they are."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in textwrap.dedent(text).strip().split("\n\n"):
+            if block.startswith(" "):
+                blocks.append("\n".join(indent + line for line in block.splitlines()))
+            else:
+                blocks.append(
+                    textwrap.fill(
+                        " ".join(block.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                    )
+                )
+        return "\n\n".join(blocks)
+
+
+_EXAMPLES = {
+    "cytepool": """
+        examples:
+
+          cytepool demo
+          cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type
+          cytepool info cells.cube.zarr
+          cytepool export cells.cube.zarr b_cells.h5ad --group B
+
+        Each command has --help.
+        """,
+    "pool": """
+        examples:
+
+          cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type
+          cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type \\
+              --layer counts --sample-covariates condition,age --group-covariates '' --detected
+
+        Without --sample-covariates, every obs column that is constant within each sample
+        becomes a sample covariate; the command prints the columns kept and those dropped,
+        with the reason, and records them in the cube's provenance.
+        """,
+    "info": """
+        examples:
+
+          cytepool info cells.cube.zarr
+          cytepool info cells.cube.zarr | head -3
+          cytepool info cells.cube.zarr --json
+        """,
+    "export": """
+        examples:
+
+          cytepool export cells.cube.zarr pseudobulk.h5ad
+          cytepool export cells.cube.zarr b_cells.h5ad --group B
+          cytepool export cells.cube.zarr detected.zarr --layer detected
+        """,
+    "demo": """
+        examples:
+
+          cytepool demo
+          cytepool demo my-demo --cells 5000
+        """,
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     from cytepool import __version__
 
     parser = _Parser(
         prog="cytepool",
         description="Pool single cells into pseudobulk cubes; inspect and export cube files.",
+        epilog=_EXAMPLES["cytepool"],
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"cytepool {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -114,7 +228,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_command(commands: Any, name: str, text: str, run: Callable[..., None]) -> Any:
-    command = commands.add_parser(name, help=text, description=text)
+    command = commands.add_parser(
+        name, help=text, description=text, epilog=_EXAMPLES[name], formatter_class=_Formatter
+    )
     command.set_defaults(run=run)
     return command
 
@@ -131,8 +247,31 @@ def _add_pool(commands: Any) -> None:
     pool.add_argument("output", metavar="OUTPUT", help="the cube file to write (*.cube.zarr)")
     pool.add_argument("--sample-key", required=True, help="obs column with each cell's sample")
     pool.add_argument("--group-key", required=True, help="obs column with each cell's group")
-    pool.add_argument("--layer", help="the layer holding the counts (default: X)")
-    pool.add_argument("--raw", action="store_true", help="pool raw.X, features from raw.var")
+    matrix = pool.add_mutually_exclusive_group()
+    matrix.add_argument("--layer", help="the layer holding the counts (default: X)")
+    matrix.add_argument("--raw", action="store_true", help="pool raw.X, features from raw.var")
+    pool.add_argument(
+        "--allow-float",
+        action="store_true",
+        help="the values are meant not to be whole numbers (normalized, corrected): pool "
+        "them without the warning that they are not counts",
+    )
+    pool.add_argument(
+        "--sample-covariates",
+        metavar="COLUMNS",
+        type=_names,
+        action="extend",
+        help="obs columns to keep as sample covariates, comma-separated ('' for none; "
+        "default: every column constant within each sample)",
+    )
+    pool.add_argument(
+        "--group-covariates",
+        metavar="COLUMNS",
+        type=_names,
+        action="extend",
+        help="obs columns to keep as group covariates, as --sample-covariates (default: every "
+        "other column constant within each group)",
+    )
     pool.add_argument(
         "--detected",
         action="store_true",
@@ -144,9 +283,23 @@ def _add_pool(commands: Any) -> None:
         default="gzip",
         help="compression of the cube file (default: gzip)",
     )
-    pool.add_argument("--level", type=int, help="compression level (gzip 0-9, zstd -131072-22)")
+    pool.add_argument("--level", type=int, help=_level_help())
     pool.add_argument("--overwrite", action="store_true", help="replace an existing cube file")
     pool.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+
+
+def _names(text: str) -> list[str]:
+    """The column names of a comma-separated list ('' names none)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _level_help() -> str:
+    from cytepool.io.zarr import DEFAULT_LEVELS
+
+    return (
+        f"compression level: gzip from 0 to 9 (default {DEFAULT_LEVELS['gzip']}), zstd from "
+        f"-131072 to 22 (default {DEFAULT_LEVELS['zstd']})"
+    )
 
 
 def _add_info(commands: Any) -> None:
@@ -207,8 +360,15 @@ def _pool(args: argparse.Namespace) -> None:
     from cytepool.io.zarr import check_compression
 
     compression = None if args.compression == "none" else args.compression
-    check_compression(compression, args.level)  # before the long part
-    _check_output(Path(args.output), overwrite=args.overwrite)
+    if compression is None and args.level is not None:
+        msg = "--level needs --compression gzip or zstd"
+        raise ValueError(msg)
+    try:
+        check_compression(compression, args.level)  # before the long part
+    except ValueError as error:
+        msg = f"--level: {error}"
+        raise ValueError(msg) from error
+    _check_output(args.output, overwrite=args.overwrite, cube=True)
     started = time.perf_counter()
     cube = from_anndata(
         args.input,
@@ -216,7 +376,10 @@ def _pool(args: argparse.Namespace) -> None:
         group_key=args.group_key,
         layer=args.layer,
         use_raw=args.raw,
+        samples=args.sample_covariates,
+        groups=args.group_covariates,
         layers=("counts", "detected") if args.detected else ("counts",),
+        allow_float=args.allow_float,
         progress=False if args.no_progress else None,
     )
     write_cube(
@@ -227,6 +390,21 @@ def _pool(args: argparse.Namespace) -> None:
         f"pooled {int(np.sum(cube.cells)):,} cells into {n_groups} groups x {n_samples} samples "
         f"x {n_features:,} features -> {args.output} ({time.perf_counter() - started:.1f} s)"
     )
+    covariates = _pooled_covariates(cube) or {}
+    for axis in ("samples", "groups"):
+        kept = covariates.get(axis, [])
+        print(f"{axis[:-1]} covariates: {', '.join(kept) if kept else '(none)'}")
+    for name, reason in covariates.get("dropped", {}).items():
+        print(f"dropped: {name} ({reason})")
+
+
+def _pooled_covariates(cube: Cube) -> dict[str, Any] | None:
+    """What the last record of pooling says of the covariates kept and dropped, if any."""
+    for record in reversed(cube.provenance):
+        covariates = record.parameters.get("covariates")
+        if isinstance(covariates, dict):
+            return covariates
+    return None
 
 
 def _info(args: argparse.Namespace) -> None:
@@ -257,9 +435,10 @@ def _summary(cube: Cube) -> dict[str, Any]:
             }
             for g, gid in enumerate(group_ids)
         },
-        "columns": {
-            name: _columns(getattr(cube, name)) for name in ("samples", "groups", "features")
+        "covariates": {
+            name: _covariates(getattr(cube, name)) for name in ("samples", "groups", "features")
         },
+        "dropped": (_pooled_covariates(cube) or {}).get("dropped", {}),
         "normalization": None if normalization is None else normalization.method,
         "fingerprint": cube.fingerprint,
         "provenance": [record.to_json() for record in cube.provenance],
@@ -275,10 +454,16 @@ def _ids(table: Any, id_column: str) -> list[str]:
 
 
 def _columns(table: Any) -> list[str]:
+    return list(_covariates(table))
+
+
+def _covariates(table: Any) -> dict[str, str]:
+    """The columns of a table but its ids, with their data types (narwhals' names)."""
     import narwhals as nw
 
-    columns = nw.from_native(table, eager_only=True).columns
-    return [str(name) for name in columns if name not in {"sample_id", "group_id", "feature_id"}]
+    schema = nw.from_native(table, eager_only=True).schema
+    ids = {"sample_id", "group_id", "feature_id"}
+    return {str(name): str(dtype) for name, dtype in schema.items() if name not in ids}
 
 
 def _describe(path: str, summary: dict[str, Any]) -> str:
@@ -298,15 +483,20 @@ def _describe(path: str, summary: dict[str, Any]) -> str:
             for gid, item in summary["cells_per_group"].items()
         ),
         *(
-            f"{name:<10} {', '.join(columns) if columns else '(ids only)'}"
-            for name, columns in summary["columns"].items()
+            f"{name:<10} {_listed(columns) if columns else '(ids only)'}"
+            for name, columns in summary["covariates"].items()
         ),
+        *(f"dropped    {name} ({reason})" for name, reason in summary["dropped"].items()),
         f"normalization {summary['normalization'] or 'none'}",
         f"fingerprint {summary['fingerprint']}",
         "provenance:",
         *(_provenance_line(record) for record in summary["provenance"]),
     ]
     return "\n".join(lines)
+
+
+def _listed(columns: dict[str, str]) -> str:
+    return ", ".join(f"{name} ({dtype})" for name, dtype in columns.items())
 
 
 def _provenance_line(record: dict[str, Any]) -> str:
@@ -328,29 +518,70 @@ def _export(args: argparse.Namespace) -> None:
     if output.suffix not in {".h5ad", ".zarr"}:
         msg = f"OUTPUT must end in .h5ad or .zarr, found {output.name!r}"
         raise ValueError(msg)
-    _check_output(output, overwrite=args.overwrite)
+    _check_output(args.output, overwrite=args.overwrite, cube=False)
     cube = read_cube(args.cube)
     if args.group:
+        known = _ids(cube.groups, "group_id")
+        unknown = [group for group in args.group if group not in known]
+        if unknown:
+            msg = f"--group {unknown[0]!r}: the cube has no such group; its groups are {known}"
+            raise KeyError(msg)
         cube = cube.select(groups=args.group)
     adata = to_anndata(cube, layer=args.layer)
     _write_anndata(adata, output)
-    print(f"exported {adata.n_obs} profiles x {adata.n_vars:,} features -> {output}")
+    print(f"exported {adata.n_obs} profiles x {adata.n_vars:,} features -> {args.output}")
 
 
-def _check_output(path: Path, *, overwrite: bool) -> None:
-    """Refuse to replace something unless asked to, and then only a file or a store."""
+def _check_output(typed: str, *, overwrite: bool, cube: bool) -> None:
+    """Refuse to replace something unless asked to, and then only what the command writes.
+
+    A cube file replaces only a cube file or an empty directory (as write_cube does), an
+    AnnData only a file, a Zarr store or an empty directory; never a symbolic link.
+    """
+    path = Path(typed)
     if not path.exists() and not path.is_symlink():
         if not path.parent.is_dir():
-            msg = f"the directory {path.parent} does not exist"
+            msg = f"the directory {os.path.dirname(typed) or '.'} does not exist"
             raise FileNotFoundError(msg)
         return
     if not overwrite:
-        msg = f"{path} exists; pass --overwrite to replace it"
+        msg = f"{typed} exists; pass --overwrite to replace it"
         raise FileExistsError(msg)
-    is_store = path.is_dir() and ((path / "zarr.json").is_file() or (path / ".zgroup").is_file())
-    if not (path.is_file() or is_store or (path.is_dir() and not any(path.iterdir()))):
-        msg = f"{path} is neither a file nor a Zarr store nor empty; not replacing it"
+    empty = path.is_dir() and not any(path.iterdir())
+    if cube:
+        replaceable, what = _is_cube_file(path) or empty, "a cube file or an empty directory"
+    else:
+        is_store = any((path / name).is_file() for name in (_ZARR_JSON, ".zgroup"))
+        replaceable, what = path.is_file() or is_store or empty, "a file or a Zarr store"
+    if path.is_symlink():
+        msg = f"{typed} is a symbolic link; --overwrite replaces only {what}: name its target"
         raise FileExistsError(msg)
+    if not replaceable:
+        msg = f"{typed} exists and is not {what}; --overwrite replaces only {what}"
+        raise FileExistsError(msg)
+
+
+def _is_cube_file(path: Path) -> bool:
+    from cytepool.io.zarr import read_group_attributes
+
+    try:
+        return read_group_attributes(path).get("format") == "cytepool.cube"
+    except (OSError, ValueError):
+        return False
+
+
+def _as_typed(text: str, args: argparse.Namespace) -> str:
+    """The message with the paths of the command line as they were typed, not resolved."""
+    for name in ("input", "output", "cube", "directory"):
+        typed = getattr(args, name, None)
+        if not isinstance(typed, str):
+            continue
+        path = Path(typed)
+        forms = {str(path.absolute()), os.path.realpath(typed)}
+        forms.add(os.path.join(os.path.realpath(path.parent), path.name))
+        for form in sorted(forms - {typed}, key=len, reverse=True):
+            text = text.replace(form, typed)
+    return text
 
 
 def _write_anndata(adata: anndata.AnnData, output: Path) -> None:
@@ -394,20 +625,13 @@ def _replace(built: Path, output: Path) -> None:
 # The demo
 # ---------------------------------------------------------------------------------------------
 
-_CELL_TYPES = {  # name: (share of cells, lineage)
-    "B": (0.14, "lymphoid"),
-    "CD4 T": (0.30, "lymphoid"),
-    "CD8 T": (0.18, "lymphoid"),
-    "NK": (0.10, "lymphoid"),
-    "Monocyte": (0.22, "myeloid"),
-    "DC": (0.06, "myeloid"),
-}
 _DEMO_GROUP = "CD4 T"
 
 
 def _demo(args: argparse.Namespace) -> None:
     import anndata as ad
 
+    from cytepool._demo import CELL_TYPES, simulate_cells
     from cytepool.io import read_cube, write_cube
     from cytepool.io.anndata import from_anndata, to_anndata
 
@@ -420,12 +644,12 @@ def _demo(args: argparse.Namespace) -> None:
     export_path = directory / f"{_DEMO_GROUP.replace(' ', '_')}.h5ad"
     print(f"cytepool demo -> {directory}/")
     with _step() as took:
-        cells = _simulate_cells(args.cells, seed=_DEMO_SEED)
+        cells = simulate_cells(args.cells, seed=_DEMO_SEED)
         cells.write_h5ad(cells_path)
     nonzero = cells.X.nnz / (cells.n_obs * cells.n_vars)
     print(
         f"1. simulated {cells.n_obs:,} cells x {cells.n_vars:,} genes: 8 donors x 2 "
-        f"conditions, {len(_CELL_TYPES)} cell types, negative-binomial counts ({nonzero:.1%} "
+        f"conditions, {len(CELL_TYPES)} cell types, negative-binomial counts ({nonzero:.1%} "
         f"nonzero, sparse CSR) -> {cells_path} ({_size(cells_path)}) [{took()}]"
     )
     del cells
@@ -468,7 +692,24 @@ def _demo(args: argparse.Namespace) -> None:
         f"{pseudobulk.n_obs} profiles x {pseudobulk.n_vars:,} genes with to_anndata -> "
         f"{export_path} ({_size(export_path)}) [{took()}]"
     )
-    print(f"next: cytepool info {cube_path}")
+    print(f"next: {_command()} info {shlex.quote(str(cube_path))}")
+
+
+def _command() -> str:
+    """This command as the user can run it again: ``cytepool`` if on PATH, else as typed.
+
+    After ``python3 -m venv .venv && .venv/bin/pip install ...``, ``cytepool`` is not on
+    PATH: the user typed ``.venv/bin/cytepool``, and that is what works.
+    """
+    typed = sys.argv[0] if sys.argv else ""
+    if Path(typed).name == "__main__.py":  # python -m cytepool
+        return f"{shlex.quote(sys.executable)} -m cytepool"
+    if Path(typed).stem != "cytepool":  # called from Python (tests, notebooks)
+        return "cytepool"
+    found = shutil.which("cytepool")
+    if found is not None and Path(found).resolve() == Path(typed).resolve():
+        return "cytepool"
+    return shlex.quote(typed)
 
 
 @contextlib.contextmanager
@@ -511,52 +752,3 @@ def _size(path: Path) -> str:
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     return f"{size / 1e6:.1f} MB"
-
-
-def _simulate_cells(n_cells: int, *, seed: int) -> anndata.AnnData:
-    """Seeded negative-binomial counts: 8 donors x 2 conditions, 6 cell types, 2,000 genes."""
-    import anndata as ad
-    import pandas as pd
-    import scipy.sparse
-
-    rng = np.random.default_rng(seed)
-    n_genes, dispersion = 2_000, 0.4
-    donors = [f"D{i}" for i in range(1, 9)]
-    types = list(_CELL_TYPES)
-    base = np.exp(rng.normal(-3.2, 1.6, n_genes))  # mean counts per cell, heavy-tailed
-    type_effect = np.exp(rng.normal(0.0, 0.6, (len(types), n_genes)) * (rng.random(n_genes) < 0.3))
-    donor_effect = np.exp(rng.normal(0.0, 0.15, (len(donors), n_genes)))
-    stim_effect = np.where(rng.random(n_genes) < 0.05, np.exp(rng.normal(0.0, 1.0, n_genes)), 1.0)
-    shares = np.array([share for share, _ in _CELL_TYPES.values()])
-    blocks, rows = [], []
-    per_sample = n_cells / (2 * len(donors))
-    for d, donor in enumerate(donors):
-        for condition in ("ctrl", "stim"):
-            n = int(rng.poisson(per_sample))
-            kinds = rng.choice(len(types), size=n, p=shares)
-            depth = rng.lognormal(0.0, 0.35, n)[:, None]
-            mean = base * type_effect[kinds] * donor_effect[d] * depth
-            if condition == "stim":
-                mean = mean * stim_effect
-            counts = rng.poisson(rng.gamma(1 / dispersion, mean * dispersion))
-            blocks.append(scipy.sparse.csr_matrix(counts.astype(np.float32)))
-            rows.append(
-                pd.DataFrame(
-                    {"donor": donor, "condition": condition, "cell_type": np.array(types)[kinds]}
-                )
-            )
-    obs = pd.concat(rows, ignore_index=True)
-    obs["sample"] = obs["donor"] + "-" + obs["condition"]
-    obs["sex"] = obs["donor"].map({d: "F" if i % 2 else "M" for i, d in enumerate(donors)})
-    obs["age"] = obs["donor"].map({d: 25 + 6 * i for i, d in enumerate(donors)})
-    obs["lineage"] = obs["cell_type"].map({t: lineage for t, (_, lineage) in _CELL_TYPES.items()})
-    for column in ("donor", "condition", "cell_type", "sample", "sex", "lineage"):
-        obs[column] = obs[column].astype("category")
-    obs.index = [f"cell{i:06d}" for i in range(len(obs))]
-    var = pd.DataFrame(
-        {"gene_symbol": [f"GENE{j:04d}" for j in range(n_genes)]},
-        index=[f"ENSG{j:011d}" for j in range(n_genes)],
-    )
-    counts = scipy.sparse.vstack(blocks, format="csr")
-    obs["n_counts"] = np.asarray(counts.sum(axis=1)).ravel()
-    return ad.AnnData(X=counts, obs=obs, var=var)

@@ -13,6 +13,7 @@ __all__ = [
     "ConstraintError",
     "CytepoolError",
     "FormatError",
+    "NotCountsWarning",
     "StoreChangedError",
     "StoredTypeError",
     "UnsupportedFeatureError",
@@ -45,6 +46,15 @@ class StoreChangedError(CytepoolError, RuntimeError):
 
 class ConstraintError(CytepoolError, ValueError):
     """A value breaks a constraint of the cube (negative, non-finite, ...)."""
+
+
+class NotCountsWarning(UserWarning):
+    """Values pooled as counts are not whole numbers: the layer ``"counts"`` holds float sums.
+
+    Log-normalized or scaled data pooled by mistake, most often. The message names the
+    matrix, one value and where it is, and how to pick the raw counts instead; pass
+    ``allow_float=True`` (``--allow-float`` on the command line) when such values are meant.
+    """
 
 
 def _check_keys(what: str, data: Any, keys: set[str]) -> None:

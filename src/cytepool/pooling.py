@@ -16,13 +16,17 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from cytepool import _words
+from cytepool._labels import factorize
 from cytepool.cube import ID_COLUMNS, Cube, _Table
+from cytepool.errors import NotCountsWarning
 
 __all__ = ["LAYERS", "from_cells"]
 
@@ -37,6 +41,11 @@ _DENSE_BLOCK = 2**16
 _COLUMN_TASKS = 16
 
 Block = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]
+# A row of a CSR block or a column of a CSC matrix: (block, line, (row, column) it starts at,
+# by_row)
+_Line = tuple[Block, int, tuple[int, int], bool]
+# The key of partial sums under which the first value that is not a whole number is noted
+_FRACTION = "first fraction"
 
 
 def from_cells(
@@ -48,13 +57,16 @@ def from_cells(
     groups: Any = None,
     features: Any = None,
     layers: Sequence[str] = ("counts",),
+    allow_float: bool = False,
 ) -> Cube:
     """Pool a cells x features matrix into a cube, in one pass over its nonzeros.
 
     Each cell is added to the profile of its group and sample. Counts held as whole numbers
     (integers, or floats such as the float32 counts of most h5ad files) pool exactly into an
     int64 layer; as soon as a value is not a whole number below 2**31, the layer becomes
-    float64 (the sums so far carry over exactly, and X is not read again). The layer is
+    float64 (the sums so far carry over exactly, and X is not read again) and, unless
+    ``allow_float`` says such values are meant, a :class:`~cytepool.errors.NotCountsWarning`
+    names one of them and where it is. The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
     it must not depend on the values, and cubes pooled from parts of the data must add up
     (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is
@@ -75,7 +87,10 @@ def from_cells(
         list of strings or integers, ...). The ids are the labels' ``str`` values, in sorted
         order (by code point; ``"10"`` sorts before ``"9"``) whatever the cells' order or the
         labels' type, so pooling the same cells always gives the same cube. Categories that
-        no cell has are left out.
+        no cell has are left out. As an id is a label's text, labels and texts must match one
+        to one: labels that differ but read the same (``1`` and ``"1"``) or are equal but
+        read differently (``1`` and ``1.0``, ``True`` and ``1``, ``0.0`` and ``-0.0``) are an
+        error, never merged or split silently; give such labels one type first.
     samples, groups
         Optional tables (pandas, polars or pyarrow) with one row per id, in any order, the
         ids in a column ``sample_id`` / ``group_id`` (pandas: or the index, so named). Rows
@@ -88,6 +103,10 @@ def from_cells(
     layers
         The layers to make: ``"counts"`` (sums of the values) and ``"detected"`` (the number
         of cells with a nonzero value, int64), in the order given.
+    allow_float
+        Values that are not whole numbers are meant (such as ambient-corrected counts or
+        normalized values, summed on purpose): pool them into a float64 layer without a
+        warning. Raw counts pool into an int64 layer either way.
 
     Returns
     -------
@@ -97,6 +116,14 @@ def from_cells(
         provenance record, ``"from_cells"``. Id-only tables are pandas frames, or take the
         backend of a table given.
 
+    Warns
+    -----
+    NotCountsWarning
+        When the layer ``"counts"`` is made from values that are not whole numbers below
+        2**31 (log-normalized data, say) and ``allow_float`` is False; the message names one
+        such value and where it is. The check costs nothing extra: the pooling kernels see
+        every value anyway.
+
     Raises
     ------
     TypeError
@@ -105,10 +132,11 @@ def from_cells(
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
     ValueError
-        For a missing label (the message counts them), labels and counts of different
-        lengths, a value that is negative, infinite or NaN (naming the cell and feature), a
-        table lacking rows for ids the labels hold or holding rows for ids they do not (both
-        named), or a features table of the wrong length.
+        For a missing label (the message counts them), labels that do not match their texts
+        one to one (naming two of them), labels and counts of different lengths, a value
+        that is negative, infinite or NaN (naming the cell and feature), a table lacking
+        rows for ids the labels hold or holding rows for ids they do not (both named), or a
+        features table of the wrong length.
 
     Examples
     --------
@@ -132,8 +160,8 @@ def from_cells(
            [1, 1]])
     """  # noqa: E501
     wanted = _check_layers(layers)
-    sample_codes, sample_ids = _factorize(sample_labels, "sample_labels")
-    group_codes, group_ids = _factorize(group_labels, "group_labels")
+    sample_codes, sample_ids = factorize(sample_labels, "sample_labels")
+    group_codes, group_ids = factorize(group_labels, "group_labels")
     if sample_codes.size != group_codes.size:
         msg = (
             f"sample_labels and group_labels: expected one label per cell in each, found "
@@ -150,7 +178,9 @@ def from_cells(
     if len(shape) == 2:  # else known once pooled (row blocks)
         tables["features"] = _feature_table(features, shape[1], backend)
     profiles = group_codes * n_samples + sample_codes
-    kind, sums = _pool(counts, profiles, n_groups, n_samples, "detected" in wanted)
+    kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, "detected" in wanted)
+    if fraction is not None and "counts" in wanted and not allow_float:
+        _warn_not_counts(*fraction)
     if "features" not in tables:
         tables["features"] = _feature_table(features, sums["counts"].shape[2], backend)
     record = Cube._provenance_record(
@@ -167,6 +197,16 @@ def from_cells(
     )
 
 
+def _warn_not_counts(row: int, column: int, value: float) -> None:
+    msg = (
+        f"{_words.matrix()}: not every value is a count (a whole number below 2**31), e.g. "
+        f"{value:.6g} at {_words.place(row, column)}; the layer 'counts' holds float64 sums. "
+        f"If you meant to pool counts, {_words.pick_counts()}; if these values are meant, "
+        f"pass {_words.option('allow_float')} to pool them without this warning"
+    )
+    warnings.warn(NotCountsWarning(msg), stacklevel=_words.stacklevel())
+
+
 def _check_layers(layers: Any) -> tuple[str, ...]:
     names = (layers,) if isinstance(layers, str) else tuple(layers)
     unknown = [name for name in names if name not in LAYERS]
@@ -174,77 +214,6 @@ def _check_layers(layers: Any) -> tuple[str, ...]:
         msg = f"layers: expected distinct names among {list(LAYERS)}, found {list(names)}"
         raise (TypeError if unknown else ValueError)(msg)
     return names
-
-
-# --------------------------------------------------------------------------- labels
-
-
-def _factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
-    """Codes into the sorted ``str`` ids of the labels that occur (int64, one per cell)."""
-    codes, values = _raw_codes(labels, what)
-    if (codes < 0).any():
-        n = int(np.count_nonzero(codes < 0))
-        msg = (
-            f"{what}: {n} of {codes.size} cells have a missing label (None, NaN or NA); "
-            f"expected a label for every cell (drop those cells first)"
-        )
-        raise ValueError(msg)
-    names = np.array([str(v) for v in values], dtype=object)
-    ids, inverse = np.unique(names, return_inverse=True)
-    codes = inverse.reshape(-1)[codes]
-    used = np.bincount(codes, minlength=ids.size) > 0
-    if not used.all():
-        codes = (np.cumsum(used) - 1)[codes]
-        ids = ids[used]
-    return codes.astype(np.int64, copy=False), [str(i) for i in ids]
-
-
-def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], Sequence[Any]]:
-    """Codes (-1: missing) into the distinct values, from a Categorical or any array-like."""
-    if hasattr(labels, "compute") and hasattr(labels, "dask"):
-        labels = labels.compute()
-    categorical = _categorical(labels)
-    if categorical is not None:
-        return np.asarray(categorical.codes, dtype=np.int64), list(categorical.categories)
-    array = np.asarray(labels)
-    if array.ndim != 1:
-        msg = f"{what}: expected a 1-D array-like of labels, found shape {array.shape}"
-        raise ValueError(msg)
-    missing = _missing(array)
-    codes = np.full(array.size, -1, dtype=np.int64)
-    if array.dtype.kind == "O":
-        index: dict[tuple[type, Any], int] = {}
-        keys = [(type(v), v) for v in array[~missing].tolist()]
-        codes[~missing] = [index.setdefault(key, len(index)) for key in keys]
-        return codes, [value for _, value in index]
-    values, inverse = np.unique(array[~missing], return_inverse=True)
-    codes[~missing] = inverse.reshape(-1)
-    return codes, list(values)
-
-
-def _categorical(labels: Any) -> Any:
-    """The pandas Categorical behind ``labels``, or None (pandas is not imported for this)."""
-    pd = sys.modules.get("pandas")
-    if pd is None:
-        return None
-    if isinstance(labels, pd.Series | pd.Index):
-        labels = labels.array
-    return labels if isinstance(labels, pd.Categorical) else None
-
-
-def _missing(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """A mask of missing labels: None, NaN, NaT and pandas' NA."""
-    kind = array.dtype.kind
-    if kind == "f":
-        return np.isnan(array)
-    if kind in "mM":
-        return np.isnat(array)
-    if kind != "O":
-        return np.zeros(array.shape, dtype=bool)
-    pd = sys.modules.get("pandas")
-    if pd is not None:
-        return np.asarray(pd.isna(array), dtype=bool)
-    return np.array([v is None or (isinstance(v, float) and v != v) for v in array], bool)
 
 
 # --------------------------------------------------------------------------- tables
@@ -346,6 +315,8 @@ class _Sums:
         if start is None:  # else go on adding into the sums of arrays()
             start = {"counts": np.zeros((n_profiles, n_features), dtype=np.int64)}
         self.totals = start["counts"]
+        # the first value that is not a whole number below 2**31: (row, column, value)
+        self.fraction: tuple[int, int, float] | None = _fraction_of(start)
         self.detected = start.get("detected", np.zeros((n_profiles, 0), dtype=np.int64))
         if detected and self.detected.shape[1] != n_features:
             self.detected = np.zeros((n_profiles, n_features), dtype=np.int64)
@@ -362,12 +333,12 @@ class _Sums:
         resume = starts[: -1 : self.n_samples].copy()
         groups = np.argsort(-np.diff(resume, append=starts[-1]), kind="stable")  # largest first
 
-        def invalid(g: int) -> None:
+        def line(g: int) -> _Line:
             row = int(rows[resume[g]])
-            _raise_invalid(block, row, (self.offset[0] + first + row, self.offset[1]), by_row=True)
+            return block, row, (self.offset[0] + first + row, self.offset[1]), True
 
         args = (*block, rows, starts)
-        self._run(kernels.scatter, args, resume, list(groups), invalid)
+        self._run(kernels.scatter, args, resume, list(groups), line)
 
     def add_columns(self, matrix: Any, first: int) -> None:
         """Add a CSC block of the cells from ``first``, read in place, in tasks of columns."""
@@ -382,23 +353,28 @@ class _Sums:
             bounds.append(min(max(stop, bounds[-1] + 1), self.n_features))
         resume = np.array(bounds[:-1], dtype=np.int64)
 
-        def invalid(task: int) -> None:
+        def line(task: int) -> _Line:
             column = int(resume[task])
-            at = (self.offset[0] + first, self.offset[1] + column)
-            _raise_invalid(block, column, at, by_row=False)
+            return block, column, (self.offset[0] + first, self.offset[1] + column), False
 
         profiles = self.profiles[first : first + matrix.shape[0]]
         args = (*block, profiles, np.array(bounds, dtype=np.int64))
-        self._run(kernels.scatter_columns, args, resume, list(range(len(resume))), invalid)
+        self._run(kernels.scatter_columns, args, resume, list(range(len(resume))), line)
 
     def _run(
-        self, kernel: Any, args: tuple[Any, ...], resume: Any, tasks: list[int], invalid: Any
+        self,
+        kernel: Any,
+        args: tuple[Any, ...],
+        resume: Any,
+        tasks: list[int],
+        line: Callable[[int], _Line],
     ) -> None:
         """Run the kernel's tasks in threads until all are done.
 
         A task that meets a value that is not a whole number stops there; once all have run,
-        the sums become float64 and the stopped tasks go on from where they stopped. A task
-        that meets an invalid value calls ``invalid(task)``, which raises.
+        the first such value is noted, the sums become float64 and the stopped tasks go on
+        from where they stopped. A task that meets an invalid value raises. ``line(task)``
+        is where a stopped task stopped.
         """
         from cytepool import _pool_kernels as kernels
 
@@ -409,9 +385,10 @@ class _Sums:
             )
             for task, code in zip(tasks, status, strict=True):
                 if code not in (kernels.DONE, kernels.NOT_INTEGER):
-                    invalid(task)
+                    _raise_invalid(*line(task))
             tasks = [task for task, code in zip(tasks, status, strict=True) if code]
             if tasks:
+                self.fraction = self.fraction or _first_fraction(*line(tasks[0]))
                 self.totals = self.totals.astype(np.float64)
 
     def arrays(self) -> dict[str, np.ndarray[Any, Any]]:
@@ -419,6 +396,8 @@ class _Sums:
         arrays = {"counts": self.totals}
         if self.detected.shape[1] == self.n_features:
             arrays["detected"] = self.detected
+        if self.fraction is not None:
+            arrays[_FRACTION] = np.array(self.fraction, dtype=np.float64)
         return arrays
 
 
@@ -433,7 +412,7 @@ def _run_tasks(kernel: Any, args: tuple[Any, ...], tasks: list[int]) -> list[int
         return list(pool.map(lambda task: kernel(*args, task), tasks))
 
 
-def _raise_invalid(block: Block, line: int, at: tuple[int, int], *, by_row: bool) -> None:
+def _raise_invalid(block: Block, line: int, at: tuple[int, int], by_row: bool) -> None:
     """Raise the ValueError for the first invalid value or index of a row (or column).
 
     ``line`` is a row of a CSR block (``by_row``) or a column of a CSC matrix; ``at`` is the
@@ -445,17 +424,46 @@ def _raise_invalid(block: Block, line: int, at: tuple[int, int], *, by_row: bool
     for value, i in zip(values.tolist(), positions.tolist(), strict=True):
         if not (value >= 0 and value != float("inf")):
             row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
-            msg = f"counts: row {row}, column {column} holds {value!r}; expected finite values >= 0"
+            msg = (
+                f"{_words.matrix()}: {_words.place(row, column)} holds {value!r}; expected "
+                f"counts, finite values >= 0: {_words.pick_counts()}"
+            )
             raise ValueError(msg)
     what = f"row {at[0]} holds column" if by_row else f"column {at[1]} holds row"
-    msg = f"counts: the sparse matrix is invalid: {what} indices out of range"
+    msg = f"{_words.matrix()}: the sparse matrix is invalid: {what} indices out of range"
     raise ValueError(msg)
+
+
+def _first_fraction(
+    block: Block, line: int, at: tuple[int, int], by_row: bool
+) -> tuple[int, int, float]:
+    """The first value of a row (or column) that is not a whole number below 2**31, and where.
+
+    The arguments are as for :func:`_raise_invalid`; the kernel found such a value there.
+    """
+    from cytepool._pool_kernels import INTEGER_BOUND
+
+    data, indices, indptr = block
+    values = np.asarray(data[indptr[line] : indptr[line + 1]], dtype=np.float64)
+    k = int(np.argmax((values >= INTEGER_BOUND) | (np.floor(values) != values)))
+    i = int(indices[indptr[line] + k])
+    row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
+    return row, column, float(values[k])
+
+
+def _fraction_of(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int, float] | None:
+    """The (row, column, value) a partial sum noted, if any (see :meth:`_Sums.arrays`)."""
+    if _FRACTION not in arrays:
+        return None
+    row, column, value = arrays[_FRACTION].tolist()
+    return int(row), int(column), float(value)
 
 
 def _pool(
     counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
-) -> tuple[str, dict[str, np.ndarray[Any, Any]]]:
-    """Pool ``counts`` (any supported input) into layers; also a name for its kind."""
+) -> tuple[str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None]:
+    """Pool ``counts`` (any supported input) into layers; also a name for its kind, and the
+    first value that is not a whole number below 2**31 with its row and column, if any."""
     n_cells = profiles.size
     fmt = _sparse_format(counts)
     if _is_dask(counts):
@@ -463,7 +471,7 @@ def _pool(
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
         sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], detected)
-        _add_block(sums, counts, 0, "counts")
+        _add_block(sums, counts, 0, _words.matrix())
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
         msg = (
@@ -474,8 +482,10 @@ def _pool(
     else:
         sums = _pool_blocks(counts, profiles, n_groups, n_samples, detected)
         kind, arrays = "row blocks", sums.arrays()
+    fraction = _fraction_of(arrays)
+    arrays.pop(_FRACTION, None)
     shape = (n_groups, n_samples, arrays["counts"].shape[1])
-    return kind, {name: array.reshape(shape) for name, array in arrays.items()}
+    return kind, {name: array.reshape(shape) for name, array in arrays.items()}, fraction
 
 
 def _pool_blocks(
@@ -548,8 +558,8 @@ def _require_dask() -> Any:
         import dask.array
     except ImportError as err:
         msg = (
-            "pooling a dask array needs dask[array]: install cytepool's extra with "
-            "pip install 'cytepool[dask]'"
+            "pooling a dask array needs dask[array]: install cytepool's extra 'dask' (in a "
+            "checkout of cytepool: pip install -e '.[dask]')"
         )
         raise ImportError(msg) from err
     return dask
@@ -592,7 +602,9 @@ def _pool_dask(
             chains.append(partial)
         trees.append(_tree(dask.delayed(_add_partials), chains))
     finals = dask.compute(*trees)
-    return {name: np.concatenate([f[name] for f in finals], axis=1) for name in finals[0]}
+    fractions = [final.pop(_FRACTION) for final in finals if _FRACTION in final]
+    arrays = {name: np.concatenate([f[name] for f in finals], axis=1) for name in finals[0]}
+    return {**arrays, _FRACTION: fractions[0]} if fractions else arrays
 
 
 def _dask_workers(dask: Any) -> int:
@@ -637,7 +649,9 @@ def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarr
     total = dict(parts[0])
     for part in parts[1:]:
         for name, values in part.items():
-            if np.result_type(total[name], values) == total[name].dtype:
+            if name == _FRACTION:  # the first one noted, in the order of the rows
+                total.setdefault(name, values)
+            elif np.result_type(total[name], values) == total[name].dtype:
                 np.add(total[name], values, out=total[name])
             else:
                 total[name] = total[name] + values

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import warnings
@@ -20,6 +21,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import cytepool  # noqa: E402
+from cytepool import _progress  # noqa: E402
+from cytepool.errors import NotCountsWarning  # noqa: E402
 from cytepool.io import anndata as conv  # noqa: E402
 from cytepool.io.anndata import (  # noqa: E402
     from_anndata,
@@ -279,12 +282,101 @@ def test_dense_and_csc_in_memory(cells: Any, cube: Any) -> None:
         np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
 
 
+NOT_COUNTS = (
+    r"^{matrix}: not every value is a count \(a whole number below 2\*\*31\), e.g. 0.5 at row 7 "
+    r"\(cell 'cell7'\), column 10 \(feature 'gene10'\); the layer 'counts' holds float64 sums\. "
+    r"If you meant to pool counts, choose the matrix that holds them with layer= or "
+    r"use_raw=True; if these values are meant, pass allow_float=True to pool them without this "
+    r"warning$"
+)
+
+
 @pytest.mark.interop
-def test_non_integer_values_pool_to_float(cells: Any) -> None:
+@pytest.mark.parametrize("where", ["X", "dense X", "layer", "raw", "path", "backed"])
+def test_values_that_are_not_whole_numbers_warn(tmp_path: Path, cells: Any, where: str) -> None:
     source = cells.copy()
-    source.X = cells.X * np.float32(0.5)
-    pooled = from_anndata(source, sample_key="sample", group_key="cell_type")
+    values = cells.X.toarray()
+    values[7, 10] = 0.5
+    source.X = values if where == "dense X" else sparse.csr_matrix(values)
+    keys = {"sample_key": "sample", "group_key": "cell_type"}
+    matrix, arguments = {
+        "X": ("adata.X", {}),
+        "dense X": ("adata.X", {}),
+        "layer": ("adata.layers['half']", {"layer": "half"}),
+        "raw": ("adata.raw.X", {"use_raw": True}),
+        "path": (f"X of {tmp_path / 'cells.h5ad'}", {}),
+        "backed": ("adata.X", {}),
+    }[where]
+    if where in ("layer", "raw"):
+        source.layers["half"] = source.X
+        source.raw = source.copy()
+        source.X = cells.X
+    adata: Any = source
+    if where in ("path", "backed"):
+        source.write_h5ad(tmp_path / "cells.h5ad")
+        adata = tmp_path / "cells.h5ad"
+        if where == "backed":
+            adata = ad.read_h5ad(adata, backed="r")
+    with pytest.warns(NotCountsWarning, match=NOT_COUNTS.format(matrix=re.escape(matrix))) as w:
+        pooled = from_anndata(adata, **keys, **arguments)
+    assert len(w) == 1
+    assert w[0].filename == __file__  # the line of the caller, not of cytepool
     assert pooled.layers["counts"].dtype == np.float64
+    quiet = from_anndata(adata, **keys, **arguments, allow_float=True)
+    assert quiet.fingerprint == pooled.fingerprint
+    if where == "backed":
+        adata.file.close()
+
+
+@pytest.mark.interop
+def test_scanpy_pbmc68k_reduced_is_not_counts() -> None:
+    sc = pytest.importorskip("scanpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scanpy's own deprecations when loading its dataset
+        pbmc = sc.datasets.pbmc68k_reduced()
+    keys = {"sample_key": "phase", "group_key": "bulk_labels"}
+    # raw.X: log-normalized values
+    pattern = (
+        r"^adata.raw.X: not every value is a count .*, e.g. \S+ at row \d+ \(cell '[ACGT]+-\d'\)"
+        r", column \d+ \(feature '\S+'\);.* layer= or use_raw=True; .* allow_float=True"
+    )
+    with pytest.warns(NotCountsWarning, match=pattern):
+        cube = from_anndata(pbmc, **keys, use_raw=True)
+    assert cube.layers["counts"].dtype == np.float64
+    quiet = from_anndata(pbmc, **keys, use_raw=True, allow_float=True)
+    np.testing.assert_array_equal(quiet.to_numpy(), cube.to_numpy())
+    expected = sc.get.aggregate(pbmc.raw.to_adata(), by=["bulk_labels", "phase"], func="sum")
+    assert np.isclose(expected.layers["sum"].sum(), cube.to_numpy().sum(), rtol=1e-9)
+    # X: scaled, with negative values
+    with pytest.raises(ValueError, match=r"^adata.X: row \d+ \(cell '\S+'\), .* holds -\d"):
+        from_anndata(pbmc, **keys)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        pytest.param(
+            [1.0, 1, 2] * 4, "the labels 1.0 and 1 are equal but read differently", id="1.0-1"
+        ),
+        pytest.param([1, "1", 2] * 4, r"the labels 1 \(int\) and '1' \(str\) differ", id="1-'1'"),
+    ],
+)
+def test_ambiguous_labels_are_one_rule_for_anndata_and_from_cells(values: Any, match: str) -> None:
+    obs = pd.DataFrame(
+        {"donor": np.array(values, dtype=object), "cell_type": ["B"] * len(values)},
+        index=[f"c{i}" for i in range(len(values))],
+    )
+    adata = ad.AnnData(np.ones((len(values), 2), dtype=np.float32), obs=obs)
+    with pytest.raises(ValueError, match=rf"^column 'donor' of adata.obs \(sample_key\): {match}"):
+        from_anndata(adata, sample_key="donor", group_key="cell_type")
+    with pytest.raises(ValueError, match=rf"^sample_labels: {match}"):
+        cytepool.from_cells(adata.X, sample_labels=obs["donor"], group_labels=obs["cell_type"])
+    adata.obs["donor"] = adata.obs["donor"].astype(str)  # what the message says to do
+    cube = from_anndata(adata, sample_key="donor", group_key="cell_type")
+    labels = adata.obs["donor"]
+    same = cytepool.from_cells(adata.X, sample_labels=labels, group_labels=obs["cell_type"])
+    assert list(cube.samples.index) == list(same.samples.index) == sorted(set(map(str, values)))
 
 
 @pytest.fixture
@@ -348,13 +440,20 @@ def test_csc_on_disk_is_read_in_column_blocks(tmp_path: Path, cells: Any, fracti
     dense = cells.X.toarray()
     if fraction:  # one block pools to float64, the others to int64
         dense[7, 10] = 0.5
+        dense[9, 11] = 0.25  # another block: the warning is given once
     counts = sparse.csc_matrix(dense)
     ad.AnnData(X=counts, obs=cells.obs, var=cells.var).write_h5ad(tmp_path / "c.h5ad")
     loaded = ad.read_h5ad(tmp_path / "c.h5ad")
-    expected = from_anndata(loaded, sample_key="sample", group_key="cell_type", layers=LAYERS)
-    pooled = from_anndata(
-        tmp_path / "c.h5ad", sample_key="sample", group_key="cell_type", layers=LAYERS
-    )
+    keys = {"sample_key": "sample", "group_key": "cell_type", "layers": LAYERS}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = from_anndata(loaded, **keys)
+        pooled = from_anndata(tmp_path / "c.h5ad", **keys)
+    messages = [str(w.message) for w in caught]
+    matrices = [re.escape(name) for name in ("adata.X", f"X of {tmp_path / 'c.h5ad'}")]
+    assert len(messages) == (2 if fraction else 0)
+    for message, matrix in zip(messages, matrices, strict=False):
+        assert re.match(NOT_COUNTS.format(matrix=matrix), message), message
     assert pooled.layers["counts"].dtype == (np.float64 if fraction else np.int64)
     assert pooled.fingerprint == expected.fingerprint
 
@@ -388,7 +487,7 @@ def test_progress_bar(
     tmp_path: Path, cells: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cells.write_h5ad(tmp_path / "cells.h5ad")
-    monkeypatch.setattr(conv._Progress, "_INTERVAL", 0.0)
+    monkeypatch.setattr(_progress.Progress, "_INTERVAL", 0.0)
     from_anndata(tmp_path / "cells.h5ad", sample_key="sample", group_key="cell_type", progress=True)
     err = capsys.readouterr().err
     assert "pooling [" in err
@@ -400,7 +499,7 @@ def test_progress_bar(
 
 def test_progress_bar_draws_on_a_stream() -> None:
     stream = io.StringIO()
-    bar = conv._Progress(10, "pooling", "cells", enabled=True, stream=stream)
+    bar = _progress.Progress(10, "pooling", "cells", enabled=True, stream=stream)
     bar.update(4)
     bar.update(6)
     bar.close()
@@ -430,7 +529,8 @@ def test_null_labels_are_an_error(cells: Any) -> None:
     broken = cells.copy()
     broken.obs["sample"] = broken.obs["sample"].astype(object)
     broken.obs.loc[["cell3", "cell7"], "sample"] = None
-    with pytest.raises(ValueError, match=r"'sample' \(sample_key\).* 2 missing labels.*'cell3'"):
+    pattern = r"^column 'sample' of adata.obs \(sample_key\) has 2 missing labels.*'cell3'"
+    with pytest.raises(ValueError, match=pattern):
         from_anndata(broken, sample_key="sample", group_key="cell_type")
 
 
@@ -443,7 +543,11 @@ def test_values_that_are_not_counts(cells: Any, value: float, message: str) -> N
     broken = cells.copy()
     broken.X = broken.X.toarray()
     broken.X[5, 3] = value
-    pattern = rf"adata.X: counts: row 5, column 3 holds {message}; .* use_raw=True"
+    pattern = (
+        rf"^adata.X: row 5 \(cell 'cell5'\), column 3 \(feature 'gene3'\) holds {message}; "
+        r"expected counts, finite values >= 0: choose the matrix that holds them with layer= or "
+        r"use_raw=True$"
+    )
     with pytest.raises(ValueError, match=pattern):
         from_anndata(broken, sample_key="sample", group_key="cell_type")
 
@@ -454,7 +558,7 @@ def test_duplicate_var_names(cells: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # anndata warns about non-unique names
         broken.var_names = ["a", "b", "a", *[f"x{i}" for i in range(9)]]
-    with pytest.raises(ValueError, match=r"var names .* not unique \(e.g. 'a' appears 2 times\)"):
+    with pytest.raises(ValueError, match=r"names of adata.var are not unique \(e.g. 'a' appears 2"):
         from_anndata(broken, sample_key="sample", group_key="cell_type")
 
 
@@ -749,6 +853,41 @@ def test_mudata_round_trip(tmp_path: Path) -> None:
     assert conv.from_mudata(again).fingerprint == cube.fingerprint
 
 
+def cube_without_groups(kind: str) -> Any:
+    """No cells pooled (no groups, no samples), or samples but no groups."""
+    features = pd.DataFrame({"feature_id": [f"g{j}" for j in range(30)], "chrom": ["1"] * 30})
+    if kind == "no cells":
+        nothing = np.array([], dtype=object)
+        counts = np.zeros((0, 30), dtype=np.float32)
+        return cytepool.from_cells(
+            counts, sample_labels=nothing, group_labels=nothing, features=features
+        )
+    return cytepool.Cube(
+        {"counts": np.zeros((0, 2, 30), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s1", "s2"], "age": [30, 41]}),
+        groups=pd.DataFrame({"group_id": pd.Series([], dtype=object)}),
+        features=features,
+        cells=np.zeros((0, 2), dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize("kind", ["no cells", "samples but no groups"])
+def test_mudata_of_a_cube_without_groups(tmp_path: Path, kind: str) -> None:
+    md = pytest.importorskip("mudata")
+    cube = cube_without_groups(kind)
+    mdata = conv.to_mudata(cube)
+    assert list(mdata.mod) == []
+    assert conv.from_mudata(mdata).fingerprint == cube.fingerprint
+    mdata.write_h5mu(tmp_path / "empty.h5mu")
+    back = conv.from_mudata(md.read_h5mu(tmp_path / "empty.h5mu"))
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.features, cube.features)
+    assert from_pseudobulk(to_anndata(cube)).fingerprint == cube.fingerprint
+    del mdata.uns[conv.RECORD_KEY]
+    with pytest.raises(ValueError, match="mdata has no modalities, and no record of to_mudata"):
+        conv.from_mudata(mdata)
+
+
 def test_from_mudata_without_record() -> None:
     md = pytest.importorskip("mudata")
     obs = pd.DataFrame({"n_cells": [2, 0]}, index=["s1", "s2"])
@@ -796,6 +935,59 @@ def test_from_mudata_cells_shares_samples_and_groups(cells: Any, cube: Any) -> N
     assert cubes["prot"].shape[2] == 3
     with pytest.raises(KeyError, match="'batch' is in neither"):
         conv.from_mudata_cells(mdata, sample_key="batch", group_key="cell_type")
+
+
+def test_from_mudata_cells_names_the_modality_and_records_covariates(cells: Any) -> None:
+    md = pytest.importorskip("mudata")
+    rna = ad.AnnData(cells.X, obs=cells.obs, var=cells.var)
+    prot = ad.AnnData(
+        np.full((cells.n_obs, 2), 0.5, dtype=np.float32),
+        obs=cells.obs,
+        var=pd.DataFrame(index=["CD3", "CD19"]),
+    )
+    with md.set_options(pull_on_update=False):
+        mdata = md.MuData({"rna": rna, "prot": prot})
+    pattern = (
+        r"^mdata.mod\['prot'\].X: not every value is a count .* e.g. 0.5 at row \d+ \(cell "
+        r"'cell\d+'\), column 0 \(feature 'CD3'\);.* put the raw counts in the X of each "
+        r"modality; .* allow_float=True"
+    )
+    with pytest.warns(NotCountsWarning, match=pattern) as caught:
+        cubes = conv.from_mudata_cells(mdata, sample_key="sample", group_key="cell_type")
+    assert len(caught) == 1
+    for cube in cubes.values():
+        record = cube.provenance[-1]
+        assert record.operation == "from_mudata_cells"
+        assert record.parameters["covariates"]["samples"] == ["donor", "condition", "age"]
+        assert record.parameters["covariates"]["groups"] == ["lineage"]
+        assert list(record.parameters["covariates"]["dropped"]) == ["n_counts"]
+    quiet = conv.from_mudata_cells(
+        mdata, sample_key="sample", group_key="cell_type", allow_float=True
+    )
+    assert quiet["prot"].fingerprint == cubes["prot"].fingerprint
+
+
+@pytest.mark.interop
+def test_from_anndata_records_the_covariates_kept_and_dropped(cells: Any) -> None:
+    cube = from_anndata(cells, sample_key="sample", group_key="cell_type")
+    record = cube.provenance[-1]
+    assert record.operation == "from_anndata"
+    covariates = record.parameters["covariates"]
+    assert covariates["samples"] == list(cube.samples.columns) == ["donor", "condition", "age"]
+    assert covariates["groups"] == list(cube.groups.columns) == ["lineage"]
+    assert list(covariates["dropped"]) == ["n_counts"]
+    assert re.fullmatch(
+        r"varies within sample '\S+' \(0\.\d+ and 0\.\d+\) and within group '\S+' "
+        r"\(0\.\d+ and 0\.\d+\)",
+        covariates["dropped"]["n_counts"],
+    )
+    named = from_anndata(cells, sample_key="sample", group_key="cell_type", samples=["age"])
+    dropped = named.provenance[-1].parameters["covariates"]["dropped"]
+    assert re.fullmatch(
+        r"not named as a sample covariate and varies within group '\S+' \('D\d' and 'D\d'\)",
+        dropped["donor"],
+    )
+    assert named.provenance[-1].parameters["covariates"]["groups"] == ["lineage"]
 
 
 # ---------------------------------------------------------------------------------------------

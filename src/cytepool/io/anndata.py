@@ -25,7 +25,9 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;
 - ``normalization``: ``{"method", "factors"}`` when the cube has one;
 - ``metadata``, ``provenance``: JSON text;
-- ``modalities`` (MuData only): the modality name of each group.
+- ``modalities`` (MuData only): the modality name of each group;
+- ``features`` (MuData only, of a cube without groups): the feature table, which no modality
+  holds then.
 
 The anndata and mudata packages (the ``anndata`` extra) are imported only when a function
 needs them.
@@ -36,14 +38,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from cytepool import _progress, _words
+from cytepool._labels import factorize
 
 if TYPE_CHECKING:
     import anndata
@@ -91,6 +94,7 @@ def from_anndata(
     groups: Covariates = None,
     features: Covariates = None,
     layers: Sequence[str] = ("counts",),
+    allow_float: bool = False,
     progress: bool | None = None,
 ) -> Cube:
     """Pool the cells of an AnnData into a cube, one profile per sample and group.
@@ -107,7 +111,8 @@ def from_anndata(
         which is opened read-only (only ``obs``, ``var`` and the matrix are read).
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
-        ``str`` values of the labels, sorted (as :func:`cytepool.from_cells` sorts them).
+        ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
+        (labels and their texts must match one to one: ``1`` and ``1.0`` are an error).
     layer
         The layer that holds the counts; None for ``X``.
     use_raw
@@ -124,24 +129,37 @@ def from_anndata(
     layers
         The layers to make, as in :func:`cytepool.from_cells`: ``"counts"`` and/or
         ``"detected"`` (the number of cells with a nonzero value).
+    allow_float
+        Values that are not whole numbers are meant: pool them without a
+        :class:`~cytepool.errors.NotCountsWarning` (see :func:`cytepool.from_cells`).
     progress
-        Show a progress bar on stderr while an on-disk matrix is read: None shows it when
-        stderr is a terminal.
+        Show a progress bar while an on-disk matrix is read: None shows it on stderr when
+        that is a terminal, and in the notebook when run in Jupyter.
 
     Returns
     -------
     Cube
         With the layer ``"counts"`` (integer when every value is a whole number, else
-        float64) and the cell numbers of every profile.
+        float64) and the cell numbers of every profile. Its last provenance record,
+        ``"from_anndata"``, holds the obs columns kept as covariates and those dropped, with
+        the reason (see "Cube files and provenance records").
+
+    Warns
+    -----
+    NotCountsWarning
+        When ``"counts"`` is pooled from values that are not whole numbers (log-normalized
+        data, say) and ``allow_float`` is False; the message names the matrix, one such
+        value with its cell and feature, and how to choose the raw counts (``layer=``,
+        ``use_raw=True``).
 
     Raises
     ------
     KeyError
         If a key, layer or column does not exist.
     ValueError
-        If a label is missing, a named covariate varies within a sample or group, the
-        values are negative or not finite, var names are not unique, or ``layer`` and
-        ``use_raw`` are both given.
+        If a label is missing, labels do not match their texts one to one, a named covariate
+        varies within a sample or group, the values are negative or not finite, var names
+        are not unique, or ``layer`` and ``use_raw`` are both given.
 
     Examples
     --------
@@ -164,15 +182,47 @@ def from_anndata(
     d2         41
     """
     if isinstance(adata, str | os.PathLike):
-        with _open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, where):
-            return _pool(matrix, obs, var, where, **_keys(locals()))
-    matrix, var, where = _matrix_of(adata, layer=layer, use_raw=use_raw)
-    return _pool(matrix, _frame(adata.obs), _frame(var), where, **_keys(locals()))
+        with _open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, source):
+            return _pool(matrix, obs, var, source, **_keys(locals()))
+    matrix, var, source = _matrix_of(adata, layer=layer, use_raw=use_raw)
+    return _pool(matrix, _frame(adata.obs), _frame(var), source, **_keys(locals()))
 
 
 def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    names = ("sample_key", "group_key", "samples", "groups", "features", "layers", "progress")
-    return {name: arguments[name] for name in names}
+    names = ("sample_key", "group_key", "samples", "groups", "features", "layers")
+    return {name: arguments[name] for name in (*names, "allow_float", "progress")}
+
+
+@dataclass(frozen=True)
+class _Source:
+    """How messages name the cells being pooled: ``adata.raw.X``, or ``X of cells.h5ad``."""
+
+    owner: str  # "adata", "mdata.mod['rna']", or a path as the user gave it
+    matrix_key: str  # "X", "raw.X", "layers['counts']" (or "layer 'counts'" for a path)
+    path: bool = False
+    modality: bool = False  # of a MuData, whose X is pooled: no other matrix can be chosen
+
+    def part(self, name: str) -> str:
+        return f"{name} of {self.owner}" if self.path else f"{self.owner}.{name}"
+
+    @property
+    def matrix(self) -> str:
+        return self.part(self.matrix_key)
+
+    @property
+    def obs(self) -> str:
+        return self.part("obs")
+
+    @property
+    def var(self) -> str:
+        return self.part("raw.var" if self.matrix_key == "raw.X" else "var")
+
+    def pick_counts(self) -> str:
+        """How to pool counts instead of this matrix, in the caller's words."""
+        if self.modality:
+            return "put the raw counts in the X of each modality"
+        layer, raw = _words.option("layer"), _words.option("use_raw")
+        return f"choose the matrix that holds them with {layer} or {raw}"
 
 
 def from_mudata_cells(
@@ -183,6 +233,7 @@ def from_mudata_cells(
     samples: Covariates = None,
     groups: Covariates = None,
     layers: Sequence[str] = ("counts",),
+    allow_float: bool = False,
     progress: bool | None = None,
 ) -> dict[str, Cube]:
     """Pool each modality of a cell-level MuData (e.g. RNA + protein) into its own cube.
@@ -196,7 +247,7 @@ def from_mudata_cells(
     mdata
         The cells. Labels and covariates are read from each modality's ``obs``, or, for a
         key a modality lacks, from the global ``mdata.obs``.
-    sample_key, group_key, samples, groups, layers, progress
+    sample_key, group_key, samples, groups, layers, allow_float, progress
         As in :func:`from_anndata`.
 
     Returns
@@ -204,6 +255,11 @@ def from_mudata_cells(
     dict of str to Cube
         One cube per modality, in modality order, each with the layer ``"counts"`` from the
         modality's ``X``.
+
+    Warns
+    -----
+    NotCountsWarning
+        As :func:`from_anndata`, naming the modality.
 
     Raises
     ------
@@ -230,34 +286,36 @@ def from_mudata_cells(
     observations = {name: _modality_obs(mdata, name, (sample_key, group_key)) for name in mdata.mod}
     everything = _concat_frames(list(observations.values()))
     roles = ((sample_key, "sample_key"), (group_key, "group_key"))
+    every_obs = "the obs of mdata's modalities"
     (sample_codes, sample_ids), (group_codes, group_ids) = (
-        _labels(everything, key, role, "mdata") for key, role in roles
+        _labels(everything, key, role, every_obs) for key, role in roles
     )
-    sample_table, group_table = _axis_tables(
+    sample_table, group_table, covariates = _axis_tables(
         everything,
         (sample_key, group_key),
         (sample_codes, group_codes),
         (sample_ids, group_ids),
         (samples, groups),
-        "mdata",
+        every_obs,
     )
     cubes = {}
     for name, obs in observations.items():
         modality = mdata.mod[name]
-        where = f"modality {name!r}"
-        labels = [_labels(obs, key, role, where) for key, role in roles]
-        cube = _pool_with_tables(
-            _matrix_of(modality, layer=None, use_raw=False)[0],
-            modality.var,
-            where,
-            labels=labels,
-            tables=(sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]]),
-            features=None,
-            layers=layers,
-            progress=progress,
+        matrix, var, source = _matrix_of(
+            modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
         )
+        source = replace(source, modality=True)
+        labels = [_labels(obs, key, role, source.obs) for key, role in roles]
+        tables = (sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]])
+        options = {"layers": layers, "allow_float": allow_float, "progress": progress}
+        cube = _pool_with_tables(matrix, (obs, var), source, labels, tables, None, options)
         cube = _widened(cube, sample_table, group_table)
-        parameters = {"modality": name, "sample_key": sample_key, "group_key": group_key}
+        parameters = {
+            "modality": name,
+            "sample_key": sample_key,
+            "group_key": group_key,
+            "covariates": covariates,
+        }
         cubes[name] = _stamped(cube, cube.provenance, "from_mudata_cells", parameters)
     return cubes
 
@@ -317,63 +375,66 @@ def _pool(
     matrix: Any,
     obs: pd.DataFrame,
     var: pd.DataFrame,
-    where: str,
+    source: _Source,
     *,
     sample_key: str,
     group_key: str,
     samples: Covariates,
     groups: Covariates,
     features: Covariates,
-    layers: Sequence[str],
-    progress: bool | None,
+    **options: Any,
 ) -> Cube:
+    """Pool ``matrix`` by the labels in ``obs``; ``options``: layers, allow_float, progress."""
     labels = [
-        _labels(obs, sample_key, "sample_key", where),
-        _labels(obs, group_key, "group_key", where),
+        _labels(obs, sample_key, "sample_key", source.obs),
+        _labels(obs, group_key, "group_key", source.obs),
     ]
-    tables = _axis_tables(
+    *tables, covariates = _axis_tables(
         obs,
         (sample_key, group_key),
         (labels[0][0], labels[1][0]),
         (labels[0][1], labels[1][1]),
         (samples, groups),
-        where,
+        source.obs,
     )
+    frames = (obs, var)
     cube = _pool_with_tables(
-        matrix,
-        var,
-        where,
-        labels=labels,
-        tables=tables,
-        features=features,
-        layers=layers,
-        progress=progress,
+        matrix, frames, source, labels, (tables[0], tables[1]), features, options
     )
-    parameters = {"source": where, "sample_key": sample_key, "group_key": group_key}
+    parameters = {
+        "source": source.matrix,
+        "sample_key": sample_key,
+        "group_key": group_key,
+        "covariates": covariates,
+    }
     return _stamped(cube, cube.provenance, "from_anndata", parameters)
 
 
 def _pool_with_tables(
     matrix: Any,
-    var: pd.DataFrame,
-    where: str,
-    *,
+    frames: tuple[pd.DataFrame, pd.DataFrame],
+    source: _Source,
     labels: Sequence[tuple[np.ndarray, list[str]]],
     tables: tuple[pd.DataFrame, pd.DataFrame],
     features: Covariates,
-    layers: Sequence[str],
-    progress: bool | None,
+    options: Mapping[str, Any],
 ) -> Cube:
-    """Pool ``matrix`` (cells x features) by the (codes, ids) ``labels`` of its rows."""
+    """Pool ``matrix`` (cells x features) by the (codes, ids) ``labels`` of its rows.
+
+    ``frames`` are its obs and var, ``tables`` the sample and group tables, ``features`` the
+    var columns to keep; ``options``: ``layers``, ``allow_float`` and ``progress``, as
+    :func:`from_anndata` takes them.
+    """
     import pandas as pd
 
     from cytepool.pooling import from_cells
 
-    feature_table = _feature_table(var, features, where)
+    obs, var = frames
+    feature_table = _feature_table(var, features, source.var)
     shape = tuple(matrix.shape)
     expected = (len(labels[0][0]), len(feature_table))
     if shape != expected:
-        msg = f"{where}: the matrix has shape {shape}, expected {expected} (cells x features)"
+        msg = f"{source.matrix} has shape {shape}, expected {expected} (cells x features)"
         raise ValueError(msg)
     sample_labels, group_labels = (
         pd.Categorical.from_codes(
@@ -382,42 +443,52 @@ def _pool_with_tables(
         for (codes, ids), table in zip(labels, tables, strict=True)
     )
 
-    def pool(counts: Any, features: pd.DataFrame) -> Cube:
-        try:
-            return from_cells(
-                counts,
-                sample_labels=sample_labels,
-                group_labels=group_labels,
-                samples=tables[0],
-                groups=tables[1],
-                features=features,
-                layers=layers,
-            )
-        except (TypeError, ValueError) as error:  # say which matrix, and what to do
-            msg = f"{where}: {error}"
-            if "expected finite values >= 0" in str(error):
-                msg += "; pool counts: choose their layer with layer= or use_raw=True"
-            raise type(error)(msg) from error
+    def pool(counts: Any, features: pd.DataFrame, allow_float: bool) -> Cube:
+        return from_cells(
+            counts,
+            sample_labels=sample_labels,
+            group_labels=group_labels,
+            samples=tables[0],
+            groups=tables[1],
+            features=features,
+            layers=options["layers"],
+            allow_float=allow_float,
+        )
 
-    if _is_sparse_dataset(matrix) and matrix.format == "csc":
-        return _pool_columns(matrix, feature_table, pool, progress)
-    return pool(_cell_rows(matrix, progress), feature_table)
+    names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": obs.index}
+    names["features"] = feature_table.index
+    with _words.speaking(**names):
+        if _is_sparse_dataset(matrix) and matrix.format == "csc":
+            return _pool_columns(matrix, feature_table, pool, options)
+        counts = _cell_rows(matrix, options["progress"])
+        return pool(counts, feature_table, options["allow_float"])
 
 
 def _pool_columns(
-    matrix: Any, features: pd.DataFrame, pool: Callable[[Any, pd.DataFrame], Cube], progress: Any
+    matrix: Any,
+    features: pd.DataFrame,
+    pool: Callable[[Any, pd.DataFrame, bool], Cube],
+    options: Mapping[str, Any],
 ) -> Cube:
-    """Pool a CSC matrix on disk in blocks of columns, then join them along the features."""
+    """Pool a CSC matrix on disk in blocks of columns, then join them along the features.
+
+    Values that are not counts are warned about once, in the first block that holds one.
+    """
     from cytepool.cube import Cube
 
-    bar = _Progress(matrix.shape[1], "pooling", "features", enabled=_progress_on(progress))
-    parts = []
+    progress = _progress.Progress(
+        matrix.shape[1], "pooling", "features", enabled=options["progress"]
+    )
+    parts: list[Cube] = []
+    allow_float = options["allow_float"]
     try:
         for start, stop in _nonzero_bounds(matrix.group["indptr"], matrix.shape[1]):
-            parts.append(pool(matrix[:, start:stop], features.iloc[start:stop]))
-            bar.update(stop - start)
+            with _words.speaking(first_column=start):
+                parts.append(pool(matrix[:, start:stop], features.iloc[start:stop], allow_float))
+            allow_float = allow_float or _float_counts(parts[-1])
+            progress.update(stop - start)
     finally:
-        bar.close()
+        progress.close()
     if len(parts) == 1:
         return parts[0]
     layers = {}
@@ -436,6 +507,10 @@ def _pool_columns(
         provenance=first.provenance,
         digests=None,
     )
+
+
+def _float_counts(cube: Cube) -> bool:
+    return "counts" in cube.layers and np.dtype(cube.layers["counts"].dtype).kind == "f"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -683,10 +758,13 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
         mods[name] = ad.AnnData(values.pop(layer), obs=obs, var=features, layers=values)
     with md.set_options(pull_on_update=False):
         mdata = md.MuData(mods, axis=-1)  # every modality has the same obs and var
-    mdata.obs = samples
-    mdata.var = features
     record = _record(cube, tables, layer, cells)
     record["modalities"] = modalities
+    if mods:
+        mdata.obs = samples
+        mdata.var = features
+    else:  # no groups (no cells were pooled, say): no modality holds the features
+        record["features"] = _writable(tables["features"])
     mdata.uns[RECORD_KEY] = record
     return mdata
 
@@ -737,8 +815,7 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
     record = _read_record(mdata.uns, "mdata")
     names = list(mdata.mod)
     if not names:
-        msg = "mdata has no modalities"
-        raise ValueError(msg)
+        return _without_groups(record)
     layers: list[str | None] = [None]
     if record is not None:
         layers += [
@@ -770,9 +847,20 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
             sums.setdefault(layer, []).append(_pseudobulk_matrix(modality, layer, where))
     obs = _concat_frames(frames)
     stacked = {layer: np.concatenate(blocks) for layer, blocks in sums.items()}
+    return _from_modality_rows(obs, stacked, var, record, cells_key)
+
+
+def _from_modality_rows(
+    obs: pd.DataFrame,
+    sums: Mapping[str | None, np.ndarray],
+    var: pd.DataFrame,
+    record: dict[str, Any] | None,
+    cells_key: str | None,
+) -> Cube:
+    """The cube of from_mudata, from one row per (sample, group): sample_id, group_id, n_cells."""
     return _from_profiles(
         obs,
-        stacked,
+        sums,
         var,
         record,
         "mdata",
@@ -781,6 +869,22 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
         covariates=((), ()),
         stamp=("from_mudata", {"cells_key": cells_key}),
     )
+
+
+def _without_groups(record: dict[str, Any] | None) -> Cube:
+    """The cube of a MuData without modalities: one without groups, if the record says so."""
+    import pandas as pd
+
+    if record is None or "features" not in record:
+        msg = "mdata has no modalities, and no record of to_mudata with the features of a cube"
+        raise ValueError(msg)
+    features = record["features"]
+    obs = pd.DataFrame({"sample_id": [], "group_id": [], "n_cells": []}, dtype=object)
+    sums: dict[str | None, np.ndarray] = {
+        None if name == record["layer"] else name: np.zeros((0, len(features)))
+        for name in record["layers"]
+    }
+    return _from_modality_rows(obs, sums, features, record, None)
 
 
 def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -808,11 +912,11 @@ def _from_profiles(
     stamp: tuple[str, dict[str, Any]],
 ) -> Cube:
     """Build a cube from profile rows; ``sums[None]`` holds the layer of ``X``."""
-    sample_codes, sample_ids = _labels(obs, keys[0], "sample_key", where)
-    group_codes, group_ids = _labels(obs, keys[1], "group_key", where)
+    sample_codes, sample_ids = _labels(obs, keys[0], "sample_key", f"{where}.obs")
+    group_codes, group_ids = _labels(obs, keys[1], "group_key", f"{where}.obs")
     cells = _whole_numbers(obs[_cells_column(obs, cells_key, where)], where)
     _check_unique_profiles(sample_codes, group_codes, sample_ids, group_ids, where)
-    features = _feature_table(var, None, where)
+    features = _feature_table(var, None, f"{where}.var")
     if record is None:
         tables = _axis_tables(
             obs,
@@ -820,7 +924,7 @@ def _from_profiles(
             (sample_codes, group_codes),
             (sample_ids, group_ids),
             covariates,
-            where,
+            f"{where}.obs",
             exclude=(_cells_column(obs, cells_key, where),),
         )
         layers = {"counts": _foreign_layer(sums[None], where)}
@@ -1067,31 +1171,30 @@ def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _labels(obs: pd.DataFrame, key: str, role: str, where: str) -> tuple[np.ndarray, list[str]]:
-    """Codes per row and the ids: the ``str`` of the labels, sorted (as from_cells does)."""
-    import pandas as pd
+def _labels(obs: pd.DataFrame, key: str, role: str, obs_name: str) -> tuple[np.ndarray, list[str]]:
+    """Codes per row and the ids: the ``str`` of the labels, sorted (as from_cells does).
 
+    ``role`` is the argument that names ``key`` (``"sample_key"``); ``obs_name`` names
+    ``obs`` in messages (``"adata.obs"``).
+    """
     if key not in obs.columns:
-        msg = f"{role} {key!r} is not a column of {where}.obs; columns: {list(obs.columns)}"
+        msg = (
+            f"{_words.option(role)} {key!r} is not a column of {obs_name}; "
+            f"its columns: {list(map(str, obs.columns))}"
+        )
         raise KeyError(msg)
     column = obs[key]
+    what = f"column {key!r} of {obs_name} ({_words.option(role)})"
     missing = column.isna().to_numpy()
     if missing.any():
         first = obs.index[int(np.argmax(missing))]
         msg = (
-            f"obs column {key!r} ({role}) of {where} has {int(missing.sum())} missing labels, "
-            f"e.g. in row {first!r}: drop those rows or fill them in"
+            f"{what} has {int(missing.sum())} missing labels, e.g. in row {str(first)!r}: "
+            f"drop those rows or fill them in"
         )
         raise ValueError(msg)
-    codes, uniques = pd.factorize(column)
-    names = np.array([str(value) for value in uniques], dtype=object)
-    if len(set(names)) < len(names):
-        msg = f"obs column {key!r} of {where} has different labels with the same text: {names}"
-        raise ValueError(msg)
-    order = np.argsort(names, kind="stable")  # the order of from_cells: sorted by code point
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return rank[codes].astype(np.intp), [str(name) for name in names[order]]
+    codes, ids = factorize(column, what)
+    return codes.astype(np.intp), ids
 
 
 def _axis_tables(
@@ -1100,17 +1203,42 @@ def _axis_tables(
     codes: tuple[np.ndarray, np.ndarray],
     ids: tuple[Sequence[str], Sequence[str]],
     columns: tuple[Covariates, Covariates],
-    where: str,
+    obs_name: str,
     *,
     exclude: Iterable[str] = (),
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The sample and the group table, with their covariates from ``obs``."""
-    excluded = {*keys, *exclude, "sample_id", "group_id"}
-    samples = _covariates(obs, codes[0], ids[0], columns[0], "sample", excluded, where)
-    if columns[1] is None:
-        excluded |= set(samples.columns)
-    groups = _covariates(obs, codes[1], ids[1], columns[1], "group", excluded, where)
-    return samples, groups
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The sample and the group table, with their covariates from ``obs``, and what was kept.
+
+    The report (for the provenance record): ``{"samples": [kept], "groups": [kept],
+    "dropped": {column: why}}``; the keys, ``exclude`` and id columns are not covariates.
+    """
+    excluded = {*keys, *exclude}
+    samples, why_not_sample = _covariates(
+        obs, codes[0], ids[0], columns[0], "sample", excluded, obs_name
+    )
+    group_excluded = excluded | (set(samples.columns) if columns[1] is None else set())
+    groups, why_not_group = _covariates(
+        obs, codes[1], ids[1], columns[1], "group", group_excluded, obs_name
+    )
+    dropped = {}
+    for name in obs.columns:
+        if name not in excluded and name not in samples and name not in groups:
+            dropped[str(name)] = _both(why_not_sample.get(name), why_not_group.get(name))
+    report = {
+        "samples": [str(name) for name in samples.columns],
+        "groups": [str(name) for name in groups.columns],
+        "dropped": dropped,
+    }
+    return samples, groups, report
+
+
+def _both(first: str | None, second: str | None) -> str:
+    """One reason of two: "varies within sample 'a' (1 and 2) and within group 'B' (...)"."""
+    if not first or not second or first == second:
+        return first or second or ""
+    if first.startswith("varies within ") and second.startswith("varies within "):
+        second = second.removeprefix("varies ")
+    return f"{first} and {second}"
 
 
 def _covariates(
@@ -1120,23 +1248,35 @@ def _covariates(
     columns: Covariates,
     axis: str,
     excluded: set[str],
-    where: str,
-) -> pd.DataFrame:
-    """One row per id: the obs columns constant within each id (all of them, or the named)."""
+    obs_name: str,
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """One row per id: the obs columns constant within each id (all of them, or the named).
+
+    Also why each other column is not one (for the columns not ``excluded``).
+    """
     import pandas as pd
 
     _, first = np.unique(codes, return_index=True)
+    candidates = [c for c in obs.columns if c not in excluded]
+    why_not = {}
     if columns is None:
-        names = [c for c in obs.columns if c not in excluded and _is_constant(obs[c], codes, first)]
+        for name in candidates:
+            reason = _variation(obs[name], codes, first, ids, axis)
+            if name in {"sample_id", "group_id"}:
+                reason = "named like an id column"
+            if reason is not None:
+                why_not[name] = reason
+        names = [name for name in candidates if name not in why_not]
     else:
         names = list(columns)
         for name in names:
-            _check_covariate(obs, name, codes, first, ids, axis, where)
+            _check_covariate(obs, name, codes, first, ids, axis, obs_name)
+        why_not = {c: f"not named as a {axis} covariate" for c in candidates if c not in names}
     table = pd.DataFrame({name: obs[name].iloc[first].to_numpy() for name in names})
     for name in names:  # keep dtypes (categoricals, nullables) that to_numpy() loses
         table[name] = obs[name].iloc[first].reset_index(drop=True)
     table.index = pd.Index(list(ids), name=_ID_COLUMNS[f"{axis}s"])
-    return table
+    return table, why_not
 
 
 def _value_codes(column: pd.Series) -> np.ndarray | None:
@@ -1148,9 +1288,26 @@ def _value_codes(column: pd.Series) -> np.ndarray | None:
         return None
 
 
-def _is_constant(column: pd.Series, codes: np.ndarray, first: np.ndarray) -> bool:
+def _variation(
+    column: pd.Series, codes: np.ndarray, first: np.ndarray, ids: Sequence[str], axis: str
+) -> str | None:
+    """Why ``column`` is not constant within each id (sample or group), or None if it is."""
     values = _value_codes(column)
-    return values is not None and bool(np.all(values == values[first][codes]))
+    if values is None:
+        return "holds unhashable values"
+    varying = np.flatnonzero(values != values[first][codes])
+    if not len(varying):
+        return None
+    row = varying[0]
+    one, other = column.iloc[first[codes[row]]], column.iloc[row]
+    return f"varies within {axis} {ids[codes[row]]!r} ({_brief(one)} and {_brief(other)})"
+
+
+def _brief(value: Any) -> str:
+    """A short text of a value for messages: 0.585, 'ctrl', 'a very long tex...'."""
+    value = value.item() if isinstance(value, np.generic) else value
+    text = f"{value:.6g}" if isinstance(value, float) else repr(value)
+    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def _check_covariate(
@@ -1160,38 +1317,35 @@ def _check_covariate(
     first: np.ndarray,
     ids: Sequence[str],
     axis: str,
-    where: str,
+    obs_name: str,
 ) -> None:
     if name not in obs.columns:
-        msg = f"{axis} covariate {name!r} is not a column of {where}.obs; columns: {list(obs)}"
+        msg = (
+            f"{axis} covariate {name!r} ({_words.option(f'{axis}s')}) is not a column of "
+            f"{obs_name}; its columns: {list(map(str, obs.columns))}"
+        )
         raise KeyError(msg)
     if name in {"sample_id", "group_id"}:
         msg = f"{name!r} cannot be a {axis} covariate: it is the name of an id column"
         raise ValueError(msg)
-    values = _value_codes(obs[name])
-    if values is None:
-        msg = f"obs column {name!r} of {where} holds unhashable values: it cannot be a covariate"
-        raise ValueError(msg)
-    varying = np.flatnonzero(values != values[first][codes])
-    if len(varying):
-        row = varying[0]
-        label = ids[codes[row]]
-        other = obs[name].iloc[first[codes[row]]]
+    reason = _variation(obs[name], codes, first, ids, axis)
+    if reason is not None:
         msg = (
-            f"obs column {name!r} of {where} varies within {axis} {label!r} "
-            f"({other!r} and {obs[name].iloc[row]!r}): it cannot be a {axis} covariate"
+            f"column {name!r} of {obs_name} {reason}: it cannot be a {axis} covariate "
+            f"({_words.option(f'{axis}s')})"
         )
         raise ValueError(msg)
 
 
-def _feature_table(var: pd.DataFrame, columns: Covariates, where: str) -> pd.DataFrame:
+def _feature_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.DataFrame:
+    """The feature table from ``var`` (named ``var_name`` in messages: ``"adata.var"``)."""
     import pandas as pd
 
     index = var.index
     if not index.is_unique:
         duplicated = index[index.duplicated()][0]
         msg = (
-            f"the var names of {where} are not unique (e.g. {duplicated!r} appears "
+            f"the names of {var_name} are not unique (e.g. {str(duplicated)!r} appears "
             f"{int((index == duplicated).sum())} times): make them unique first, e.g. with "
             f"var_names_make_unique() on a copy"
         )
@@ -1199,7 +1353,10 @@ def _feature_table(var: pd.DataFrame, columns: Covariates, where: str) -> pd.Dat
     if columns is not None:
         missing = [c for c in columns if c not in var.columns]
         if missing:
-            msg = f"feature column {missing[0]!r} is not a column of {where}.var: {list(var)}"
+            msg = (
+                f"feature column {missing[0]!r} is not a column of {var_name}; its columns: "
+                f"{list(map(str, var.columns))}"
+            )
             raise KeyError(msg)
     table = pd.DataFrame(var if columns is None else var[list(columns)]).copy()
     table.index = pd.Index([str(name) for name in index], name="feature_id")
@@ -1235,48 +1392,66 @@ def _layer_keys(adata: anndata.AnnData) -> list[str]:
 
 
 def _matrix_of(
-    adata: anndata.AnnData, *, layer: str | None, use_raw: bool
-) -> tuple[Any, pd.DataFrame, str]:
-    """The counts matrix, the var to take features from, and a label for messages."""
-    if layer is not None and use_raw:
-        msg = f"pass either layer={layer!r} or use_raw=True, not both"
-        raise ValueError(msg)
+    adata: anndata.AnnData, *, layer: str | None, use_raw: bool, owner: str = "adata"
+) -> tuple[Any, pd.DataFrame, _Source]:
+    """The counts matrix, the var to take features from, and their names for messages."""
+    _check_either(layer, use_raw)
     if use_raw:
         if adata.raw is None:
-            msg = "use_raw=True but adata.raw is None"
+            msg = f"{_words.option('use_raw')} asks for {owner}.raw.X, but {owner}.raw is None"
             raise ValueError(msg)
-        return adata.raw.X, adata.raw.var, "adata.raw.X"
+        return adata.raw.X, adata.raw.var, _Source(owner, "raw.X")
     if layer is not None:
         if layer not in adata.layers:
-            msg = f"adata has no layer {layer!r}; its layers are {_layer_keys(adata)}"
+            msg = f"{owner} has no layer {layer!r}; its layers are {_layer_keys(adata)}"
             raise KeyError(msg)
-        return adata.layers[layer], adata.var, f"adata.layers[{layer!r}]"
+        return adata.layers[layer], adata.var, _Source(owner, f"layers[{layer!r}]")
     if adata.X is None:
-        msg = "adata.X is empty: pass layer= naming the layer that holds the counts"
+        msg = (
+            f"{owner}.X is empty: pass {_words.option('layer')} naming the layer that holds "
+            f"the counts, one of {_layer_keys(adata)}"
+        )
         raise ValueError(msg)
-    return adata.X, adata.var, "adata.X"
+    return adata.X, adata.var, _Source(owner, "X")
+
+
+def _check_either(layer: str | None, use_raw: bool) -> None:
+    if layer is not None and use_raw:
+        msg = f"pass either {_words.option('layer')} or {_words.option('use_raw')}, not both"
+        raise ValueError(msg)
 
 
 @contextlib.contextmanager
 def _open_cells(
     path: str | os.PathLike[str], *, layer: str | None, use_raw: bool
-) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, str]]:
+) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, _Source]]:
     """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
     from anndata.io import read_elem
 
-    path = Path(path)
-    if layer is not None and use_raw:
-        msg = f"pass either layer={layer!r} or use_raw=True, not both"
-        raise ValueError(msg)
-    with _open_store(path) as root:
+    _check_either(layer, use_raw)
+    source = _Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
+    with _open_store(Path(path)) as root:
         element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
         var_path = "raw/var" if use_raw else "var"
         for needed in (element, "obs", var_path):
             if needed not in root:
-                msg = f"{path} has no element {needed!r}"
-                raise KeyError(msg)
+                raise _missing_element(root, needed, source)
         matrix = _on_disk_matrix(root[element])
-        yield matrix, read_elem(root["obs"]), read_elem(root[var_path]), f"{path}:{element}"
+        yield matrix, read_elem(root["obs"]), read_elem(root[var_path]), source
+
+
+def _layer_name(layer: str | None) -> str:
+    return "X" if layer is None else f"layer {layer!r}"
+
+
+def _missing_element(root: Any, element: str, source: _Source) -> KeyError:
+    """The error for an element an AnnData file lacks, named as anndata names it."""
+    what = element.replace("/", ".") if element != "raw/X" else "raw.X"
+    if element.startswith("layers/"):
+        layers = sorted(root["layers"]) if "layers" in root else []
+        what = f"{_layer_name(element.removeprefix('layers/'))}; its layers are {layers}"
+    msg = f"{source.owner} has no {what}"
+    return KeyError(msg)
 
 
 @contextlib.contextmanager
@@ -1290,7 +1465,7 @@ def _open_store(path: Path) -> Iterator[Any]:
         try:
             yield zarr.open_group(path, mode="r")
         except (ValueError, OSError) as error:
-            msg = f"{path} is not an AnnData zarr store: {error}"
+            msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
             raise ValueError(msg) from error
         return
     import h5py
@@ -1362,7 +1537,7 @@ def _nonzero_bounds(indptr: Any, n_major: int) -> Iterator[tuple[int, int]]:
 
 def _shown(blocks: Iterator[Any], n_rows: int, progress: bool | None) -> Iterator[Any]:
     """The blocks, with a progress bar of the rows handed on."""
-    bar = _Progress(n_rows, "pooling", "cells", enabled=_progress_on(progress))
+    bar = _progress.Progress(n_rows, "pooling", "cells", enabled=progress)
     try:
         for block in blocks:
             yield block
@@ -1381,10 +1556,7 @@ def _check_values(values: np.ndarray, where: str) -> None:
     low = values.min()
     if not low >= 0:
         what = "NaN values" if np.isnan(low) else f"negative values (min {low})"
-        msg = (
-            f"{where} holds {what}: expected counts; pass the layer that holds the raw "
-            f"counts (layer=, use_raw=True or --layer/--raw)"
-        )
+        msg = f"{where} holds {what}: expected sums of counts; name their layer with layer="
         raise ValueError(msg)
     if values.dtype.kind == "f" and not np.isfinite(values.max()):
         msg = f"{where} holds infinite values: expected counts"
@@ -1528,6 +1700,9 @@ def _read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
             record["normalization"] = (str(norm["method"]), np.asarray(norm["factors"], float))
         if "modalities" in raw:
             record["modalities"] = [str(name) for name in raw["modalities"]]
+        if "features" in raw:
+            record["features"] = pd.DataFrame(raw["features"])
+            record["features"].index = record["features"].index.astype(str)
     except (KeyError, TypeError, ValueError) as error:
         msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({error!r}): delete it or rewrite it"
         raise ValueError(msg) from error
@@ -1582,51 +1757,3 @@ def _restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
             series = series.astype(object).where(series.notna(), None)
         frame[column] = series.astype(name)
     return frame
-
-
-# ---------------------------------------------------------------------------------------------
-# A small progress bar on stderr
-# ---------------------------------------------------------------------------------------------
-
-
-def _progress_on(progress: bool | None) -> bool:
-    if progress is not None:
-        return progress
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
-
-
-class _Progress:
-    """A one-line progress bar, redrawn at most ten times a second."""
-
-    _WIDTH = 28
-    _INTERVAL = 0.1  # seconds between redraws
-
-    def __init__(
-        self, total: int, label: str, unit: str, *, enabled: bool, stream: TextIO | None = None
-    ) -> None:
-        self.total, self.label, self.unit, self.enabled = total, label, unit, enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.done, self.start, self.drawn = 0, time.monotonic(), 0.0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.enabled and (now - self.drawn >= self._INTERVAL or self.done >= self.total):
-            self.drawn = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        share = self.done / self.total if self.total else 1.0
-        full = int(share * self._WIDTH)
-        bar = "#" * full + "-" * (self._WIDTH - full)
-        line = (
-            f"\r{self.label} [{bar}] {share:4.0%} {self.done:,}/{self.total:,} {self.unit} "
-            f"{now - self.start:5.1f} s"
-        )
-        self.stream.write(line)
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()

@@ -1,0 +1,104 @@
+"""How messages name things: in the words of the Python API, or of the ``cytepool`` command.
+
+Messages made deep inside (pooling, the AnnData bridge) ask this module for the name of the
+matrix being pooled, for a cell's and a feature's name, and for how to spell an option
+(``layer=`` in Python, ``--layer`` on the command line). Callers that know better say so with
+:func:`speaking`, for the duration of a call, in this thread (a :class:`~contextvars.ContextVar`):
+:func:`cytepool.io.anndata.from_anndata` knows it pools ``adata.raw.X``, and the command line
+speaks in flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = ["matrix", "option", "pick_counts", "place", "speaking", "stacklevel"]
+
+# An option's spelling in Python and on the command line
+_OPTIONS = {
+    "layer": ("layer=", "--layer"),
+    "use_raw": ("use_raw=True", "--raw"),
+    "allow_float": ("allow_float=True", "--allow-float"),
+    "samples": ("samples=", "--sample-covariates"),
+    "groups": ("groups=", "--group-covariates"),
+    "sample_key": ("sample_key", "--sample-key"),
+    "group_key": ("group_key", "--group-key"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Words:
+    command_line: bool = False  # spell options as flags
+    matrix: str = "counts"  # the matrix being pooled
+    pick: str = ""  # how to pick another matrix; empty: say to pool raw counts
+    cells: Sequence[Any] | None = None  # the names of its rows
+    features: Sequence[Any] | None = None  # the names of its columns
+    first_column: int = 0  # of the columns being pooled, in ``features``
+
+
+_PYTHON = _Words()
+_WORDS: ContextVar[_Words | None] = ContextVar("cytepool_words", default=None)
+
+
+def _current() -> _Words:
+    return _WORDS.get() or _PYTHON
+
+
+@contextlib.contextmanager
+def speaking(**words: Any) -> Iterator[None]:
+    """Use these words in messages made inside the ``with`` block (fields of ``_Words``)."""
+    token = _WORDS.set(dataclasses.replace(_current(), **words))
+    try:
+        yield
+    finally:
+        _WORDS.reset(token)
+
+
+def option(name: str) -> str:
+    """How to spell the option ``name``: ``"layer="`` in Python, ``"--layer"`` as a flag."""
+    python, flag = _OPTIONS[name]
+    return flag if _current().command_line else python
+
+
+def matrix() -> str:
+    """The name of the matrix being pooled: ``"counts"`` unless a caller said otherwise."""
+    return _current().matrix
+
+
+def pick_counts() -> str:
+    """What to do to pool raw counts instead of the matrix being pooled."""
+    words = _current()
+    if words.pick:
+        return words.pick
+    return "pool the raw counts instead (such as adata.layers['counts'] or adata.raw.X)"
+
+
+def place(row: int, column: int) -> str:
+    """``"row 3, column 5"`` in the matrix being pooled, with the names of both when known."""
+    words = _current()
+    column += words.first_column
+    cell = f" (cell {str(words.cells[row])!r})" if words.cells is not None else ""
+    feature = "" if words.features is None else f" (feature {str(words.features[column])!r})"
+    return f"row {row}{cell}, column {column}{feature}"
+
+
+def stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn``, called from cytepool, of the first caller outside.
+
+    Call it in the function that calls ``warnings.warn``.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and _in_cytepool(frame.f_globals.get("__name__", "")):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _in_cytepool(module: str) -> bool:
+    return module == "cytepool" or module.startswith("cytepool.")
