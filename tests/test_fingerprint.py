@@ -248,7 +248,7 @@ def variants(kind: str) -> list[Any]:
         ]
     if kind == "datetime":
         return [
-            pd.DataFrame({"x": pd.to_datetime(ts)}),
+            pd.DataFrame({"x": pd.to_datetime(ts).as_unit("ns")}),  # pandas 3 infers "us"
             pl.DataFrame({"x": pl.Series(ts, dtype=pl.Datetime("ns"))}),
             pa.table({"x": pa.array(ts, type=pa.timestamp("ns"))}),
         ]

@@ -221,8 +221,7 @@ def from_mudata_cells(
     >>> genes, proteins = pd.DataFrame(index=["CD19", "MS4A1"]), pd.DataFrame(index=["CD20"])
     >>> rna = ad.AnnData(np.array([[1, 2], [3, 4]]), obs=obs, var=genes)
     >>> prot = ad.AnnData(np.array([[5], [6]]), obs=obs, var=proteins)
-    >>> with md.set_options(pull_on_update=False):
-    ...     mdata = md.MuData({"rna": rna, "prot": prot})
+    >>> mdata = md.MuData({"rna": rna, "prot": prot})
     >>> cubes = from_mudata_cells(mdata, sample_key="donor", group_key="cell_type")
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
@@ -681,7 +680,7 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
         obs[_free_name("n_cells", obs.columns, "")] = cells[g]
         values = {key: np.asarray(cube.profiles(g, layer=key)) for key in names}
         mods[name] = ad.AnnData(values.pop(layer), obs=obs, var=features, layers=values)
-    with md.set_options(pull_on_update=False):
+    with _mudata_defaults(md):
         mdata = md.MuData(mods, axis=-1)  # every modality has the same obs and var
     mdata.obs = samples
     mdata.var = features
@@ -781,6 +780,13 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
         covariates=((), ()),
         stamp=("from_mudata", {"cells_key": cells_key}),
     )
+
+
+def _mudata_defaults(md: Any) -> contextlib.AbstractContextManager[Any]:
+    """mudata 0.4's behaviour, pulling no columns on update (0.3 warns unless told so)."""
+    if hasattr(md, "set_options"):  # mudata < 0.4
+        return md.set_options(pull_on_update=False)  # type: ignore[no-any-return]
+    return contextlib.nullcontext()
 
 
 def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
