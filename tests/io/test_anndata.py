@@ -342,6 +342,26 @@ def test_path_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")  # zarr formats
+@pytest.mark.parametrize("dense", [False, True], ids=["csr", "dense"])
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_zero_cells_pool_by_path_as_in_memory(tmp_path: Path, dense: bool, suffix: str) -> None:
+    empty = make_cells()[:0].copy()
+    empty.strings_to_categoricals()  # as writing does
+    if dense:
+        empty.X = np.zeros((0, empty.n_vars), dtype=np.float32)
+    expected = from_anndata(empty, sample_key="sample", group_key="cell_type")
+    path = tmp_path / f"empty{suffix}"
+    if suffix == ".h5ad":
+        empty.write_h5ad(path)
+    else:
+        write_zarr(empty, path, 3)
+    pooled = from_anndata(path, sample_key="sample", group_key="cell_type")
+    assert pooled.shape == (0, 0, empty.n_vars)
+    assert pooled.fingerprint == expected.fingerprint
+
+
+@pytest.mark.interop
 @pytest.mark.usefixtures("small_blocks")
 @pytest.mark.parametrize("fraction", [False, True])
 def test_csc_on_disk_is_read_in_column_blocks(tmp_path: Path, cells: Any, fraction: bool) -> None:

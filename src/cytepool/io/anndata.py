@@ -176,7 +176,7 @@ def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_mudata_cells(
-    mdata: mudata.MuData,
+    mdata: mudata.MuData | str | os.PathLike[str],
     *,
     sample_key: str,
     group_key: str,
@@ -194,8 +194,10 @@ def from_mudata_cells(
     Parameters
     ----------
     mdata
-        The cells. Labels and covariates are read from each modality's ``obs``, or, for a
-        key a modality lacks, from the global ``mdata.obs``.
+        The cells: a MuData, or the path of an ``.h5mu`` file (or MuData ``.zarr`` store),
+        which is opened read-only; each modality's ``X`` is then read in row blocks, as
+        :func:`from_anndata` reads a path. Labels and covariates are read from each
+        modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
     sample_key, group_key, samples, groups, layers, progress
         As in :func:`from_anndata`.
 
@@ -226,7 +228,43 @@ def from_mudata_cells(
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
     """
-    observations = {name: _modality_obs(mdata, name, (sample_key, group_key)) for name in mdata.mod}
+    keys = {"sample_key": sample_key, "group_key": group_key, "samples": samples, "groups": groups}
+    if isinstance(mdata, str | os.PathLike):
+        with _open_modalities(mdata) as (everyone, modalities):
+            return _pool_modalities(everyone, modalities, layers=layers, progress=progress, **keys)
+    modalities = {
+        name: _Modality(_matrix_of(mod, layer=None, use_raw=False)[0], mod.obs, mod.var)
+        for name, mod in mdata.mod.items()
+    }
+    return _pool_modalities(mdata.obs, modalities, layers=layers, progress=progress, **keys)
+
+
+@dataclass(frozen=True)
+class _Modality:
+    """What pooling needs of a modality: its matrix (in memory or on disk), obs and var."""
+
+    matrix: Any
+    obs: pd.DataFrame
+    var: pd.DataFrame
+
+
+def _pool_modalities(
+    everyone: pd.DataFrame,
+    modalities: Mapping[str, _Modality],
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates,
+    groups: Covariates,
+    layers: Sequence[str],
+    progress: bool | None,
+) -> dict[str, Cube]:
+    """One cube per modality, on the samples and groups of all; ``everyone`` is the global obs."""
+    keys = (sample_key, group_key)
+    observations = {
+        name: _modality_obs(modality.obs, everyone, name, keys)
+        for name, modality in modalities.items()
+    }
     everything = _concat_frames(list(observations.values()))
     roles = ((sample_key, "sample_key"), (group_key, "group_key"))
     (sample_codes, sample_ids), (group_codes, group_ids) = (
@@ -234,7 +272,7 @@ def from_mudata_cells(
     )
     sample_table, group_table = _axis_tables(
         everything,
-        (sample_key, group_key),
+        keys,
         (sample_codes, group_codes),
         (sample_ids, group_ids),
         (samples, groups),
@@ -242,12 +280,11 @@ def from_mudata_cells(
     )
     cubes = {}
     for name, obs in observations.items():
-        modality = mdata.mod[name]
         where = f"modality {name!r}"
         labels = [_labels(obs, key, role, where) for key, role in roles]
         cube = _pool_with_tables(
-            _matrix_of(modality, layer=None, use_raw=False)[0],
-            modality.var,
+            modalities[name].matrix,
+            modalities[name].var,
             where,
             labels=labels,
             tables=(sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]]),
@@ -289,26 +326,26 @@ def _widened(cube: Cube, samples: pd.DataFrame, groups: pd.DataFrame) -> Cube:
     )
 
 
-def _modality_obs(mdata: mudata.MuData, name: str, keys: Sequence[str]) -> pd.DataFrame:
+def _modality_obs(
+    obs: pd.DataFrame, everyone: pd.DataFrame, name: str, keys: Sequence[str]
+) -> pd.DataFrame:
     """The obs of one modality, with the keys it lacks taken from the global obs."""
-    obs = mdata.mod[name].obs
     missing = [key for key in keys if key not in obs.columns]
     if not missing:
         return obs
-    absent = [key for key in missing if key not in mdata.obs.columns]
+    absent = [key for key in missing if key not in everyone.columns]
     if absent:
         msg = (
             f"obs column {absent[0]!r} is in neither the obs of modality {name!r} nor the "
             f"global mdata.obs"
         )
         raise KeyError(msg)
-    glob = mdata.obs
-    if not glob.index.is_unique:
+    if not everyone.index.is_unique:
         msg = "mdata.obs_names are not unique: cannot take labels from the global obs"
         raise ValueError(msg)
     obs = obs.copy()
     for key in missing:
-        obs[key] = glob[key].reindex(obs.index).to_numpy()
+        obs[key] = everyone[key].reindex(obs.index).to_numpy()
     return obs
 
 
@@ -1268,21 +1305,119 @@ def _open_cells(
     path: str | os.PathLike[str], *, layer: str | None, use_raw: bool
 ) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, str]]:
     """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
-    from anndata.io import read_elem
-
     path = Path(path)
     if layer is not None and use_raw:
         msg = f"pass either layer={layer!r} or use_raw=True, not both"
         raise ValueError(msg)
     with _open_store(path) as root:
-        element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
-        var_path = "raw/var" if use_raw else "var"
-        for needed in (element, "obs", var_path):
-            if needed not in root:
-                msg = f"{path} has no element {needed!r}"
-                raise KeyError(msg)
-        matrix = _on_disk_matrix(root[element])
-        yield matrix, read_elem(root["obs"]), read_elem(root[var_path]), f"{path}:{element}"
+        if not _is_legacy(root):
+            _check_anndata(root, path)
+            element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
+            var_path = "raw/var" if use_raw else "var"
+            for needed in (element, "obs", var_path):
+                if needed not in root:
+                    msg = f"{path} has no element {needed!r}"
+                    raise KeyError(msg)
+            matrix = _on_disk_matrix(root[element])
+            obs, var = _read_frame(root["obs"]), _read_frame(root[var_path])
+            yield matrix, obs, var, f"{path}:{element}"
+            return
+    with _legacy_anndata(path) as adata:
+        yield _legacy_cells(adata, path, layer=layer, use_raw=use_raw)
+
+
+def _read_frame(element: Any) -> pd.DataFrame:
+    """obs or var, read by anndata (files of anndata 0.7 warn of their old categories)."""
+    import warnings
+
+    import anndata as ad
+    from anndata.io import read_elem
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.OldFormatWarning)
+        return read_elem(element)  # type: ignore[no-any-return]
+
+
+def _is_legacy(root: Any) -> bool:
+    """Whether ``root`` is an ``.h5ad`` file in the layout of anndata < 0.7.
+
+    Its obs and var are compound datasets (categories in ``uns``), raw is ``raw.X`` and
+    ``raw.var``, sparse matrices carry ``h5sparse_format``: anndata's own reader knows it.
+    """
+    import h5py
+
+    if not isinstance(root, h5py.File):
+        return False
+    frames = (root.get(name) for name in ("obs", "var"))
+    return "raw.X" in root or any(isinstance(frame, h5py.Dataset) for frame in frames)
+
+
+def _check_anndata(root: Any, path: Path) -> None:
+    if "mod" in root and "X" not in root:
+        msg = f"{path} is a MuData file: pool its modalities with from_mudata_cells"
+        raise ValueError(msg)
+
+
+@contextlib.contextmanager
+def _legacy_anndata(path: Path) -> Iterator[anndata.AnnData]:
+    """An ``.h5ad`` file of anndata < 0.7, opened backed by anndata, which reads its layout.
+
+    Backed, anndata keeps X and raw.X on disk but reads the rest (obs, var, uns, layers, obsm).
+    Its warnings about the old layout (which it converts) are not passed on.
+    """
+    import warnings
+
+    import anndata as ad
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata = ad.read_h5ad(path, backed="r")
+    try:
+        yield adata
+    finally:
+        adata.file.close()
+
+
+def _legacy_cells(
+    adata: anndata.AnnData, path: Path, *, layer: str | None, use_raw: bool
+) -> tuple[Any, pd.DataFrame, pd.DataFrame, str]:
+    """Matrix, obs, var and a label, from an AnnData opened by :func:`_legacy_anndata`."""
+    element = "raw.X" if use_raw else "X" if layer is None else f"layers/{layer}"
+    if (use_raw and adata.raw is None) or (layer is not None and layer not in adata.layers):
+        msg = f"{path} has no element {element!r}"
+        raise KeyError(msg)
+    matrix, var, _ = _matrix_of(adata, layer=layer, use_raw=use_raw)
+    return matrix, _frame(adata.obs), _frame(var), f"{path}:{element}"
+
+
+@contextlib.contextmanager
+def _open_modalities(
+    path: str | os.PathLike[str],
+) -> Iterator[tuple[pd.DataFrame, dict[str, _Modality]]]:
+    """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
+    path = Path(path)
+    with _open_store(path) as root:
+        if "mod" not in root or "obs" not in root:
+            msg = f"{path} is not a MuData file (it has no 'mod' group): pool it with from_anndata"
+            raise ValueError(msg)
+        modalities = {}
+        for name in _modality_order(root["mod"]):
+            where = f"mod/{name}"
+            for needed in ("X", "obs", "var"):
+                if f"{where}/{needed}" not in root:
+                    msg = f"{path} has no element {where}/{needed}"
+                    raise KeyError(msg)
+            group = root[where]
+            modalities[name] = _Modality(
+                _on_disk_matrix(group["X"]), _read_frame(group["obs"]), _read_frame(group["var"])
+            )
+        yield _read_frame(root["obs"]), modalities
+
+
+def _modality_order(mod: Any) -> list[str]:
+    """The modality names in MuData's order (attribute ``mod-order``), else as stored."""
+    names = [str(name) for name in mod.attrs.get("mod-order", [])]
+    return [name for name in names if name in mod] or [str(name) for name in mod]
 
 
 @contextlib.contextmanager
@@ -1349,6 +1484,9 @@ def _row_blocks(matrix: Any) -> Iterator[Any]:
 
 def _block_bounds(matrix: Any) -> Iterator[tuple[int, int]]:
     n_rows, n_columns = matrix.shape
+    if n_rows == 0:  # one empty block, which tells from_cells the number of features
+        yield 0, 0
+        return
     if _is_sparse_dataset(matrix):
         yield from _nonzero_bounds(matrix.group["indptr"], n_rows)
         return
