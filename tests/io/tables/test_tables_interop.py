@@ -2,8 +2,8 @@
 
 anndata writes (``anndata.io.write_elem`` into a zarr-python v3 group) and read_table must give
 what anndata's own ``read_elem`` gives; write_table writes and anndata and zarr-python must read
-the same values and dtypes. These tests also run with anndata 0.13 on Python >= 3.12
-(``scripts/test-anndata013.sh``), whose Zarr v3 output is sharded by default.
+the same values and dtypes. They run on both stacks of ``scripts/test.sh``: anndata 0.12 with
+pandas 2, and anndata 0.13 (Zarr v3 output sharded by default) with pandas 3.
 """
 
 from __future__ import annotations
