@@ -159,7 +159,7 @@ WRITERS = (
 # builds the dataset with integer arithmetic only and writes the files named on the command
 # line. The dataset: 48 cells of 3 samples (2 donors) and 4 cell types, 6 genes in X (CSR),
 # layers["counts"] (dense), and raw with 8 genes (CSC), plus a protein modality for MuData.
-WRITER = r'''
+WRITER = r"""
 import sys, warnings
 import numpy as np
 import pandas as pd
@@ -192,7 +192,8 @@ var = pd.DataFrame(
     index=genes[:n_genes],
 )
 x = sp.csr_matrix(values[:, :n_genes].astype(np.float32))
-adata = ad.AnnData(X=x, obs=obs, var=var, layers={"counts": (values[:, :n_genes] * 2).astype(np.int64)})
+counts = (values[:, :n_genes] * 2).astype(np.int64)
+adata = ad.AnnData(X=x, obs=obs, var=var, layers={"counts": counts})
 raw = ad.AnnData(
     X=sp.csc_matrix((values * 3).astype(np.float32)),
     obs=obs[[]],
@@ -221,7 +222,7 @@ for kind in outputs:
         mdata.obs["sample"] = samples  # rna has no sample, prot no cell type: from here
         mdata.obs["cell_type"] = types
         mdata.write_h5mu(base + ".h5mu")
-'''
+"""
 
 
 def pyenv_python(version: str) -> Path:

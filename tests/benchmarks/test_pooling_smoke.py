@@ -26,7 +26,7 @@ def test_pooling_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "| cytepool from_cells | " in out
     assert "| int64 |" in out
-    scanpy = f"scanpy {importlib.metadata.version('scanpy')}"  # the "scanpy-1.11" case, in this venv
+    scanpy = f"scanpy {importlib.metadata.version('scanpy')}"  # the case "scanpy-1.11"
     for label in (scanpy, "decoupler", "floor: scatter"):
         line = next(row for row in out.splitlines() if label in row)
         assert line.endswith("| equal |") or "read" in line, line

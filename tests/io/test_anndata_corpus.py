@@ -138,9 +138,7 @@ def test_every_writer_gives_the_same_cube(source: str) -> None:
 
 @pytest.mark.interop
 @pytest.mark.parametrize("name", MUDATA_FILES)
-def test_corpus_mudata_pools_by_path_as_in_memory(
-    name: str, blocks: list[tuple[int, int]]
-) -> None:
+def test_corpus_mudata_pools_by_path_as_in_memory(name: str, blocks: list[tuple[int, int]]) -> None:
     path = CORPUS / name
     by_path = from_mudata_cells(path, **KEYS)
     assert len(blocks) > 1

@@ -34,6 +34,7 @@ needs them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -103,8 +104,12 @@ def from_anndata(
     Parameters
     ----------
     adata
-        The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store,
-        which is opened read-only (only ``obs``, ``var`` and the matrix are read).
+        The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store
+        (Zarr v2 or v3, sharded or not), which is opened read-only (only ``obs``, ``var`` and
+        the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
+        dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
+        ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
+        blocks.
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
         ``str`` values of the labels, sorted (as :func:`cytepool.from_cells` sorts them).
@@ -228,15 +233,23 @@ def from_mudata_cells(
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
     """
-    keys = {"sample_key": sample_key, "group_key": group_key, "samples": samples, "groups": groups}
+    pool = functools.partial(
+        _pool_modalities,
+        sample_key=sample_key,
+        group_key=group_key,
+        samples=samples,
+        groups=groups,
+        layers=layers,
+        progress=progress,
+    )
     if isinstance(mdata, str | os.PathLike):
         with _open_modalities(mdata) as (everyone, modalities):
-            return _pool_modalities(everyone, modalities, layers=layers, progress=progress, **keys)
+            return pool(everyone, modalities)
     modalities = {
         name: _Modality(_matrix_of(mod, layer=None, use_raw=False)[0], mod.obs, mod.var)
         for name, mod in mdata.mod.items()
     }
-    return _pool_modalities(mdata.obs, modalities, layers=layers, progress=progress, **keys)
+    return pool(mdata.obs, modalities)
 
 
 @dataclass(frozen=True)
@@ -822,7 +835,7 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
 def _mudata_defaults(md: Any) -> contextlib.AbstractContextManager[Any]:
     """mudata 0.4's behaviour, pulling no columns on update (0.3 warns unless told so)."""
     if hasattr(md, "set_options"):  # mudata < 0.4
-        return md.set_options(pull_on_update=False)  # type: ignore[no-any-return]
+        return md.set_options(pull_on_update=False)
     return contextlib.nullcontext()
 
 
@@ -1016,7 +1029,7 @@ def _check_unique_profiles(
         g, s = divmod(int(pair), len(sample_ids))
         msg = (
             f"{where}: the profile of sample {sample_ids[s]!r} and group {group_ids[g]!r} "
-            f"appears {counts.max()} times in obs; expected one observation per profile"
+            f"appears {np.max(counts)} times in obs; expected one observation per profile"
         )
         raise ValueError(msg)
 
@@ -1274,7 +1287,7 @@ def _eager(value: Any) -> Any:
 
 def _layer_keys(adata: anndata.AnnData) -> list[str]:
     """The names of the layers (anndata 0.13 also lists None, for X)."""
-    return [name for name in adata.layers if name is not None]
+    return [name for name in adata.layers.keys() if name is not None]  # noqa: SIM118
 
 
 def _matrix_of(
@@ -1335,7 +1348,7 @@ def _read_frame(element: Any) -> pd.DataFrame:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ad.OldFormatWarning)
-        return read_elem(element)  # type: ignore[no-any-return]
+        return read_elem(element)
 
 
 def _is_legacy(root: Any) -> bool:

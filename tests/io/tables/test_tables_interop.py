@@ -195,6 +195,8 @@ def test_read_chunked_and_sharded(dataset_kwargs: dict[str, Any], tmp_path: Path
     _check_read(path, anndata_read(path))
 
 
+# zarr 3.1.4 calls the shard shapes anndata asks it to choose experimental
+@pytest.mark.filterwarnings("ignore:Automatic shard shape inference is experimental:UserWarning")
 def test_read_auto_sharded(tmp_path: Path) -> None:
     group = zarr.open_group(tmp_path / "store", mode="w", zarr_format=3)
     with ad.settings.override(auto_shard_zarr_v3=True):

@@ -455,7 +455,9 @@ def build_frame(
     if backend == "pandas":
         assert index is not None
         pandas_index = module.Index(_to_pandas(index, module), name=index_name)
-        data = {name: _pandas_series(column, module, pandas_index) for name, column in columns.items()}
+        data = {
+            name: _pandas_series(column, module, pandas_index) for name, column in columns.items()
+        }
         return module.DataFrame(data, index=pandas_index, columns=list(columns) or None)
     convert = _to_polars if backend == "polars" else _to_arrow
     data = {}
