@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 from typing import Any
@@ -92,11 +94,9 @@ def write_zarr(adata: Any, path: Path, zarr_format: int) -> None:
 
 def snapshot(data: Any) -> Any:
     """A deep copy that compares equal exactly when nothing in the AnnData/MuData changed."""
-    if hasattr(data, "mod"):
-        import mudata as md
-
-        with conv._mudata_defaults(md):
-            return data.copy()
+    if hasattr(data, "mod"):  # parts, as MuData.copy() of mudata 0.4 makes str columns string
+        mods = {name: mod.copy() for name, mod in data.mod.items()}
+        return types.SimpleNamespace(mod=mods, obs=data.obs.copy(), uns=copy.deepcopy(data.uns))
     return data.copy()
 
 

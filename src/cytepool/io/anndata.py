@@ -19,7 +19,8 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
 - ``dtypes``: JSON text ``{"layers": {name: dtype}, "samples" | "groups" | "features":
   {column: pandas dtype}}``, so that the reader restores what writing changed (anndata
   turns repeated strings into categoricals; columns anndata cannot write, such as
-  nullable strings or datetimes, are stored as strings or categoricals);
+  nullable strings or datetimes, are stored as strings or categoricals; pandas 3's ``str``
+  columns, which anndata 0.13 writes, are kept);
 - ``samples``, ``groups``: the whole sample and group tables (samples whose profiles are
   all empty are in no observation, yet belong to the cube);
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;
@@ -1715,11 +1716,21 @@ def _writable(frame: pd.DataFrame) -> pd.DataFrame:
         kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
         if kind in ("m", "M") or isinstance(series.dtype, pd.DatetimeTZDtype):
             series = series.map(lambda value: None if pd.isna(value) else value.isoformat())
-        if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
+        strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
+        if strings and not _is_pandas3_str(series.dtype):
             has_null = bool(series.isna().any())
             series = series.astype("category") if has_null else series.astype(object)
         frame[column] = series
     return frame
+
+
+def _is_pandas3_str(dtype: Any) -> bool:
+    """pandas 3's default ``str`` dtype, which anndata (0.13, the first for pandas 3) writes."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) < 3:
+        return False
+    return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
 
 
 def _restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
