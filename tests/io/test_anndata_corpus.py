@@ -108,6 +108,21 @@ def test_the_corpus_has_every_writer() -> None:
     assert size < 3_000_000
 
 
+def test_the_corpus_has_every_layout() -> None:
+    import h5py
+
+    with h5py.File(CORPUS / "anndata-0.6.22.post1.h5ad", "r") as legacy:
+        assert isinstance(legacy["obs"], h5py.Dataset)  # a compound dataset
+        assert "raw.X" in legacy
+        assert "raw.var" in legacy
+    assert (CORPUS / "anndata-0.12.19.zarr" / ".zgroup").is_file()  # Zarr v2, the default
+    sharded = CORPUS / "anndata-0.13.4.zarr"
+    assert json.loads((sharded / "zarr.json").read_text())["zarr_format"] == 3
+    assert any("sharding_indexed" in p.read_text() for p in sharded.rglob("zarr.json"))
+    unsharded = CORPUS / "anndata-0.12.19-v3.zarr"
+    assert not any("sharding_indexed" in p.read_text() for p in unsharded.rglob("zarr.json"))
+
+
 @pytest.mark.interop
 @pytest.mark.parametrize("source", list(SOURCES))
 @pytest.mark.parametrize("name", ANNDATA_FILES)
