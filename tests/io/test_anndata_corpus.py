@@ -9,6 +9,7 @@ pooled from anndata's own in-memory read, and sums equal to pandas' on that read
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import warnings
@@ -167,6 +168,32 @@ def test_corpus_mudata_pools_by_path_as_in_memory(name: str, blocks: list[tuple[
             if key not in obs:
                 obs[key] = mdata.obs[key].reindex(obs.index).to_numpy()
         assert_sums(cube, obs, *counts_of(mdata.mod[modality], {}))
+
+
+def _mudata_writes_zarr() -> bool:
+    """mudata 0.4 (0.4.1) stores an int64 attribute in write_zarr, which zarr-python refuses."""
+    try:
+        return int(importlib.metadata.version("mudata").split(".")[1]) < 4
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - no mudata, no tests
+        return True
+
+
+@pytest.mark.interop
+@pytest.mark.xfail(
+    not _mudata_writes_zarr(), raises=TypeError, strict=True, reason="mudata 0.4 write_zarr"
+)
+def test_mudata_zarr_store_pools_by_path(tmp_path: Path) -> None:
+    import mudata as md
+
+    mdata = read_in_memory(CORPUS / MUDATA_FILES[-1])
+    with warnings.catch_warnings():  # zarr's notes on formats
+        warnings.simplefilter("ignore")
+        md.write_zarr(tmp_path / "cells.zarr", mdata)
+    by_path = from_mudata_cells(tmp_path / "cells.zarr", **KEYS)
+    in_memory = from_mudata_cells(mdata, **KEYS)
+    assert {k: c.fingerprint for k, c in by_path.items()} == {
+        k: c.fingerprint for k, c in in_memory.items()
+    }
 
 
 @pytest.mark.interop

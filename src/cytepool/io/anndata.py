@@ -1411,9 +1411,12 @@ def _open_modalities(
     """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
     path = Path(path)
     with _open_store(path) as root:
-        if "mod" not in root or "obs" not in root:
+        if "mod" not in root:
             msg = f"{path} is not a MuData file (it has no 'mod' group): pool it with from_anndata"
             raise ValueError(msg)
+        if "obs" not in root:
+            msg = f"{path} has no element 'obs' (the global obs of a MuData)"
+            raise KeyError(msg)
         modalities = {}
         for name in _modality_order(root["mod"]):
             where = f"mod/{name}"
