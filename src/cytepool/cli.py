@@ -646,7 +646,8 @@ def _demo(args: argparse.Namespace) -> None:
     with _step() as took:
         cells = simulate_cells(args.cells, seed=_DEMO_SEED)
         cells.write_h5ad(cells_path)
-    nonzero = cells.X.nnz / (cells.n_obs * cells.n_vars)
+    matrix: Any = cells.X  # a CSR matrix here
+    nonzero = matrix.nnz / (cells.n_obs * cells.n_vars)
     print(
         f"1. simulated {cells.n_obs:,} cells x {cells.n_vars:,} genes: 8 donors x 2 "
         f"conditions, {len(CELL_TYPES)} cell types, negative-binomial counts ({nonzero:.1%} "

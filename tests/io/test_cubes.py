@@ -1052,7 +1052,9 @@ def test_flipped_byte_in_table(stored: Path) -> None:
 
 
 def test_deleted_table_chunk(stored: Path) -> None:
-    (stored / "features" / "symbol" / "c" / "0").unlink()
+    column = stored / "features" / "symbol"  # an array, or a group of values and mask (pandas 3)
+    chunk = next(p for p in sorted(column.rglob("*")) if p.is_file() and p.name != "zarr.json")
+    chunk.unlink()
     with pytest.raises(ValueError, match="features"):
         read_cube(stored)
 

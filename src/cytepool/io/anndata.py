@@ -19,7 +19,8 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
 - ``dtypes``: JSON text ``{"layers": {name: dtype}, "samples" | "groups" | "features":
   {column: pandas dtype}}``, so that the reader restores what writing changed (anndata
   turns repeated strings into categoricals; columns anndata cannot write, such as
-  nullable strings or datetimes, are stored as strings or categoricals);
+  nullable strings or datetimes, are stored as strings or categoricals; pandas 3's ``str``
+  columns, which anndata 0.13 writes, are kept);
 - ``samples``, ``groups``: the whole sample and group tables (samples whose profiles are
   all empty are in no observation, yet belong to the cube);
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;
@@ -36,6 +37,7 @@ needs them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -107,8 +109,12 @@ def from_anndata(
     Parameters
     ----------
     adata
-        The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store,
-        which is opened read-only (only ``obs``, ``var`` and the matrix are read).
+        The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store
+        (Zarr v2 or v3, sharded or not), which is opened read-only (only ``obs``, ``var`` and
+        the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
+        dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
+        ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
+        blocks.
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
         ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
@@ -226,7 +232,7 @@ class _Source:
 
 
 def from_mudata_cells(
-    mdata: mudata.MuData,
+    mdata: mudata.MuData | str | os.PathLike[str],
     *,
     sample_key: str,
     group_key: str,
@@ -245,8 +251,10 @@ def from_mudata_cells(
     Parameters
     ----------
     mdata
-        The cells. Labels and covariates are read from each modality's ``obs``, or, for a
-        key a modality lacks, from the global ``mdata.obs``.
+        The cells: a MuData, or the path of an ``.h5mu`` file (or MuData ``.zarr`` store),
+        which is opened read-only; each modality's ``X`` is then read in row blocks, as
+        :func:`from_anndata` reads a path. Labels and covariates are read from each
+        modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
     sample_key, group_key, samples, groups, layers, allow_float, progress
         As in :func:`from_anndata`.
 
@@ -277,13 +285,63 @@ def from_mudata_cells(
     >>> genes, proteins = pd.DataFrame(index=["CD19", "MS4A1"]), pd.DataFrame(index=["CD20"])
     >>> rna = ad.AnnData(np.array([[1, 2], [3, 4]]), obs=obs, var=genes)
     >>> prot = ad.AnnData(np.array([[5], [6]]), obs=obs, var=proteins)
-    >>> with md.set_options(pull_on_update=False):
-    ...     mdata = md.MuData({"rna": rna, "prot": prot})
+    >>> mdata = md.MuData({"rna": rna, "prot": prot})
     >>> cubes = from_mudata_cells(mdata, sample_key="donor", group_key="cell_type")
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
     """
-    observations = {name: _modality_obs(mdata, name, (sample_key, group_key)) for name in mdata.mod}
+    pool = functools.partial(
+        _pool_modalities,
+        sample_key=sample_key,
+        group_key=group_key,
+        samples=samples,
+        groups=groups,
+        layers=layers,
+        allow_float=allow_float,
+        progress=progress,
+    )
+    if isinstance(mdata, str | os.PathLike):
+        with _open_modalities(mdata) as (everyone, modalities):
+            return pool(everyone, modalities)
+    modalities = {name: _in_memory(mod, name) for name, mod in mdata.mod.items()}
+    return pool(mdata.obs, modalities)
+
+
+def _in_memory(modality: anndata.AnnData, name: str) -> _Modality:
+    matrix, var, source = _matrix_of(
+        modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
+    )
+    return _Modality(matrix, modality.obs, var, replace(source, modality=True))
+
+
+@dataclass(frozen=True)
+class _Modality:
+    """What pooling needs of a modality: its matrix (in memory or on disk), obs, var, names."""
+
+    matrix: Any
+    obs: pd.DataFrame
+    var: pd.DataFrame
+    source: _Source
+
+
+def _pool_modalities(
+    everyone: pd.DataFrame,
+    modalities: Mapping[str, _Modality],
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates,
+    groups: Covariates,
+    layers: Sequence[str],
+    allow_float: bool,
+    progress: bool | None,
+) -> dict[str, Cube]:
+    """One cube per modality, on the samples and groups of all; ``everyone`` is the global obs."""
+    keys = (sample_key, group_key)
+    observations = {
+        name: _modality_obs(modality.obs, everyone, name, keys)
+        for name, modality in modalities.items()
+    }
     everything = _concat_frames(list(observations.values()))
     roles = ((sample_key, "sample_key"), (group_key, "group_key"))
     every_obs = "the obs of mdata's modalities"
@@ -292,7 +350,7 @@ def from_mudata_cells(
     )
     sample_table, group_table, covariates = _axis_tables(
         everything,
-        (sample_key, group_key),
+        keys,
         (sample_codes, group_codes),
         (sample_ids, group_ids),
         (samples, groups),
@@ -300,15 +358,13 @@ def from_mudata_cells(
     )
     cubes = {}
     for name, obs in observations.items():
-        modality = mdata.mod[name]
-        matrix, var, source = _matrix_of(
-            modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
-        )
-        source = replace(source, modality=True)
+        modality = modalities[name]
+        source = modality.source
         labels = [_labels(obs, key, role, source.obs) for key, role in roles]
         tables = (sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]])
         options = {"layers": layers, "allow_float": allow_float, "progress": progress}
-        cube = _pool_with_tables(matrix, (obs, var), source, labels, tables, None, options)
+        frames = (obs, modality.var)
+        cube = _pool_with_tables(modality.matrix, frames, source, labels, tables, None, options)
         cube = _widened(cube, sample_table, group_table)
         parameters = {
             "modality": name,
@@ -348,26 +404,26 @@ def _widened(cube: Cube, samples: pd.DataFrame, groups: pd.DataFrame) -> Cube:
     )
 
 
-def _modality_obs(mdata: mudata.MuData, name: str, keys: Sequence[str]) -> pd.DataFrame:
+def _modality_obs(
+    obs: pd.DataFrame, everyone: pd.DataFrame, name: str, keys: Sequence[str]
+) -> pd.DataFrame:
     """The obs of one modality, with the keys it lacks taken from the global obs."""
-    obs = mdata.mod[name].obs
     missing = [key for key in keys if key not in obs.columns]
     if not missing:
         return obs
-    absent = [key for key in missing if key not in mdata.obs.columns]
+    absent = [key for key in missing if key not in everyone.columns]
     if absent:
         msg = (
             f"obs column {absent[0]!r} is in neither the obs of modality {name!r} nor the "
             f"global mdata.obs"
         )
         raise KeyError(msg)
-    glob = mdata.obs
-    if not glob.index.is_unique:
+    if not everyone.index.is_unique:
         msg = "mdata.obs_names are not unique: cannot take labels from the global obs"
         raise ValueError(msg)
     obs = obs.copy()
     for key in missing:
-        obs[key] = glob[key].reindex(obs.index).to_numpy()
+        obs[key] = everyone[key].reindex(obs.index).to_numpy()
     return obs
 
 
@@ -756,7 +812,7 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
         obs[_free_name("n_cells", obs.columns, "")] = cells[g]
         values = {key: np.asarray(cube.profiles(g, layer=key)) for key in names}
         mods[name] = ad.AnnData(values.pop(layer), obs=obs, var=features, layers=values)
-    with md.set_options(pull_on_update=False):
+    with _mudata_defaults(md):
         mdata = md.MuData(mods, axis=-1)  # every modality has the same obs and var
     record = _record(cube, tables, layer, cells)
     record["modalities"] = modalities
@@ -885,6 +941,13 @@ def _without_groups(record: dict[str, Any] | None) -> Cube:
         for name in record["layers"]
     }
     return _from_modality_rows(obs, sums, features, record, None)
+
+
+def _mudata_defaults(md: Any) -> contextlib.AbstractContextManager[Any]:
+    """mudata 0.4's behaviour, pulling no columns on update (0.3 warns unless told so)."""
+    if hasattr(md, "set_options"):  # mudata < 0.4
+        return md.set_options(pull_on_update=False)
+    return contextlib.nullcontext()
 
 
 def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -1077,7 +1140,7 @@ def _check_unique_profiles(
         g, s = divmod(int(pair), len(sample_ids))
         msg = (
             f"{where}: the profile of sample {sample_ids[s]!r} and group {group_ids[g]!r} "
-            f"appears {counts.max()} times in obs; expected one observation per profile"
+            f"appears {np.max(counts)} times in obs; expected one observation per profile"
         )
         raise ValueError(msg)
 
@@ -1388,7 +1451,7 @@ def _eager(value: Any) -> Any:
 
 def _layer_keys(adata: anndata.AnnData) -> list[str]:
     """The names of the layers (anndata 0.13 also lists None, for X)."""
-    return [name for name in adata.layers if name is not None]
+    return [name for name in adata.layers.keys() if name is not None]  # noqa: SIM118
 
 
 def _matrix_of(
@@ -1426,18 +1489,21 @@ def _open_cells(
     path: str | os.PathLike[str], *, layer: str | None, use_raw: bool
 ) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, _Source]]:
     """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
-    from anndata.io import read_elem
-
     _check_either(layer, use_raw)
     source = _Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
     with _open_store(Path(path)) as root:
-        element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
-        var_path = "raw/var" if use_raw else "var"
-        for needed in (element, "obs", var_path):
-            if needed not in root:
-                raise _missing_element(root, needed, source)
-        matrix = _on_disk_matrix(root[element])
-        yield matrix, read_elem(root["obs"]), read_elem(root[var_path]), source
+        if not _is_legacy(root):
+            _check_anndata(root, source)
+            element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
+            var_path = "raw/var" if use_raw else "var"
+            for needed in (element, "obs", var_path):
+                if needed not in root:
+                    raise _missing_element(root, needed, source)
+            matrix = _on_disk_matrix(root[element])
+            yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+            return
+    with _legacy_anndata(Path(path)) as adata:
+        yield _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
 
 
 def _layer_name(layer: str | None) -> str:
@@ -1454,6 +1520,109 @@ def _missing_element(root: Any, element: str, source: _Source) -> KeyError:
     return KeyError(msg)
 
 
+def _read_frame(element: Any) -> pd.DataFrame:
+    """obs or var, read by anndata (files of anndata 0.7 warn of their old categories)."""
+    import warnings
+
+    import anndata as ad
+    from anndata.io import read_elem
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.OldFormatWarning)
+        return read_elem(element)
+
+
+def _is_legacy(root: Any) -> bool:
+    """Whether ``root`` is an ``.h5ad`` file in the layout of anndata < 0.7.
+
+    Its obs and var are compound datasets (categories in ``uns``), raw is ``raw.X`` and
+    ``raw.var``, sparse matrices carry ``h5sparse_format``: anndata's own reader knows it.
+    """
+    import h5py
+
+    if not isinstance(root, h5py.File):
+        return False
+    frames = (root.get(name) for name in ("obs", "var"))
+    return "raw.X" in root or any(isinstance(frame, h5py.Dataset) for frame in frames)
+
+
+def _check_anndata(root: Any, source: _Source) -> None:
+    if "mod" in root and "X" not in root:
+        msg = f"{source.owner} is a MuData file: pool its modalities with from_mudata_cells"
+        raise ValueError(msg)
+
+
+@contextlib.contextmanager
+def _legacy_anndata(path: Path) -> Iterator[anndata.AnnData]:
+    """An ``.h5ad`` file of anndata < 0.7, opened backed by anndata, which reads its layout.
+
+    Backed, anndata keeps X and raw.X on disk but reads the rest (obs, var, uns, layers, obsm).
+    Its warnings about the old layout (which it converts) are not passed on.
+    """
+    import warnings
+
+    import anndata as ad
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata = ad.read_h5ad(path, backed="r")
+    try:
+        yield adata
+    finally:
+        adata.file.close()
+
+
+def _legacy_cells(
+    adata: anndata.AnnData, source: _Source, *, layer: str | None, use_raw: bool
+) -> tuple[Any, pd.DataFrame, pd.DataFrame, _Source]:
+    """Matrix, obs, var and their names, from an AnnData opened by :func:`_legacy_anndata`."""
+    if use_raw and adata.raw is None:
+        msg = f"{source.owner} has no raw.X"
+        raise KeyError(msg)
+    if layer is not None and layer not in adata.layers:
+        msg = f"{source.owner} has no {_layer_name(layer)}; its layers are {_layer_keys(adata)}"
+        raise KeyError(msg)
+    matrix, var, _ = _matrix_of(adata, layer=layer, use_raw=use_raw)
+    return matrix, _frame(adata.obs), _frame(var), source
+
+
+@contextlib.contextmanager
+def _open_modalities(
+    path: str | os.PathLike[str],
+) -> Iterator[tuple[pd.DataFrame, dict[str, _Modality]]]:
+    """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
+    path = Path(path)
+    with _open_store(path) as root:
+        if "mod" not in root:
+            msg = f"{path} is not a MuData file (it has no 'mod' group): pool it with from_anndata"
+            raise ValueError(msg)
+        if "obs" not in root:
+            msg = f"{path} has no element 'obs' (the global obs of a MuData)"
+            raise KeyError(msg)
+        modalities = {}
+        for name in _modality_order(root["mod"]):
+            where = f"mod/{name}"
+            for needed in ("X", "obs", "var"):
+                if f"{where}/{needed}" not in root:
+                    msg = f"{path} has no element {where}/{needed}"
+                    raise KeyError(msg)
+            group = root[where]
+            owner = f"modality {name!r} of {os.fspath(path)}"
+            modalities[name] = _Modality(
+                _on_disk_matrix(group["X"]),
+                _read_frame(group["obs"]),
+                _read_frame(group["var"]),
+                _Source(owner, "X", path=True, modality=True),
+            )
+        yield _read_frame(root["obs"]), modalities
+
+
+def _modality_order(mod: Any) -> list[str]:
+    """The modality names in MuData's order (attribute ``mod-order``), else as stored."""
+    names = [str(name) for name in mod.attrs.get("mod-order", [])]
+    return [name for name in names if name in mod] or [str(name) for name in mod]
+
+
 @contextlib.contextmanager
 def _open_store(path: Path) -> Iterator[Any]:
     if not path.exists():
@@ -1463,10 +1632,11 @@ def _open_store(path: Path) -> Iterator[Any]:
         import zarr
 
         try:
-            yield zarr.open_group(path, mode="r")
+            group = zarr.open_group(path, mode="r")
         except (ValueError, OSError) as error:
             msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
             raise ValueError(msg) from error
+        yield group
         return
     import h5py
 
@@ -1518,6 +1688,9 @@ def _row_blocks(matrix: Any) -> Iterator[Any]:
 
 def _block_bounds(matrix: Any) -> Iterator[tuple[int, int]]:
     n_rows, n_columns = matrix.shape
+    if n_rows == 0:  # one empty block, which tells from_cells the number of features
+        yield 0, 0
+        return
     if _is_sparse_dataset(matrix):
         yield from _nonzero_bounds(matrix.group["indptr"], n_rows)
         return
@@ -1733,11 +1906,21 @@ def _writable(frame: pd.DataFrame) -> pd.DataFrame:
         kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
         if kind in ("m", "M") or isinstance(series.dtype, pd.DatetimeTZDtype):
             series = series.map(lambda value: None if pd.isna(value) else value.isoformat())
-        if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
+        strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
+        if strings and not _is_pandas3_str(series.dtype):
             has_null = bool(series.isna().any())
             series = series.astype("category") if has_null else series.astype(object)
         frame[column] = series
     return frame
+
+
+def _is_pandas3_str(dtype: Any) -> bool:
+    """pandas 3's default ``str`` dtype, which anndata (0.13, the first for pandas 3) writes."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) < 3:
+        return False
+    return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
 
 
 def _restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:

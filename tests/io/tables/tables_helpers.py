@@ -11,6 +11,17 @@ import numpy as np
 BACKENDS = ["pandas", "polars", "pyarrow"]
 
 
+def inferred_strings_encoding() -> str:
+    """How a pandas column of strings made without a dtype is stored.
+
+    pandas 2 makes it an object column (``string-array``), pandas 3 a ``str`` column, which is
+    stored as anndata 0.13 stores it (``nullable-string-array`` with ``na-value`` "NaN").
+    """
+    import pandas as pd
+
+    return "string-array" if int(pd.__version__.split(".")[0]) < 3 else "nullable-string-array"
+
+
 def library_of(frame: Any) -> str:
     """The backend a native frame belongs to."""
     return type(frame).__module__.split(".")[0]

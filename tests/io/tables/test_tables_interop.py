@@ -2,8 +2,8 @@
 
 anndata writes (``anndata.io.write_elem`` into a zarr-python v3 group) and read_table must give
 what anndata's own ``read_elem`` gives; write_table writes and anndata and zarr-python must read
-the same values and dtypes. These tests also run with anndata 0.13 on Python >= 3.12
-(``scripts/test-anndata013.sh``), whose Zarr v3 output is sharded by default.
+the same values and dtypes. They run on both stacks of ``scripts/test.sh``: anndata 0.12 with
+pandas 2, and anndata 0.13 (Zarr v3 output sharded by default) with pandas 3.
 """
 
 from __future__ import annotations
@@ -195,12 +195,14 @@ def test_read_chunked_and_sharded(dataset_kwargs: dict[str, Any], tmp_path: Path
     _check_read(path, anndata_read(path))
 
 
+# zarr 3.1.4 calls the shard shapes anndata asks it to choose experimental
+@pytest.mark.filterwarnings("ignore:Automatic shard shape inference is experimental:UserWarning")
 def test_read_auto_sharded(tmp_path: Path) -> None:
     group = zarr.open_group(tmp_path / "store", mode="w", zarr_format=3)
     with ad.settings.override(auto_shard_zarr_v3=True):
         ad.io.write_elem(group, "df", LONG)
     path = tmp_path / "store" / "df"
-    document = json.loads((path / "s" / "zarr.json").read_text())
+    document = json.loads((path / "i" / "zarr.json").read_text())
     assert document["codecs"][0]["name"] == "sharding_indexed"
     _check_read(path, anndata_read(path))
 
@@ -212,7 +214,8 @@ def test_anndata_reads_what_cytepool_writes(frame: Any, tmp_path: Path) -> None:
     theirs = anndata_write(frame, tmp_path / "theirs")
     expected = anndata_read(theirs)
     if isinstance(frame.index, pd.RangeIndex):  # AnnData's row names: strings
-        expected.index = expected.index.astype(str).astype(object)
+        # as pandas infers an index of str objects: object in pandas 2, str in pandas 3
+        expected.index = pd.Index(expected.index.astype(str).to_numpy(dtype=object))
     pd.testing.assert_frame_equal(anndata_read(ours), expected, check_exact=True)
     _assert_same_encoding(ours, theirs, range_index=isinstance(frame.index, pd.RangeIndex))
     _assert_zarr_python_reads_the_same(ours)
@@ -332,10 +335,10 @@ def test_anndata_reads_pandas_extension_types(make: Callable[[], Any], tmp_path:
     frame = make()
     write_table(frame, tmp_path / "t")
     seen = anndata_read(tmp_path / "t")
-    assert seen["zoned"].dtype == np.dtype("datetime64[ns]")
+    for name in ("zoned", "naive", "delta"):  # in the input's unit: ns in pandas 2, us in 3
+        kind = "timedelta64" if name == "delta" else "datetime64"
+        assert seen[name].dtype == np.dtype(f"{kind}[{frame[name].dt.unit}]")
     assert seen["zoned"].iloc[0] == pd.Timestamp("2020-01-01 05:00")
-    assert seen["naive"].dtype == np.dtype("datetime64[ns]")
-    assert seen["delta"].dtype == np.dtype("timedelta64[ns]")
     assert seen["F"].dtype == np.float64
     pd.testing.assert_frame_equal(read_table(tmp_path / "t"), frame, check_exact=True)
 

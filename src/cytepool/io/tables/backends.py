@@ -63,7 +63,7 @@ class Source:
 
 def source_of(frame: Any, index: str | None) -> Source:
     """Check a frame's names and dtypes and return how to write it (nothing converted yet)."""
-    if type(frame).__module__.startswith("pandas."):
+    if type(frame).__module__.split(".")[0] == "pandas":  # "pandas" in pandas 3
         _check_names(frame.columns)  # before narwhals, which refuses repeated names its own way
     try:
         nw_frame = nw.from_native(frame, eager_only=True)
@@ -458,8 +458,10 @@ def build_frame(
     module = import_backend(backend)
     if backend == "pandas":
         assert index is not None
-        data = {name: _to_pandas(column, module) for name, column in columns.items()}
         pandas_index = module.Index(_to_pandas(index, module), name=index_name)
+        data = {
+            name: _pandas_series(column, module, pandas_index) for name, column in columns.items()
+        }
         return module.DataFrame(data, index=pandas_index, columns=list(columns) or None)
     convert = _to_polars if backend == "polars" else _to_arrow
     data = {}
@@ -495,6 +497,17 @@ def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.
             )
             raise FormatError(msg)
     return converted
+
+
+def _pandas_series(column: Column, pd: Any, index: Any) -> Any:
+    """A column for a pandas frame: a ``string-array`` stays object, as anndata reads it.
+
+    (pandas 3 would infer its ``str`` dtype from an object array, but not from a Series.)
+    """
+    values = _to_pandas(column, pd)
+    if isinstance(values, np.ndarray) and values.dtype == _OBJECT:
+        return pd.Series(values, dtype=object, index=index, copy=False)
+    return values
 
 
 def _to_pandas(column: Column, pd: Any) -> Any:

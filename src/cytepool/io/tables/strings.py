@@ -200,8 +200,8 @@ def decimal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     body = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint8)
     body[(ends - lengths)[negative]] = ord("-")
     positions = ends - 1
-    fewest = int(digits.min()) if len(digits) else 0
-    for k in range(int(digits.max()) if len(digits) else 0):
+    fewest = int(np.min(digits)) if len(digits) else 0
+    for k in range(int(np.max(digits)) if len(digits) else 0):
         if k >= fewest:  # only the numbers with more than k digits
             keep = digits > k
             magnitude, positions, digits = magnitude[keep], positions[keep], digits[keep]

@@ -259,7 +259,7 @@ class Reader:
 
     @staticmethod
     def _check_bools(target: np.ndarray[Any, Any], where: str) -> None:
-        if target.view(np.uint8).max(initial=0) > 1:
+        if np.max(target.view(np.uint8), initial=0) > 1:
             raise _corrupt(where, "a bool chunk holds a byte other than 0 and 1")
 
     def _decode_strings(

@@ -145,8 +145,8 @@ def read_shard_index(
     if codec.index_codecs.crc32c:
         _check_crc(raw, where)
     byte_order = "<" if codec.index_codecs.endian == "little" else ">"
-    pairs = np.frombuffer(raw, dtype=f"{byte_order}u8", count=(size // 16) * 2)
-    pairs = pairs.astype(np.uint64).reshape(-1, 2)
+    flat = np.frombuffer(raw, dtype=f"{byte_order}u8", count=(size // 16) * 2)
+    pairs = flat.astype(np.uint64).reshape(-1, 2)
     low, high = (0, file_size - size) if codec.index_location == "end" else (size, file_size)
     return _check_entries(pairs[:, 0], pairs[:, 1], (low, high), max_chunk_nbytes, where)
 
