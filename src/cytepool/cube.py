@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from cytepool import fingerprint as _fp
-from cytepool.errors import ConstraintError, FormatError, _check_keys
+from cytepool.errors import (
+    ConstraintError,
+    FormatError,
+    InputError,
+    InputIndexError,
+    InputTypeError,
+    UnknownIdError,
+    check_keys,
+)
 from cytepool.layers import (
     ArrayLayer,
     ConcatLayer,
@@ -92,17 +100,17 @@ class Normalization:
     def __post_init__(self) -> None:
         if not isinstance(self.method, str):
             msg = f"normalization: method must be a string, found {type(self.method).__name__}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if not self.method:
             msg = "normalization: method must not be empty"
-            raise ValueError(msg)
+            raise InputError(msg)
         raw = np.asarray(self.factors)
         if raw.dtype.kind not in "iuf":
             msg = f"normalization: factors must be real numbers, found data type {raw.dtype}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if raw.ndim != 2:
             msg = f"normalization: factors must be 2-D (groups, samples), found shape {raw.shape}"
-            raise ValueError(msg)
+            raise InputError(msg)
         factors = np.array(raw, dtype=np.float64)
         bad = ~(np.isfinite(factors) & (factors > 0))
         if bad.any():
@@ -111,7 +119,7 @@ class Normalization:
                 f"normalization: factor {factors[g, s]} at group #{g}, sample #{s} is not "
                 "positive and finite"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         factors.flags.writeable = False
         object.__setattr__(self, "factors", factors)
 
@@ -173,17 +181,17 @@ class Provenance:
             if not isinstance(getattr(self, key), str):
                 found = type(getattr(self, key)).__name__
                 msg = f"provenance: {key} must be a string, found {found}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
         if not isinstance(self.parameters, Mapping):
             found = type(self.parameters).__name__
             msg = f"provenance: parameters must be a mapping, found {found}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         params = _json_copy(dict(self.parameters), "provenance parameters")
         inputs = tuple(self.inputs)
         for value in inputs:
             if value is not None and not _fp._HEX.fullmatch(str(value)):
                 msg = f"provenance: inputs must be fingerprints or None, found {value!r}"
-                raise ValueError(msg)
+                raise InputError(msg)
         object.__setattr__(self, "parameters", params)
         object.__setattr__(self, "inputs", inputs)
 
@@ -206,7 +214,7 @@ class Provenance:
         FormatError
             If ``data`` is not such a dict (a ValueError).
         """
-        _check_keys("provenance", data, {"operation", "parameters", "version", "time", "inputs"})
+        check_keys("provenance", data, {"operation", "parameters", "version", "time", "inputs"})
         if not isinstance(data["inputs"], list):
             msg = f"provenance: inputs must be a list, found {data['inputs']!r}"
             raise FormatError(msg)
@@ -257,20 +265,20 @@ class _Table:
                 f"{axis}: expected a table (a pandas, polars or pyarrow frame), "
                 f"found {type(data).__name__}"
             )
-            raise TypeError(msg) from err
+            raise InputTypeError(msg) from err
         except ValueError as err:  # such as duplicate column names
             msg = f"{axis}: {err}"
-            raise ValueError(msg) from err
+            raise InputError(msg) from err
         if df.implementation.is_pandas_like():
             df = cls._from_pandas(df, axis)
         names = list(df.columns)
         for name in names:
             if not isinstance(name, str):
                 msg = f"{axis}: column names must be strings, found {name!r}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
         if id_column not in names:
             msg = f"{axis}: expected an id column {id_column!r}, found columns {names}"
-            raise ValueError(msg)
+            raise InputError(msg)
         df = df.select([id_column, *(n for n in names if n != id_column)])
         if len(df) == 0 and df.schema[id_column] != nw.String:
             df = df.with_columns(nw.col(id_column).cast(nw.String()))
@@ -285,18 +293,18 @@ class _Table:
         index = native.index
         if index.nlevels != 1:
             msg = f"{axis}: a MultiIndex is not supported; reset it into columns"
-            raise ValueError(msg)
+            raise InputError(msg)
         if index.name == id_column:
             if id_column in native.columns:
                 msg = f"{axis}: both the index and a column are named {id_column!r}"
-                raise ValueError(msg)
+                raise InputError(msg)
             native = native.reset_index()
         elif index.name is not None:
             msg = (
                 f"{axis}: the index is named {index.name!r}; expected the ids in an index or "
                 f"column named {id_column!r} (reset the index to keep it as a column)"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         else:
             native = native.reset_index(drop=True)
         return nw.from_native(native, eager_only=True)
@@ -320,7 +328,7 @@ class _Table:
         if unknown:
             more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
             msg = f"{self.axis}: unknown ids {unknown[:10]}{more}"
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=unknown[0], known=self.ids)
         return np.array([pos[i] for i in ids], dtype=np.intp)
 
     def resolve(self, selection: Any) -> Index | None:
@@ -336,7 +344,7 @@ class _Table:
         arr = np.asarray(items)
         if arr.ndim != 1:
             msg = f"{self.axis}: expected ids, positions or a mask, found shape {arr.shape}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         idx: Index
         if arr.size == 0:
             idx = np.zeros(0, dtype=np.intp)
@@ -349,7 +357,7 @@ class _Table:
                 f"{self.axis}: expected ids (strings), positions (integers) or a boolean mask, "
                 f"found {arr.dtype} values"
             )
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         _check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
         return idx
 
@@ -390,7 +398,7 @@ class _Table:
             frame = nw.concat(frames, how="vertical" if same else "diagonal")
         except Exception as err:
             msg = f"{axis}: the tables cannot be joined ({type(err).__name__}: {err})"
-            raise ValueError(msg) from err
+            raise InputError(msg) from err
         frame = _reset(frame)
         ids = [i for t in tables for i in t.ids]
         _check_unique(ids, axis, "would hold")
@@ -401,7 +409,7 @@ def _check_unique(ids: Sequence[str], axis: str, verb: str) -> None:
     if len(set(ids)) != len(ids):
         dup = sorted(i for i, count in Counter(ids).items() if count > 1)
         msg = f"{axis}: the ids must be unique; it {verb} {dup[:10]} more than once"
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 def _check_ids(df: Any, axis: str) -> list[str]:
@@ -411,19 +419,19 @@ def _check_ids(df: Any, axis: str) -> list[str]:
     column = df.get_column(id_column)
     if column.dtype != nw.String:
         msg = f"{axis}: the ids in {id_column!r} must be strings, found data type {column.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     missing = np.flatnonzero(np.asarray(column.is_null().to_numpy(), dtype=bool))
     if missing.size:
         msg = (
             f"{axis}: {missing.size} ids in {id_column!r} are missing (rows "
             f"{missing[:5].tolist()}); expected a non-null string id on every row"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     ids = column.to_list()
     for i in ids:
         if not isinstance(i, str):
             msg = f"{axis}: the ids in {id_column!r} must be strings, found {i!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
     _check_unique(ids, axis, "holds")
     return list(ids)
 
@@ -435,16 +443,16 @@ def _check_cells(cells: Any, tables: Mapping[str, _Table]) -> np.ndarray[Any, An
     arr = np.asarray(cells)
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         msg = f"cells: expected integers, found data type {arr.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     shape = (len(tables["groups"].ids), len(tables["samples"].ids))
     if arr.shape != shape:
         msg = f"cells: expected shape (n_groups, n_samples) = {shape}, found {arr.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         g, s = np.argwhere(arr > np.iinfo(np.int64).max)[0]
         msg = f"cells: group {tables['groups'].ids[g]!r}, sample {tables['samples'].ids[s]!r}: "
         msg += f"{arr[g, s]} does not fit int64"
-        raise ValueError(msg)
+        raise InputError(msg)
     out = np.array(arr, dtype=np.int64)
     if (out < 0).any():
         g, s = np.argwhere(out < 0)[0]
@@ -464,13 +472,13 @@ def _check_normalization(normalization: Any, shape: tuple[int, int, int]) -> Nor
         msg = (
             f"normalization: expected a Normalization or None, found {type(normalization).__name__}"
         )
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if normalization.factors.shape != shape[:2]:
         msg = (
             f"normalization: expected factors of shape (n_groups, n_samples) = {shape[:2]}, "
             f"found {normalization.factors.shape}"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     return normalization
 
 
@@ -479,21 +487,21 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping):
         msg = f"metadata: expected a mapping, found {type(metadata).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     for key in metadata:
         if not isinstance(key, str):
             msg = f"metadata: keys must be strings, found {key!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
     return dict(_json_copy(dict(metadata), "metadata"))
 
 
 def _check_name(name: Any) -> str:
     if not isinstance(name, str):
         msg = f"layers: names must be strings, found {name!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if not name or "/" in name or name in (".", "..") or "\0" in name:
         msg = f"layers: {name!r} is not a valid layer name (non-empty, without '/')"
-        raise ValueError(msg)
+        raise InputError(msg)
     return name
 
 
@@ -539,7 +547,7 @@ def _build_layer(
         _fp.layer_dtype(value.dtype, what=f"layer {name!r}")
         if not hasattr(value, "__getitem__"):
             msg = f"layer {name!r}: expected an array, found {type(value).__name__}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         eager = isinstance(value, np.ndarray)
         if eager:
             value = value.view()
@@ -560,7 +568,7 @@ def _build_layer(
     if tuple(layer.shape) != shape:
         msg = f"layer {name!r}: expected shape (n_groups, n_samples, n_features) = {shape}, "
         msg += f"found {tuple(layer.shape)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if isinstance(layer, ArrayLayer) and layer.eager:
         _check_eager(layer.array, name, tables, cells)
         layer.array.flags.writeable = False
@@ -687,7 +695,7 @@ class Cube:
     ) -> None:
         if digests is not None and not isinstance(digests, _fp.Digests):
             msg = f"digests: expected a fingerprint.Digests, found {type(digests).__name__}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         tables = {
             "samples": _Table.from_user(samples, "samples"),
             "groups": _Table.from_user(groups, "groups"),
@@ -699,7 +707,7 @@ class Cube:
         meta = _check_metadata(metadata)
         if not isinstance(layers, Mapping):
             msg = f"layers: expected a mapping of name to array, found {type(layers).__name__}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         built: dict[str, tuple[LazyLayer, Any]] = {}
         for name, value in layers.items():
             known = None if digests is None else digests.layers.get(name)
@@ -774,7 +782,7 @@ class Cube:
         for record in records:
             if not isinstance(record, Provenance):
                 msg = f"provenance: expected Provenance records, found {type(record).__name__}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
         cube = cls.__new__(cls)
         cube._setup(layers, samples, groups, features, cells, normalization, metadata, digests)
         cube._provenance = records
@@ -885,7 +893,7 @@ class Cube:
             return self._layers[layer]
         except (KeyError, TypeError):
             msg = f"no layer {layer!r}; the cube has layers {list(self._layers)}"
-            raise KeyError(msg) from None
+            raise UnknownIdError(msg, unknown=layer, known=self._layers) from None
 
     def _group_position(self, group: Any) -> int:
         if isinstance(group, str):
@@ -894,10 +902,10 @@ class Cube:
             n = self.shape[0]
             if not -n <= int(group) < n:
                 msg = f"group position {group} is out of range for {n} groups"
-                raise IndexError(msg)
+                raise InputIndexError(msg)
             return int(group) % n
         msg = f"group: expected an id (str) or a position (int), found {type(group).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
 
     def _read(
         self, layer: str, group: int, samples: Any = None, features: Any = None
@@ -1058,7 +1066,7 @@ class Cube:
         for record in records:
             if not isinstance(record, Provenance):
                 msg = f"provenance: expected Provenance records, found {type(record).__name__}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
         cube = Cube._derived(
             tables=self._tables,
             layers={n: (self._layers[n], self._exposed[n]) for n in self._layers},
@@ -1201,28 +1209,28 @@ class Cube:
         """
         if not isinstance(groups, Mapping):
             msg = f"merge_groups: expected a mapping of new id to group ids, found {groups!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         table = self._tables["groups"]
         owner: dict[int, str] = {}
         members_of: dict[str, Index] = {}
         for new, old in groups.items():
             if not isinstance(new, str):
                 msg = f"merge_groups: new group ids must be strings, found {new!r}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
             if isinstance(old, str) or not isinstance(old, Iterable):
                 msg = f"merge_groups: {new!r} must map to a list of group ids, found {old!r}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
             idx = table.locate(list(old))
             if idx.size == 0:
                 msg = f"merge_groups: {new!r} merges no groups"
-                raise ValueError(msg)
+                raise InputError(msg)
             for i in idx.tolist():
                 if i in owner:
                     msg = (
                         f"merge_groups: group {table.ids[i]!r} is merged twice "
                         f"(into {owner[i]!r} and {new!r})"
                     )
-                    raise ValueError(msg)
+                    raise InputError(msg)
                 owner[i] = new
             members_of[new] = idx
         members: list[Index] = []
@@ -1306,12 +1314,12 @@ class Cube:
         table = self._tables["samples"]
         if not isinstance(by, str):
             msg = f"pool_samples: by must be a column name, found {by!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if by not in table.frame.columns:
             msg = (
                 f"pool_samples: no column {by!r} in the samples table; found {table.frame.columns}"
             )
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=by, known=table.frame.columns)
         series = table.frame.get_column(by)
         keys = _fp.canonical_column(series, by).row_keys()
         missing = [table.ids[i] for i, k in enumerate(keys) if k is None]
@@ -1320,7 +1328,7 @@ class Cube:
                 f"pool_samples: {len(missing)} samples have no value in {by!r} "
                 f"(such as {missing[:5]}); give every sample a value or select the others"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         values = series.cast(nw.String()).to_list() if series.dtype == nw.Categorical else None
         raw = values if values is not None else series.to_list()
         order: dict[Any, list[int]] = {}
@@ -1376,15 +1384,15 @@ def _sum_cells(
 def _check_cubes(cubes: Any, operation: str) -> list[Cube]:
     if isinstance(cubes, Cube) or not isinstance(cubes, Iterable):
         msg = f"{operation}: expected a sequence of cubes, found {type(cubes).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     out = list(cubes)
     if not out:
         msg = f"{operation}: expected at least one cube"
-        raise ValueError(msg)
+        raise InputError(msg)
     for c in out:
         if not isinstance(c, Cube):
             msg = f"{operation}: expected cubes, found {type(c).__name__}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
     first = out[0]
     for i, c in enumerate(out[1:], start=1):
         mine = {n: layer.dtype.name for n, layer in first._layers.items()}
@@ -1394,14 +1402,14 @@ def _check_cubes(cubes: Any, operation: str) -> list[Cube]:
                 f"{operation}: cube {i} has layers {sorted(theirs)}, cube 0 has {sorted(mine)}; "
                 "the cubes must have the same layers"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         for name in mine:
             if mine[name] != theirs[name]:
                 msg = (
                     f"{operation}: layer {name!r} is {theirs[name]} in cube {i} and "
                     f"{mine[name]} in cube 0; the data types must match"
                 )
-                raise TypeError(msg)
+                raise InputTypeError(msg)
     return out
 
 
@@ -1416,7 +1424,7 @@ def _align(first: _Table, other: _Table, axis: str, operation: str, i: int) -> I
             f"{operation}: cube {i} does not hold the same {axis} as cube 0 "
             f"(not in cube 0: {extra}; missing: {missing})"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     return other.locate(first.ids)
 
 
@@ -1461,13 +1469,13 @@ def _concat_normalization(
             f"concat: the cubes have different normalizations {sorted(map(str, methods))}; "
             "build them with the same normalization method, or without one"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     factors = [_aligned_2d(n.factors, p) for n, p in zip(norms, perms, strict=True) if n]
     method = norms[0].method if norms[0] else ""
     if axis == "features":
         if not all(np.array_equal(f, factors[0]) for f in factors):
             msg = "concat: the cubes' normalization factors differ; along features they must match"
-            raise ValueError(msg)
+            raise InputError(msg)
         return norms[0]
     return Normalization(method, np.concatenate(factors, axis=AXES.index(axis)))
 
@@ -1520,7 +1528,7 @@ def concat(cubes: Iterable[Cube], axis: Axis) -> Cube:
     """
     if axis not in AXES:
         msg = f"concat: axis must be one of {list(AXES)}, found {axis!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     cubes = _check_cubes(cubes, "concat")
     first = cubes[0]
     others = [a for a in AXES if a != axis]
@@ -1540,7 +1548,7 @@ def concat(cubes: Iterable[Cube], axis: Axis) -> Cube:
                     f"cells at group {tables['groups'].ids[g]!r}, sample "
                     f"{tables['samples'].ids[s]!r}, cube 0 has {cells_parts[0][g, s]}"
                 )
-                raise ValueError(msg)
+                raise InputError(msg)
         cells = cells_parts[0]
     else:
         cells = np.concatenate(cells_parts, axis=AXES.index(axis))

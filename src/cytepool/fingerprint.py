@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cytepool.errors import FormatError, _check_keys
+from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
     from cytepool.cube import Normalization
@@ -74,7 +74,7 @@ def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
         found = None
     if found is None or found.newbyteorder("=").name not in LAYER_DTYPES:
         msg = f"{what}: expected a data type among {', '.join(LAYER_DTYPES)}, found {dtype!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return LAYER_DTYPES[found.newbyteorder("=").name]
 
 
@@ -115,10 +115,10 @@ def group_digest(dtype: Any, block: Any) -> str:
     arr = np.asarray(block)
     if arr.ndim != 2:
         msg = f"group block: expected a 2-D (samples, features) array, found shape {arr.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if arr.dtype.newbyteorder("=") != dt:
         msg = f"group block: expected data type {dt.name}, found {arr.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     h = hashlib.sha256(b"cytepool.group/1\0")
     h.update(_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
     rows = max(1, _PIECE_BYTES // max(1, arr.shape[1] * dt.itemsize))
@@ -152,13 +152,13 @@ def cells_digest(cells: Any) -> str:
     arr = np.asarray(cells)
     if arr.dtype.kind not in "iu":
         msg = f"cells: expected an integer array, found data type {arr.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if arr.ndim != 2:
         msg = f"cells: expected a 2-D (groups, samples) array, found shape {arr.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         msg = "cells: a value does not fit int64"
-        raise ValueError(msg)
+        raise InputError(msg)
     data = np.ascontiguousarray(arr, dtype="<i8")
     h = hashlib.sha256(b"cytepool.cells/1\0")
     h.update(_u64(arr.shape[0]) + _u64(arr.shape[1]))
@@ -323,7 +323,7 @@ def _unsupported(name: str, dtype: Any) -> TypeError:
         f"table column {name!r}: data type {dtype} is not supported; expected booleans, "
         "integers, floats, strings, categoricals, dates, datetimes or durations"
     )
-    return TypeError(msg)
+    return InputTypeError(msg)
 
 
 def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
@@ -581,17 +581,17 @@ def canonical_table(frame: Any) -> list[CanonicalColumn]:
         index = native.index
         if getattr(index, "nlevels", 1) != 1:
             msg = "table: a pandas MultiIndex is not supported; reset it into columns"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if index.name is not None:
             iname = index.name
             if not isinstance(iname, str):
                 msg = f"table: column names must be strings, found index name {iname!r}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
             columns.append(canonical_column(index.to_series(), iname))
     for name in df.columns:
         if not isinstance(name, str):
             msg = f"table: column names must be strings, found {name!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         columns.append(canonical_column(df.get_column(name), name))
     return columns
 
@@ -649,7 +649,7 @@ def table_digest(frame: Any) -> str:
 def _check_hex(value: Any, what: str) -> str:
     if not isinstance(value, str) or not _HEX.fullmatch(value):
         msg = f"digests: {what} must be 64 lowercase hex digits, found {value!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return value
 
 
@@ -700,7 +700,7 @@ class Digests:
         tables = dict(self.tables)
         if sorted(tables) != sorted(TABLE_NAMES):
             msg = f"digests: expected tables {list(TABLE_NAMES)}, found {sorted(tables)}"
-            raise ValueError(msg)
+            raise InputError(msg)
         for key, value in tables.items():
             _check_hex(value, f"table {key!r}")
         _check_hex(self.cells, "cells")
@@ -712,17 +712,17 @@ class Digests:
                 f"digests: the layers {sorted(layers)} and the layers with a data type "
                 f"{sorted(dtypes)} differ"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         for name, groups in layers.items():
             for i, digest in enumerate(groups):
                 if digest is not None:
                     _check_hex(digest, f"layer {name!r} group {i}")
             if dtypes[name] not in LAYER_DTYPES:
                 msg = f"digests: layer {name!r} has data type {dtypes[name]!r}, not a layer type"
-                raise ValueError(msg)
+                raise InputError(msg)
         if len({len(v) for v in layers.values()}) > 1:
             msg = "digests: the layers have different numbers of groups"
-            raise ValueError(msg)
+            raise InputError(msg)
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "dtypes", dtypes)
@@ -748,7 +748,7 @@ class Digests:
                 if v is None
             ]
             msg = f"digests: the fingerprint needs every group digest; missing {missing[:5]}"
-            raise ValueError(msg)
+            raise InputError(msg)
         h = hashlib.sha256(b"cytepool.fingerprint/1\0")
         for name in TABLE_NAMES:
             h.update(bytes.fromhex(self.tables[name]))
@@ -781,17 +781,17 @@ class Digests:
         FormatError
             If ``data`` is not such a dict (a ValueError).
         """
-        _check_keys("digests", data, {"tables", "cells", "normalization", "layers", "dtypes"})
+        check_keys("digests", data, {"tables", "cells", "normalization", "layers", "dtypes"})
         try:
             for key in ("tables", "layers", "dtypes"):
                 if not isinstance(data[key], Mapping):
                     msg = f"digests: {key!r} must be an object, found {data[key]!r}"
-                    raise ValueError(msg)
+                    raise InputError(msg)
             layers = {}
             for name, groups in data["layers"].items():
                 if not isinstance(groups, Sequence) or isinstance(groups, str):
                     msg = f"digests: layer {name!r} must be a list, found {groups!r}"
-                    raise ValueError(msg)
+                    raise InputError(msg)
                 layers[name] = tuple(groups)
             return cls(
                 tables=dict(data["tables"]),

@@ -49,6 +49,7 @@ import numpy as np
 
 from cytepool import _progress, _words
 from cytepool._labels import factorize
+from cytepool.errors import InputError, InputTypeError, UnknownIdError
 
 if TYPE_CHECKING:
     import anndata
@@ -417,10 +418,10 @@ def _modality_obs(
             f"obs column {absent[0]!r} is in neither the obs of modality {name!r} nor the "
             f"global mdata.obs"
         )
-        raise KeyError(msg)
+        raise UnknownIdError(msg)
     if not everyone.index.is_unique:
         msg = "mdata.obs_names are not unique: cannot take labels from the global obs"
-        raise ValueError(msg)
+        raise InputError(msg)
     obs = obs.copy()
     for key in missing:
         obs[key] = everyone[key].reindex(obs.index).to_numpy()
@@ -491,7 +492,7 @@ def _pool_with_tables(
     expected = (len(labels[0][0]), len(feature_table))
     if shape != expected:
         msg = f"{source.matrix} has shape {shape}, expected {expected} (cells x features)"
-        raise ValueError(msg)
+        raise InputError(msg)
     sample_labels, group_labels = (
         pd.Categorical.from_codes(
             table.index.get_indexer(pd.Index(ids, dtype=object))[codes], categories=table.index
@@ -634,7 +635,7 @@ def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) ->
     names = list(cube.layers)
     if layer not in names:
         msg = f"the cube has no layer {layer!r}; its layers are {names}"
-        raise KeyError(msg)
+        raise UnknownIdError(msg, unknown=layer, known=names)
     cells = np.asarray(cube.cells, dtype=np.int64)
     group_rows, sample_rows = np.nonzero(cells > 0 if drop_empty else np.ones_like(cells, bool))
     tables = _cube_tables(cube)
@@ -799,7 +800,7 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
     names = list(cube.layers)
     if layer not in names:
         msg = f"the cube has no layer {layer!r}; its layers are {names}"
-        raise KeyError(msg)
+        raise UnknownIdError(msg, unknown=layer, known=names)
     tables = _cube_tables(cube)
     cells = np.asarray(cube.cells, dtype=np.int64)
     modalities = _modality_names(tables["groups"].index)
@@ -933,7 +934,7 @@ def _without_groups(record: dict[str, Any] | None) -> Cube:
 
     if record is None or "features" not in record:
         msg = "mdata has no modalities, and no record of to_mudata with the features of a cube"
-        raise ValueError(msg)
+        raise InputError(msg)
     features = record["features"]
     obs = pd.DataFrame({"sample_id": [], "group_id": [], "n_cells": []}, dtype=object)
     sums: dict[str | None, np.ndarray] = {
@@ -953,7 +954,7 @@ def _mudata_defaults(md: Any) -> contextlib.AbstractContextManager[Any]:
 def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
     if var is not None and not var.index.equals(other.index):
         msg = f"{where} has other features than the first modality: every modality must match"
-        raise ValueError(msg)
+        raise InputError(msg)
     return other if var is None else var
 
 
@@ -1033,7 +1034,7 @@ def _recorded_parts(
                 f"{where}: obs holds {name} ids that uns[{RECORD_KEY!r}] does not know, e.g. "
                 f"{unknown[0]!r}; delete uns[{RECORD_KEY!r}] to read it as any pseudobulk AnnData"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
     layers = {}
     for name in record["layers"]:
         key = None if name == record["layer"] else name
@@ -1142,7 +1143,7 @@ def _check_unique_profiles(
             f"{where}: the profile of sample {sample_ids[s]!r} and group {group_ids[g]!r} "
             f"appears {np.max(counts)} times in obs; expected one observation per profile"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 def _foreign_layer(values: np.ndarray, where: str) -> np.ndarray:
@@ -1168,12 +1169,12 @@ def _as_dtype(values: np.ndarray, dtype: str, where: str) -> np.ndarray:
                 f"{where} holds non-integer values (e.g. {values[fraction][0]} in row {row}), "
                 f"but integers ({dtype}) are required: pass the layer holding the counts"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
     if target.kind in "iu" and values.size:
         info = np.iinfo(target)
         if values.min() < info.min or values.max() > info.max:
             msg = f"{where} holds values outside the range of {dtype}"
-            raise ValueError(msg)
+            raise InputError(msg)
     return values.astype(target)
 
 
@@ -1187,7 +1188,7 @@ def _whole_numbers(column: pd.Series, where: str) -> np.ndarray:
             f"{where}: obs column {column.name!r} must hold cell numbers (whole numbers >= 0) "
             f"but holds {column.iloc[row]!r} in row {column.index[row]!r}"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     return values.astype(np.int64)
 
 
@@ -1195,7 +1196,7 @@ def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
     if cells_key is not None:
         if cells_key not in obs.columns:
             msg = f"{where}: cells_key {cells_key!r} is not a column of obs; columns: {list(obs)}"
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=cells_key, known=obs.columns)
         return cells_key
     for name in _CELLS_COLUMNS:
         if name in obs.columns:
@@ -1206,20 +1207,20 @@ def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
         f"profile (sc.get.aggregate does not record them; count the cells per profile and "
         f"add them to obs)"
     )
-    raise ValueError(msg)
+    raise InputError(msg)
 
 
 def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) -> np.ndarray:
     """The dense sums of a pseudobulk AnnData (``X`` or a layer), checked."""
     if layer is not None and layer not in adata.layers:
         msg = f"{where} has no layer {layer!r}; its layers are {_layer_keys(adata)}"
-        raise KeyError(msg)
+        raise UnknownIdError(msg, unknown=layer, known=_layer_keys(adata))
     values = adata.X if layer is None else adata.layers[layer]
     label = f"{where}.X" if layer is None else f"{where}.layers[{layer!r}]"
     if values is None:
         hint = f" pass layer= naming one of {_layer_keys(adata)}" if _layer_keys(adata) else ""
         msg = f"{label} is empty: there are no sums to read;{hint}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if hasattr(values, "compute"):  # dask, from a lazily opened AnnData
         values = values.compute()
     if hasattr(values, "toarray"):
@@ -1245,7 +1246,7 @@ def _labels(obs: pd.DataFrame, key: str, role: str, obs_name: str) -> tuple[np.n
             f"{_words.option(role)} {key!r} is not a column of {obs_name}; "
             f"its columns: {list(map(str, obs.columns))}"
         )
-        raise KeyError(msg)
+        raise UnknownIdError(msg, unknown=key, known=obs.columns)
     column = obs[key]
     what = f"column {key!r} of {obs_name} ({_words.option(role)})"
     missing = column.isna().to_numpy()
@@ -1255,7 +1256,7 @@ def _labels(obs: pd.DataFrame, key: str, role: str, obs_name: str) -> tuple[np.n
             f"{what} has {int(missing.sum())} missing labels, e.g. in row {str(first)!r}: "
             f"drop those rows or fill them in"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     codes, ids = factorize(column, what)
     return codes.astype(np.intp), ids
 
@@ -1387,17 +1388,17 @@ def _check_covariate(
             f"{axis} covariate {name!r} ({_words.option(f'{axis}s')}) is not a column of "
             f"{obs_name}; its columns: {list(map(str, obs.columns))}"
         )
-        raise KeyError(msg)
+        raise UnknownIdError(msg, unknown=name, known=obs.columns)
     if name in {"sample_id", "group_id"}:
         msg = f"{name!r} cannot be a {axis} covariate: it is the name of an id column"
-        raise ValueError(msg)
+        raise InputError(msg)
     reason = _variation(obs[name], codes, first, ids, axis)
     if reason is not None:
         msg = (
             f"column {name!r} of {obs_name} {reason}: it cannot be a {axis} covariate "
             f"({_words.option(f'{axis}s')})"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 def _feature_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.DataFrame:
@@ -1412,7 +1413,7 @@ def _feature_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.
             f"{int((index == duplicated).sum())} times): make them unique first, e.g. with "
             f"var_names_make_unique() on a copy"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     if columns is not None:
         missing = [c for c in columns if c not in var.columns]
         if missing:
@@ -1420,7 +1421,7 @@ def _feature_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.
                 f"feature column {missing[0]!r} is not a column of {var_name}; its columns: "
                 f"{list(map(str, var.columns))}"
             )
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=missing[0], known=var.columns)
     table = pd.DataFrame(var if columns is None else var[list(columns)]).copy()
     table.index = pd.Index([str(name) for name in index], name="feature_id")
     return table
@@ -1462,26 +1463,26 @@ def _matrix_of(
     if use_raw:
         if adata.raw is None:
             msg = f"{_words.option('use_raw')} asks for {owner}.raw.X, but {owner}.raw is None"
-            raise ValueError(msg)
+            raise InputError(msg)
         return adata.raw.X, adata.raw.var, _Source(owner, "raw.X")
     if layer is not None:
         if layer not in adata.layers:
             msg = f"{owner} has no layer {layer!r}; its layers are {_layer_keys(adata)}"
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=layer, known=_layer_keys(adata))
         return adata.layers[layer], adata.var, _Source(owner, f"layers[{layer!r}]")
     if adata.X is None:
         msg = (
             f"{owner}.X is empty: pass {_words.option('layer')} naming the layer that holds "
             f"the counts, one of {_layer_keys(adata)}"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     return adata.X, adata.var, _Source(owner, "X")
 
 
 def _check_either(layer: str | None, use_raw: bool) -> None:
     if layer is not None and use_raw:
         msg = f"pass either {_words.option('layer')} or {_words.option('use_raw')}, not both"
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 @contextlib.contextmanager
@@ -1517,7 +1518,7 @@ def _missing_element(root: Any, element: str, source: _Source) -> KeyError:
         layers = sorted(root["layers"]) if "layers" in root else []
         what = f"{_layer_name(element.removeprefix('layers/'))}; its layers are {layers}"
     msg = f"{source.owner} has no {what}"
-    return KeyError(msg)
+    return UnknownIdError(msg)
 
 
 def _read_frame(element: Any) -> pd.DataFrame:
@@ -1549,7 +1550,7 @@ def _is_legacy(root: Any) -> bool:
 def _check_anndata(root: Any, source: _Source) -> None:
     if "mod" in root and "X" not in root:
         msg = f"{source.owner} is a MuData file: pool its modalities with from_mudata_cells"
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 @contextlib.contextmanager
@@ -1578,10 +1579,10 @@ def _legacy_cells(
     """Matrix, obs, var and their names, from an AnnData opened by :func:`_legacy_anndata`."""
     if use_raw and adata.raw is None:
         msg = f"{source.owner} has no raw.X"
-        raise KeyError(msg)
+        raise UnknownIdError(msg)
     if layer is not None and layer not in adata.layers:
         msg = f"{source.owner} has no {_layer_name(layer)}; its layers are {_layer_keys(adata)}"
-        raise KeyError(msg)
+        raise UnknownIdError(msg, unknown=layer, known=_layer_keys(adata))
     matrix, var, _ = _matrix_of(adata, layer=layer, use_raw=use_raw)
     return matrix, _frame(adata.obs), _frame(var), source
 
@@ -1595,17 +1596,17 @@ def _open_modalities(
     with _open_store(path) as root:
         if "mod" not in root:
             msg = f"{path} is not a MuData file (it has no 'mod' group): pool it with from_anndata"
-            raise ValueError(msg)
+            raise InputError(msg)
         if "obs" not in root:
             msg = f"{path} has no element 'obs' (the global obs of a MuData)"
-            raise KeyError(msg)
+            raise UnknownIdError(msg)
         modalities = {}
         for name in _modality_order(root["mod"]):
             where = f"mod/{name}"
             for needed in ("X", "obs", "var"):
                 if f"{where}/{needed}" not in root:
                     msg = f"{path} has no element {where}/{needed}"
-                    raise KeyError(msg)
+                    raise UnknownIdError(msg)
             group = root[where]
             owner = f"modality {name!r} of {os.fspath(path)}"
             modalities[name] = _Modality(
@@ -1635,7 +1636,7 @@ def _open_store(path: Path) -> Iterator[Any]:
             group = zarr.open_group(path, mode="r")
         except (ValueError, OSError) as error:
             msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
-            raise ValueError(msg) from error
+            raise InputError(msg) from error
         yield group
         return
     import h5py
@@ -1644,7 +1645,7 @@ def _open_store(path: Path) -> Iterator[Any]:
         file = h5py.File(path, "r")
     except OSError as error:
         msg = f"{path} is not an .h5ad (HDF5) file: {error}"
-        raise ValueError(msg) from error
+        raise InputError(msg) from error
     with file:
         yield file
 
@@ -1657,7 +1658,7 @@ def _on_disk_matrix(element: Any) -> Any:
         return sparse_dataset(element)
     if not hasattr(element, "shape") or len(element.shape) != 2:
         msg = f"{element.name} is not a matrix (encoding {encoding!r})"
-        raise ValueError(msg)
+        raise InputError(msg)
     return element
 
 
@@ -1723,17 +1724,17 @@ def _check_values(values: np.ndarray, where: str) -> None:
     """Counts-like values: numbers, finite and non-negative."""
     if values.dtype.kind not in "biuf":
         msg = f"{where} has dtype {values.dtype}; expected numbers (counts)"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if values.size == 0 or values.dtype.kind in "bu":
         return
     low = values.min()
     if not low >= 0:
         what = "NaN values" if np.isnan(low) else f"negative values (min {low})"
         msg = f"{where} holds {what}: expected sums of counts; name their layer with layer="
-        raise ValueError(msg)
+        raise InputError(msg)
     if values.dtype.kind == "f" and not np.isfinite(values.max()):
         msg = f"{where} holds infinite values: expected counts"
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1856,7 +1857,7 @@ def _read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
             f"{where}.uns[{RECORD_KEY!r}] has version {raw.get('version')!r}; this cytepool "
             f"reads version {_RECORD_VERSION}: upgrade cytepool"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     try:
         record = {
             "layer": str(raw["layer"]),
@@ -1878,7 +1879,7 @@ def _read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
             record["features"].index = record["features"].index.astype(str)
     except (KeyError, TypeError, ValueError) as error:
         msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({error!r}): delete it or rewrite it"
-        raise ValueError(msg) from error
+        raise InputError(msg) from error
     for name in ("samples", "groups"):
         record[name].index = record[name].index.astype(str).rename(_ID_COLUMNS[name])
     return record

@@ -36,8 +36,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from cytepool.errors import FormatError, StoreChangedError, StoredTypeError
+from cytepool.errors import (
+    FormatError,
+    InputError,
+    InputTypeError,
+    StoreChangedError,
+    StoredTypeError,
+)
 from cytepool.io._atomic import replace_directory
+from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
     METADATA_FILE,
@@ -83,7 +90,6 @@ _TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shap
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
 _CHUNK_BYTES = 1 << 20  # the decoded size a layer chunk aims at
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-_BACKENDS = ("pandas", "polars", "pyarrow")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
 _ATTEMPTS = 16
@@ -171,13 +177,13 @@ def write_cube(
     from cytepool.cube import Cube
 
     if not isinstance(cube, Cube):
-        message = f"write_cube expects a cytepool.Cube, got {type(cube).__name__}"
-        raise TypeError(message)
+        message = f"write_cube expects a cytepool.Cube, found {type(cube).__name__}"
+        raise InputTypeError(message)
     target = _local_target(path)
     level = check_compression(compression, level)
     if not isinstance(overwrite, bool):
-        message = f"overwrite must be True or False, got {overwrite!r}"
-        raise TypeError(message)
+        message = f"overwrite must be True or False, found {overwrite!r}"
+        raise InputTypeError(message)
     _check_layer_names(list(cube.layers))
 
     def build(temporary: Path) -> None:
@@ -263,12 +269,7 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
     root = _local_path(path)
-    if not isinstance(backend, str):
-        message = f"backend must be a string, got {type(backend).__name__}"
-        raise TypeError(message)
-    if backend not in _BACKENDS:
-        message = f"backend must be one of {', '.join(map(repr, _BACKENDS))}, got {backend!r}"
-        raise ValueError(message)
+    check_backend(backend)
     try:
         handle = LocalStore(root).open()
     except FileNotFoundError as error:
@@ -293,15 +294,15 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
 def _local_path(path: object) -> Path:
     """Return ``path`` as a Path, refusing URLs and anything that is not a path."""
     if not isinstance(path, str | os.PathLike):
-        message = f"path must be a str or os.PathLike, got {type(path).__name__}"
-        raise TypeError(message)
+        message = f"path must be a str or os.PathLike, found {type(path).__name__}"
+        raise InputTypeError(message)
     text = os.fspath(path)
     if not isinstance(text, str):
-        message = f"path must be a text path, got {type(text).__name__}"
-        raise TypeError(message)
+        message = f"path must be a text path, found {type(text).__name__}"
+        raise InputTypeError(message)
     if _URL.match(text):
-        message = f"cube files are local directories; got the URL {text!r}"
-        raise ValueError(message)
+        message = f"cube files are local directories; found the URL {text!r}"
+        raise InputError(message)
     return Path(text)
 
 
@@ -342,14 +343,14 @@ def _check_layer_names(names: list[str]) -> None:
                 " be a non-empty string without / \\ : * ? \" < > | or NUL, not '.' or '..',"
                 " not starting with '__' and of at most 255 bytes of UTF-8"
             )
-            raise ValueError(message)
+            raise InputError(message)
         other = seen.setdefault(name.casefold(), name)
         if other != name:
             message = (
                 f"layer names {other!r} and {name!r} differ only in case, so they would "
                 "share a directory on case-insensitive file systems"
             )
-            raise ValueError(message)
+            raise InputError(message)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from cytepool.errors import InputIndexError, InputTypeError
 from cytepool.io import zarr as _zarr
 from cytepool.io.zarr import _vlen
 from cytepool.io.zarr._reading import Reader
@@ -59,7 +60,7 @@ class StringRows:
         start, stop, step = key.indices(self.shape[0])
         if step != 1:
             msg = f"{type(self).__name__} takes slices with step 1, found {key!r}"
-            raise IndexError(msg)
+            raise InputIndexError(msg)
         stop = max(start, stop)
         lengths, body = self.utf8(start, stop)
         return _strings(lengths, body)
@@ -307,5 +308,5 @@ def _bounds(selection: Any) -> tuple[int, int]:
     (axis,) = selection
     if not isinstance(axis, slice) or axis.step not in (None, 1):
         msg = f"a string column is read in slices of rows, found {axis!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return axis.start, axis.stop

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, InputError
 
 __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
 
@@ -104,7 +104,7 @@ def _assemble(
     count = n if count is None else count
     if count < n:
         msg = f"a chunk of {count} items cannot hold {n} strings"
-        raise ValueError(msg)
+        raise InputError(msg)
     size = len(raw) - (n - 1 if separated and n else 0)
     end = 4 + 4 * n + size
     out = np.empty(end + 4 * (count - n), dtype=np.uint8)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from cytepool.errors import InputError, InputTypeError
 from cytepool.io.zarr import indexing
 from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr.metadata import ArrayMetadata, DataType
@@ -69,23 +70,23 @@ def _rows(
     block = data[...] if bounds is None else data[bounds[0] : bounds[1]]
     if isinstance(block, np.ma.MaskedArray):
         msg = f"data gave rows {bounds} as a numpy masked array"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     block = np.asarray(block)
     if block.shape != shape:
         msg = f"data gave rows {bounds} of shape {block.shape}, expected {shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if data_type.is_string:
         return _string_rows(block, bounds)
     if block.dtype.newbyteorder("=") != dtype.newbyteorder("="):
         msg = f"data gave rows {bounds} of dtype {block.dtype}, expected {dtype}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return block
 
 
 def _string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, Any]:
     if block.dtype.kind not in "TUO":
         msg = f"data gave rows {bounds} of dtype {block.dtype}, expected strings"
-        raise ValueError(msg)
+        raise InputError(msg)
     if block.dtype.kind == "O":
         values = block.ravel().tolist()
         try:
@@ -93,7 +94,7 @@ def _string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, An
         except TypeError:
             bad = next(v for v in values if not isinstance(v, str))
             msg = f"an object array to write as strings holds a {type(bad).__name__}: {bad!r}"
-            raise TypeError(msg) from None
+            raise InputTypeError(msg) from None
     return block
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import numpy as np
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import FormatError, InputError, UnsupportedFeatureError
 from cytepool.io.zarr import _vlen
 from cytepool.io.zarr.metadata import (  # the shared field checks
     _fail,
@@ -110,7 +110,7 @@ def import_zstd() -> types.ModuleType:
                 continue
             _zstd = module
             return module
-    raise ValueError(_ZSTD_HINT)
+    raise InputError(_ZSTD_HINT)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import FormatError, InputError, InputTypeError, UnsupportedFeatureError
 from cytepool.io.zarr import indexing
 
 if TYPE_CHECKING:
@@ -102,21 +102,21 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key, value in pairs:
         if key in result:
             msg = f"repeated key {key!r} in a JSON object"
-            raise ValueError(msg)
+            raise InputError(msg)
         result[key] = value
     return result
 
 
 def _no_constants(token: str) -> Any:
     msg = f"the JSON token {token} is not valid JSON (RFC 8259)"
-    raise ValueError(msg)
+    raise InputError(msg)
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         msg = f"the JSON number {text} does not fit a 64-bit float"
-        raise ValueError(msg)
+        raise InputError(msg)
     return value
 
 
@@ -391,7 +391,7 @@ class DataType:
             if native == core and dtype.fields is None:
                 return cls(name, core)
         msg = f"the data type {dtype} is not one of the Zarr data types {_supported_types()}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
 
     def to_json(self) -> str | dict[str, Any]:
         """The ``data_type`` field."""
@@ -826,10 +826,10 @@ def check_attributes(attributes: Any) -> dict[str, Any]:
         return {}
     if not isinstance(attributes, Mapping):
         msg = f"attributes must be a mapping, not {type(attributes).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if not all(isinstance(key, str) for key in attributes):
         msg = "attribute names must be strings"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     result: dict[str, Any] = json.loads(json.dumps(dict(attributes), allow_nan=False))
     return result
 
