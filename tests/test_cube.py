@@ -13,6 +13,7 @@ import pytest
 
 import cytepool
 from cytepool import Cube, Normalization, Provenance
+from cytepool._assemble import from_parts, parts_of, provenance_record, with_provenance
 from cytepool.errors import ConstraintError, FormatError
 from cytepool.fingerprint import Digests
 from cytepool.layers import LazyLayer
@@ -401,9 +402,9 @@ def test_lazy_array_layers_checked_when_read() -> None:
     with pytest.raises(ConstraintError, match="layer 'counts', group 'T', sample 's4': value -2"):
         cube.profiles("T")
     with pytest.raises(ConstraintError, match="group 'T'"):
-        cube._read("counts", 1, samples=[3], features=[4])
+        parts_of(cube).read("counts", 1, samples=[3], features=[4])
     np.testing.assert_array_equal(
-        cube._read("counts", 1, samples=[0], features=[4]), [[counts[1, 0, 4]]]
+        parts_of(cube).read("counts", 1, samples=[0], features=[4]), [[counts[1, 0, 4]]]
     )
 
 
@@ -416,7 +417,9 @@ def test_lazy_zero_cells_checked_when_read() -> None:
     cube = make_cube(layers={"counts": CountingArray(counts)}, cells=cells)
     with pytest.raises(ConstraintError, match="group 'NK', sample 's1': the profile pools 0 cells"):
         cube.profiles("NK")
-    np.testing.assert_array_equal(cube._read("counts", 2, features=[2, 3]), counts[2][:, [2, 3]])
+    np.testing.assert_array_equal(
+        parts_of(cube).read("counts", 2, features=[2, 3]), counts[2][:, [2, 3]]
+    )
 
 
 def test_lazy_layer_in_new_cube_checked_against_new_cells() -> None:
@@ -684,22 +687,24 @@ def test_concat_tables_with_other_columns() -> None:
 def test_concat_normalization() -> None:
     factors = np.arange(1, 13, dtype=float).reshape(3, 4)
     cube = make_cube(normalization=Normalization("n", factors))
-    joined = cytepool.concat([cube.select(samples=[2, 3]), cube.select(samples=[0, 1])], "samples")
+    joined = cytepool.concat(
+        [cube.select(samples=[2, 3]), cube.select(samples=[0, 1])], axis="samples"
+    )
     assert joined.normalization is not None
     np.testing.assert_array_equal(joined.normalization.factors, factors[:, [2, 3, 0, 1]])
     by_features = cytepool.concat(
-        [cube.select(features=[0]), cube.select(features=[1])], "features"
+        [cube.select(features=[0]), cube.select(features=[1])], axis="features"
     )
     assert by_features.normalization == cube.normalization
     with pytest.raises(ValueError, match="concat: the cubes have different normalizations"):
-        cytepool.concat([cube.select(samples=[0]), make_cube().select(samples=[1])], "samples")
+        cytepool.concat([cube.select(samples=[0]), make_cube().select(samples=[1])], axis="samples")
     other = make_cube(normalization=Normalization("n", factors * 2))
     with pytest.raises(ValueError, match="along features they must match"):
-        cytepool.concat([cube.select(features=[0]), other.select(features=[1])], "features")
+        cytepool.concat([cube.select(features=[0]), other.select(features=[1])], axis="features")
     plain = make_cube()
     assert (
         cytepool.concat(
-            [plain.select(groups=[0]), plain.select(groups=[1])], "groups"
+            [plain.select(groups=[0]), plain.select(groups=[1])], axis="groups"
         ).normalization
         is None
     )
@@ -714,7 +719,9 @@ def test_concat_errors() -> None:
     ):
         cytepool.concat([cube.select(samples=[0, 1]), cube.select(samples=[0])], axis="samples")
     with pytest.raises(ValueError, match="concat: cube 1 does not hold the same groups as cube 0"):
-        cytepool.concat([cube.select(samples=[0]), cube.select(samples=[1], groups=[0])], "samples")
+        cytepool.concat(
+            [cube.select(samples=[0]), cube.select(samples=[1], groups=[0])], axis="samples"
+        )
     cells = np.full((3, 4), 7)
     cells[1, 2] = 8
     with pytest.raises(
@@ -722,7 +729,8 @@ def test_concat_errors() -> None:
         match="along features the cells must match; cube 1 has 8 cells at group 'T', sample 's3'",
     ):
         cytepool.concat(
-            [cube.select(features=[0]), make_cube(cells=cells).select(features=[1])], "features"
+            [cube.select(features=[0]), make_cube(cells=cells).select(features=[1])],
+            axis="features",
         )
     pl_cube = make_cube("polars").select(samples=["s2"])
     mixed = cytepool.concat([cube.select(samples=["s1"]), pl_cube], axis="samples")
@@ -736,11 +744,11 @@ def test_concat_errors() -> None:
     )
     joined = cytepool.concat(
         [make_cube("polars").select(samples=["s1"]), make_cube("polars").select(samples=["s2"])],
-        "samples",
+        axis="samples",
     )
     assert joined.shape == (3, 2, 5)
     with pytest.raises(ValueError, match="samples: the tables cannot be joined"):
-        cytepool.concat([make_cube("polars").select(samples=["s1"]), bad], "samples")
+        cytepool.concat([make_cube("polars").select(samples=["s1"]), bad], axis="samples")
 
 
 def test_concat_reads_only_needed_parts() -> None:
@@ -836,15 +844,13 @@ def test_provenance_from_json_errors(data: Any, match: str) -> None:
 def test_provenance_record_helper() -> None:
     cube = make_cube()
     lazy = make_cube(layers={"counts": CountingArray(counts_array())})
-    record = Cube._provenance_record(
-        "from_cells", {"layers": ["counts"]}, (cube, lazy, None, "a" * 64)
-    )
+    record = provenance_record("from_cells", {"layers": ["counts"]}, (cube, lazy, None, "a" * 64))
     assert record.inputs == (cube.fingerprint, None, None, "a" * 64)
-    renamed = cube._with_provenance((record,))
+    renamed = with_provenance(cube, (record,))
     assert renamed.provenance == (record,)
     assert renamed.fingerprint == cube.fingerprint
     with pytest.raises(TypeError, match="expected Provenance records"):
-        cube._with_provenance(("x",))  # type: ignore[arg-type]
+        with_provenance(cube, ("x",))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="parameters must be a mapping"):
         Provenance("x", [], "v", "t")  # type: ignore[arg-type]
 
@@ -861,7 +867,7 @@ def parts(cube: Cube, layers: dict[str, Any] | None = None, **change: Any) -> di
         "normalization": cube.normalization,
         "metadata": cube.metadata,
         "provenance": cube.provenance,
-        "digests": cube._digests(),
+        "digests": parts_of(cube).digests(),
     }
     args.update(change)
     return {"layers": dict(cube.layers) if layers is None else layers, **args}
@@ -870,7 +876,7 @@ def parts(cube: Cube, layers: dict[str, Any] | None = None, **change: Any) -> di
 def test_from_parts_knows_fingerprint_without_reading(backend: str) -> None:
     cube = make_cube(backend, metadata={"a": 1})
     array = CountingArray(counts_array())
-    stored = Cube._from_parts(**parts(cube, {"counts": array}))
+    stored = from_parts(**parts(cube, {"counts": array}))
     assert stored.fingerprint == cube.fingerprint
     assert stored.provenance == cube.provenance
     assert stored.metadata == {"a": 1}
@@ -886,9 +892,11 @@ def test_from_parts_verifies_whole_groups() -> None:
     cube = make_cube()
     counts = counts_array()
     counts[1, 0, 0] += 1
-    stored = Cube._from_parts(**parts(cube, {"counts": CountingArray(counts)}))
+    stored = from_parts(**parts(cube, {"counts": CountingArray(counts)}))
     np.testing.assert_array_equal(stored.profiles("B"), counts[0])
-    np.testing.assert_array_equal(stored._read("counts", 1, features=[0]), counts[1][:, [0]])
+    np.testing.assert_array_equal(
+        parts_of(stored).read("counts", 1, features=[0]), counts[1][:, [0]]
+    )
     pattern = "layer 'counts', group 'T': the values do not match their stored digest"
     with pytest.raises(FormatError, match=pattern):
         stored.profiles("T")
@@ -901,25 +909,25 @@ def test_from_parts_verifies_whole_groups() -> None:
 
 def test_from_parts_digest_mismatches() -> None:
     cube = make_cube(normalization=Normalization("n", np.ones((3, 4))))
-    digests = cube._digests().to_json()
+    digests = parts_of(cube).digests().to_json()
     other = make_cube(samples=pd.DataFrame({"sample_id": SAMPLES, "donor": list("abcd")}))
     with pytest.raises(FormatError, match="samples: the table does not match its stored digest"):
-        Cube._from_parts(**parts(other, digests=Digests.from_json(digests)))
+        from_parts(**parts(other, digests=Digests.from_json(digests)))
     with pytest.raises(FormatError, match="cells: the cell numbers do not match"):
-        Cube._from_parts(**parts(cube, cells=np.full((3, 4), 8)))
+        from_parts(**parts(cube, cells=np.full((3, 4), 8)))
     with pytest.raises(FormatError, match="normalization: the normalization does not match"):
-        Cube._from_parts(**parts(cube, normalization=None))
+        from_parts(**parts(cube, normalization=None))
     with pytest.raises(FormatError, match=r"digests: expected layers \['counts', 'umis'\]"):
-        Cube._from_parts(**parts(cube, {"counts": counts_array(), "umis": counts_array()}))
+        from_parts(**parts(cube, {"counts": counts_array(), "umis": counts_array()}))
     with pytest.raises(FormatError, match="the stored data type is int64, the array's is int32"):
-        Cube._from_parts(**parts(cube, {"counts": counts_array("int32")}))
+        from_parts(**parts(cube, {"counts": counts_array("int32")}))
     short = dict(digests, layers={"counts": digests["layers"]["counts"][:2]})
     with pytest.raises(FormatError, match="expected 3 group digests, found 2"):
-        Cube._from_parts(**parts(cube, digests=Digests.from_json(short)))
+        from_parts(**parts(cube, digests=Digests.from_json(short)))
     with pytest.raises(TypeError, match="expected Provenance records"):
-        Cube._from_parts(**parts(cube, provenance=[{"operation": "x"}]))
+        from_parts(**parts(cube, provenance=[{"operation": "x"}]))
     with pytest.raises(TypeError, match=r"expected a fingerprint\.Digests"):
-        Cube._from_parts(**parts(cube, digests=digests))
+        from_parts(**parts(cube, digests=digests))
 
 
 def test_from_parts_without_digests_and_values_checked() -> None:
@@ -927,9 +935,9 @@ def test_from_parts_without_digests_and_values_checked() -> None:
     counts = counts_array()
     counts[0, 0, 0] = -1
     with pytest.raises(ConstraintError, match="layer 'counts', group 'B', sample 's1'"):
-        Cube._from_parts(**parts(cube, {"counts": counts}, digests=None))
-    lazy = Cube._from_parts(**parts(cube, {"counts": CountingArray(counts)}, digests=None))
-    assert lazy._digests(compute=False).complete is False
+        from_parts(**parts(cube, {"counts": counts}, digests=None))
+    lazy = from_parts(**parts(cube, {"counts": CountingArray(counts)}, digests=None))
+    assert parts_of(lazy).digests(compute=False).complete is False
     assert lazy.provenance == cube.provenance
     with pytest.raises(ConstraintError, match="layer 'counts', group 'B', sample 's1'"):
         lazy.profiles("B")
@@ -938,10 +946,22 @@ def test_from_parts_without_digests_and_values_checked() -> None:
 def test_read_caches_group_digest() -> None:
     cube = make_cube()
     lazy = make_cube(layers={"counts": CountingArray(counts_array())})
-    assert lazy._digests(compute=False).layers["counts"] == (None, None, None)
+    assert parts_of(lazy).digests(compute=False).layers["counts"] == (None, None, None)
     lazy.profiles("T")
-    lazy._read("counts", 0, features=[1])
-    known = lazy._digests(compute=False).layers["counts"]
+    parts_of(lazy).read("counts", 0, features=[1])
+    known = parts_of(lazy).digests(compute=False).layers["counts"]
     assert known[0] is None
-    assert known[1] == cube._digests().layers["counts"][1]
+    assert known[1] == parts_of(cube).digests().layers["counts"][1]
     assert lazy.fingerprint == cube.fingerprint
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda cube: cube.select(["s1"]), id="select"),
+        pytest.param(lambda cube: cytepool.concat([cube], "samples"), id="concat"),
+    ],
+)
+def test_selection_and_axis_arguments_are_keyword_only(call) -> None:
+    with pytest.raises(TypeError, match="positional argument"):
+        call(make_cube())

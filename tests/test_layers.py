@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import cytepool
 from cytepool import Cube
+from cytepool._assemble import parts_of
 from cytepool.errors import ConstraintError
 from cytepool.layers import ArrayLayer, SelectLayer, positions
 
@@ -126,7 +127,7 @@ def test_select_equals_numpy_and_reads_only_needed_chunks(data: st.DataObject, c
     if len(g) and len(s) and len(f):
         array.touched.clear()
         sp, fp = [len(s) - 1], [0]
-        block = sub._read("counts", 0, samples=sp, features=fp)
+        block = parts_of(sub).read("counts", 0, samples=sp, features=fp)
         np.testing.assert_array_equal(block, expected[0][np.ix_(sp, fp)])
         assert array.touched == array.chunks_of([g[0]], s[sp], f[fp])
 
@@ -239,7 +240,7 @@ def test_add_equals_numpy(data: st.DataObject, case: Any) -> None:
     np.testing.assert_array_equal(total.to_numpy("counts"), values * 2 + second)
     np.testing.assert_array_equal(total.cells, np.full(values.shape[:2], 3))
     array.touched.clear()
-    block = total._read("counts", 0, samples=[0], features=[0])
+    block = parts_of(total).read("counts", 0, samples=[0], features=[0])
     assert block[0, 0] == 2 * values[0, 0, 0] + second[0, 0, 0]
     assert array.touched == array.chunks_of([0], [0], [0])
 
@@ -278,7 +279,7 @@ def test_sums_that_do_not_fit_raise(dtype: str, a: float, b: float) -> None:
         merged.profiles("both")
     with pytest.raises(OverflowError, match=pattern):
         merged.to_numpy("counts")
-    np.testing.assert_array_equal(merged._read("counts", 0, features=[0]), [[0], [0]])
+    np.testing.assert_array_equal(parts_of(merged).read("counts", 0, features=[0]), [[0], [0]])
     added = cytepool.add([cube, cube])
     with pytest.raises(OverflowError, match=r"layer 'counts', group 'g0'"):
         added.profiles("g0")

@@ -212,7 +212,7 @@ _EXAMPLES = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cytepool import __version__
+    from cytepool._version import __version__
 
     parser = _Parser(
         prog="cytepool",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import re
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cytepool._records import HEX
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
-    from cytepool.cube import Normalization
+    from cytepool._records import Normalization
 
 __all__ = [
     "LAYER_DTYPES",
@@ -45,7 +45,6 @@ LAYER_DTYPES: Mapping[str, np.dtype[Any]] = {
 #: The names of the three tables, in the order the fingerprint uses them.
 TABLE_NAMES = ("samples", "groups", "features")
 
-_HEX = re.compile(r"[0-9a-f]{64}")
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _TIME_UNITS = ("s", "ms", "us", "ns")
 _PIECE_BYTES = 1 << 20
@@ -58,7 +57,7 @@ def _u64(value: int) -> bytes:
     return struct.pack("<Q", value)
 
 
-def _text(value: str) -> bytes:
+def prefixed_text(value: str) -> bytes:
     data = value.encode("utf-8")
     return _u64(len(data)) + data
 
@@ -120,7 +119,7 @@ def group_digest(dtype: Any, block: Any) -> str:
         msg = f"group block: expected data type {dt.name}, found {arr.dtype}"
         raise InputTypeError(msg)
     h = hashlib.sha256(b"cytepool.group/1\0")
-    h.update(_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
+    h.update(prefixed_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
     rows = max(1, _PIECE_BYTES // max(1, arr.shape[1] * dt.itemsize))
     for start in range(0, arr.shape[0], rows):  # in pieces: little memory beyond the block
         piece = arr[start : start + rows]
@@ -183,7 +182,7 @@ def normalization_digest(normalization: Normalization | None) -> str:
         h.update(b"\0")
         return h.hexdigest()
     factors = np.ascontiguousarray(normalization.factors, dtype="<f8") + 0.0
-    h.update(b"\1" + _text(normalization.method))
+    h.update(b"\1" + prefixed_text(normalization.method))
     h.update(_u64(factors.shape[0]) + _u64(factors.shape[1]))
     h.update(np.ascontiguousarray(factors, dtype="<f8").data)
     return h.hexdigest()
@@ -271,7 +270,7 @@ class CanonicalColumn:
     def encoded(self) -> Iterator[bytes | memoryview]:
         """The canonical bytes of the column (see ``docs/cube.md``), in pieces."""
         bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
-        head = _text(self.name) + _text(self.tag) + bits
+        head = prefixed_text(self.name) + prefixed_text(self.tag) + bits
         if isinstance(self.values, Utf8Values):  # also the values of a categorical[string]
             yield head + _u64(self.values.encoded_size())
             yield from self.values.encoded()
@@ -647,7 +646,7 @@ def table_digest(frame: Any) -> str:
 
 
 def _check_hex(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not _HEX.fullmatch(value):
+    if not isinstance(value, str) or not HEX.fullmatch(value):
         msg = f"digests: {what} must be 64 lowercase hex digits, found {value!r}"
         raise InputError(msg)
     return value
@@ -676,6 +675,7 @@ class Digests:
     >>> import numpy as np
     >>> import pandas as pd
     >>> from cytepool import Cube
+    >>> from cytepool._assemble import parts_of
     >>> cube = Cube(
     ...     {"counts": np.ones((1, 2, 3), dtype="int32")},
     ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
@@ -683,7 +683,7 @@ class Digests:
     ...     features=pd.DataFrame({"feature_id": ["a", "b", "c"]}),
     ...     cells=[[1, 1]],
     ... )
-    >>> d = cube._digests()
+    >>> d = parts_of(cube).digests()
     >>> d.fingerprint() == cube.fingerprint
     True
     >>> type(d).from_json(d.to_json()) == d
@@ -757,7 +757,7 @@ class Digests:
         h.update(_u64(len(names)))
         for name in names:
             groups = self.layers[name]
-            h.update(_text(name) + _text(self.dtypes[name]) + _u64(len(groups)))
+            h.update(prefixed_text(name) + prefixed_text(self.dtypes[name]) + _u64(len(groups)))
             for value in groups:
                 h.update(bytes.fromhex(value or ""))
         return h.hexdigest()

@@ -51,7 +51,7 @@ def _block_shape(
     )
 
 
-def _is_full(index: Index | None, n: int) -> bool:
+def is_full(index: Index | None, n: int) -> bool:
     return index is None or (len(index) == n and bool(np.array_equal(index, np.arange(n))))
 
 
@@ -160,7 +160,7 @@ def check_block(
                 raise ConstraintError(msg)
 
 
-class _Accumulator:
+class Accumulator:
     """Exact sums of non-negative blocks; OverflowError when a sum does not fit.
 
     Integers are added in 64 bits. 32-bit values cannot wrap an int64/uint64 accumulator
@@ -291,7 +291,7 @@ class LazyLayer:
                 msg = f"index {k} is out of bounds for axis {axis} with size {n}"
                 raise InputIndexError(msg)
             pick = positions(k, n, what=f"axis {axis}")
-            picks.append(None if isinstance(k, slice) and _is_full(pick, n) else pick)
+            picks.append(None if isinstance(k, slice) and is_full(pick, n) else pick)
             drop.append(scalar)
         groups = picks[0] if picks[0] is not None else np.arange(self.shape[0])
         n_s = self.shape[1] if picks[1] is None else len(picks[1])
@@ -393,8 +393,8 @@ class ArrayLayer(LazyLayer):
         self, group: int, samples: Index | None = None, features: Index | None = None
     ) -> np.ndarray[Any, Any]:
         """Read one group's block, checked and (when whole and known) verified."""
-        samples = None if _is_full(samples, self.shape[1]) else samples
-        features = None if _is_full(features, self.shape[2]) else features
+        samples = None if is_full(samples, self.shape[1]) else samples
+        features = None if is_full(features, self.shape[2]) else features
         block = np.asarray(self._fetch(group, samples, features))
         if block.dtype != self.dtype:
             block = block.astype(self.dtype)
@@ -473,7 +473,7 @@ class SumLayer(LazyLayer):
     ) -> np.ndarray[Any, Any]:
         """Read one group's block: the exact sum of the parts' blocks."""
         shape = _block_shape(self.shape, samples, features)
-        acc = _Accumulator(self.dtype, shape, where=self._where(group))
+        acc = Accumulator(self.dtype, shape, where=self._where(group))
         for part in self.parts:
             acc.add(part.read(group, samples, features))
         return acc.result()
@@ -515,7 +515,7 @@ class GroupSumLayer(_MemberSumLayer):
         if len(members) == 1:
             return self.base.read(members[0], samples, features)
         shape = _block_shape(self.shape, samples, features)
-        acc = _Accumulator(self.dtype, shape, where=self._where(group))
+        acc = Accumulator(self.dtype, shape, where=self._where(group))
         for m in members:
             acc.add(self.base.read(m, samples, features))
         return acc.result()
@@ -539,7 +539,7 @@ class SampleSumLayer(_MemberSumLayer):
         where = [np.searchsorted(needed, m) for m in outs]
         if all(len(w) == 1 for w in where):
             return block[np.concatenate(where)]
-        acc = _Accumulator(self.dtype, (len(outs), n_f), where=self._where(group))
+        acc = Accumulator(self.dtype, (len(outs), n_f), where=self._where(group))
         lengths = np.array([len(w) for w in where])
         for r in range(int(lengths.max())):
             rows = np.flatnonzero(lengths > r)

@@ -24,8 +24,11 @@ from typing import Any
 import numpy as np
 
 from cytepool import _words
+from cytepool._assemble import from_parts, provenance_record
 from cytepool._labels import factorize
-from cytepool.cube import ID_COLUMNS, Cube, _Table
+from cytepool._records import ID_COLUMNS
+from cytepool._table import AxisTable
+from cytepool.cube import Cube
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 
 __all__ = ["LAYERS", "from_cells"]
@@ -183,10 +186,10 @@ def from_cells(
         _warn_not_counts(*fraction)
     if "features" not in tables:
         tables["features"] = _feature_table(features, sums["counts"].shape[2], backend)
-    record = Cube._provenance_record(
+    record = provenance_record(
         "from_cells", {"layers": list(wanted), "cells": int(profiles.size), "input": kind}, ()
     )
-    return Cube._from_parts(
+    return from_parts(
         {name: sums[name] for name in wanted},
         **tables,
         cells=np.bincount(profiles, minlength=n_groups * n_samples).reshape(n_groups, n_samples),
@@ -249,7 +252,7 @@ def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
     """The table's rows in the order of ``ids``; the ids alone when there is no table."""
     if table is None:
         return _id_table(ids, axis, backend)
-    given = _Table.from_user(table, axis)
+    given = AxisTable.from_user(table, axis)
     position = given.position
     missing = [i for i in ids if i not in position]
     if missing:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool import _progress, _words
+from cytepool._assemble import from_parts, provenance_record, with_provenance
 from cytepool._labels import factorize
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 
@@ -379,7 +380,6 @@ def _pool_modalities(
 
 def _widened(cube: Cube, samples: pd.DataFrame, groups: pd.DataFrame) -> Cube:
     """The cube on all of ``samples`` and ``groups``: the profiles it lacks are empty."""
-    from cytepool.cube import Cube
 
     if cube.shape[:2] == (len(groups), len(samples)):
         return cube
@@ -392,7 +392,7 @@ def _widened(cube: Cube, samples: pd.DataFrame, groups: pd.DataFrame) -> Cube:
         layers[name][rows] = cube.to_numpy(name)
     cells = np.zeros((len(groups), len(samples)), dtype=np.int64)
     cells[rows] = cube.cells
-    return Cube._from_parts(
+    return from_parts(
         layers,
         samples=samples,
         groups=groups,
@@ -531,7 +531,6 @@ def _pool_columns(
 
     Values that are not counts are warned about once, in the first block that holds one.
     """
-    from cytepool.cube import Cube
 
     progress = _progress.Progress(
         matrix.shape[1], "pooling", "features", enabled=options["progress"]
@@ -553,7 +552,7 @@ def _pool_columns(
         dtype = np.result_type(*(part.layers[name].dtype for part in parts))
         layers[name] = np.concatenate([part.to_numpy(name).astype(dtype) for part in parts], 2)
     first = parts[0]
-    return Cube._from_parts(
+    return from_parts(
         layers,
         samples=first.samples,
         groups=first.groups,
@@ -1118,13 +1117,13 @@ def _assemble(
 
 def _stamped(cube: Cube, history: Iterable[Any], operation: str, parameters: Any) -> Cube:
     """The cube with provenance ``history`` (records or their JSON) plus a record now."""
-    from cytepool.cube import Cube, Provenance
+    from cytepool.cube import Provenance
 
     records = [
         item if isinstance(item, Provenance) else Provenance.from_json(item) for item in history
     ]
-    records.append(Cube._provenance_record(operation, parameters, ()))
-    return cube._with_provenance(records)
+    records.append(provenance_record(operation, parameters, ()))
+    return with_provenance(cube, records)
 
 
 def _check_unique_profiles(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from cytepool._assemble import from_parts, parts_of
 from cytepool.errors import (
     FormatError,
     InputError,
@@ -363,7 +364,7 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
     from cytepool.fingerprint import Digests
     from cytepool.io.tables.frames import build_table
 
-    known = cube._digests(compute=False)
+    known = parts_of(cube).digests(compute=False)
     options: dict[str, Any] = {"compression": compression, "level": level}
     for axis, index in _TABLES:
         build_table(getattr(cube, axis), root / axis, index=index, **options)
@@ -424,7 +425,9 @@ class _GroupSource:
 
     def __getitem__(self, key: slice) -> np.ndarray:
         start, stop, step = key.indices(self.shape[0])
-        blocks = [self._cube._read(self._name, group) for group in range(start, stop, step)]
+        blocks = [
+            parts_of(self._cube).read(self._name, group) for group in range(start, stop, step)
+        ]
         if len(blocks) == 1:
             return blocks[0][np.newaxis]
         return np.stack(blocks) if blocks else np.empty((0, *self.shape[1:]), self.dtype)
@@ -448,9 +451,9 @@ def _write_layer(
         dimension_names=("groups", "samples", "features"),
     )
     # The cube kept the digest of every group read whole; hash again only what it did not.
-    known = cube._digests(compute=False).layers[name]
+    known = parts_of(cube).digests(compute=False).layers[name]
     return tuple(
-        digest or group_digest(source.dtype, cube._read(name, group))
+        digest or group_digest(source.dtype, parts_of(cube).read(name, group))
         for group, digest in enumerate(known)
     )
 
@@ -639,7 +642,7 @@ def _parse_digests(
 
 
 def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> tuple[Any, ...]:
-    from cytepool import Provenance
+    from cytepool._records import Provenance
 
     records = attributes["provenance"]
     if not isinstance(records, list):
@@ -683,10 +686,9 @@ def _assemble(
     layers: dict[str, ZarrArray],
 ) -> Cube:
     """The cube of the parts read; every error about them is an error about the file."""
-    from cytepool.cube import Cube
 
     try:  # compares the tables, cells and normalization with their digests
-        return Cube._from_parts(
+        return from_parts(
             layers,
             samples=tables["samples"],
             groups=tables["groups"],
@@ -729,7 +731,7 @@ def _read_cells(root: StorePath, header: _Header) -> np.ndarray:
 
 
 def _read_normalization(root: StorePath, header: _Header) -> Any:
-    from cytepool import Normalization
+    from cytepool._records import Normalization
 
     if root.handle.version(join(root.key, f"normalization/{METADATA_FILE}")) is None:
         return None
