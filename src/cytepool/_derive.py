@@ -86,8 +86,8 @@ def select(parts: CubeParts, *, samples: Any, groups: Any, features: Any) -> Cub
         "groups": ids_parameter(None if gi is None else tables["groups"].ids),
         "features": ids_parameter(None if fi is None else tables["features"].ids),
     }
-    new = {"tables": tables, "layers": layers, "cells": cells, "normalization": norm}
-    return _successor(parts, "select", params, **new, group_digests=digests)
+    made = {"tables": tables, "layers": layers, "cells": cells, "normalization": norm}
+    return _successor(parts, "select", params, **made, group_digests=digests)
 
 
 def merge_groups(parts: CubeParts, groups: Mapping[str, Sequence[str]]) -> CubeParts:
@@ -144,8 +144,8 @@ def merge_groups(parts: CubeParts, groups: Mapping[str, Sequence[str]]) -> CubeP
         known = parts.group_digests[name]
         digests[name] = [known[m[0]] if len(m) == 1 else None for m in members]
     params = {"groups": {k: [table.ids[i] for i in v.tolist()] for k, v in members_of.items()}}
-    new = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
-    return _successor(parts, "merge_groups", params, **new, group_digests=digests)
+    made = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
+    return _successor(parts, "merge_groups", params, **made, group_digests=digests)
 
 
 def pool_samples(parts: CubeParts, by: str) -> CubeParts:
@@ -190,8 +190,8 @@ def pool_samples(parts: CubeParts, by: str) -> CubeParts:
     for name, layer in parts.layers.items():
         lazy = SampleSumLayer(layer, members, name=name, group_ids=parts.tables["groups"].ids)
         layers[name] = (lazy, lazy)
-    new = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
-    return _successor(parts, "pool_samples", {"by": by}, **new)
+    made = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
+    return _successor(parts, "pool_samples", {"by": by}, **made)
 
 
 def sum_cells(

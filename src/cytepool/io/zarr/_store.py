@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cytepool.errors import FormatError, InputTypeError
-from cytepool.io.zarr.metadata import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
+from cytepool.io.zarr.fields import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
 from cytepool.io.zarr.store import (
     LocalStore,
     StoreHandle,

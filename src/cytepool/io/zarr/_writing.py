@@ -12,7 +12,8 @@ import numpy as np
 from cytepool.errors import InputError, InputTypeError
 from cytepool.io.zarr import indexing
 from cytepool.io.zarr._threads import for_each
-from cytepool.io.zarr.metadata import ArrayMetadata, DataType
+from cytepool.io.zarr.data_types import DataType
+from cytepool.io.zarr.metadata import ArrayMetadata
 
 __all__ = ["NAT", "write_chunks"]
 
