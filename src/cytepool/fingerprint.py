@@ -16,12 +16,12 @@ import hashlib
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cytepool._records import HEX
+from cytepool._utf8 import Utf8Buffer, encode
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -191,51 +191,20 @@ def normalization_digest(normalization: Normalization | None) -> str:
 # --------------------------------------------------------------------------- tables
 
 
-@dataclass(frozen=True, eq=False)
-class Utf8Values:
-    """The values of a string column: the UTF-8 bytes of its rows back to back, and their sizes.
+def _prefixed_size(values: Utf8Buffer) -> int:
+    """The number of bytes of the canonical encoding of string values."""
+    n = len(values)
+    return 8 * n + (int(values.offsets[-1] - values.offsets[0]) if n else 0)
 
-    A null row has size 0. The canonical encoding of the column (each row as its byte count,
-    a little-endian uint64, then its bytes) is built from these with numpy, without a Python
-    loop over the rows.
-    """
 
-    data: np.ndarray[Any, Any]
-    sizes: np.ndarray[Any, Any]
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def offsets(self) -> np.ndarray[Any, Any]:
-        """Where each row starts in ``data``, and where the last one ends (n + 1 values)."""
-        out = np.zeros(len(self.sizes) + 1, dtype=np.int64)
-        np.cumsum(self.sizes, out=out[1:])
-        return out
-
-    def blank(self, mask: np.ndarray[Any, Any]) -> Utf8Values:
-        """The values with the rows in ``mask`` made empty."""
-        if not self.sizes[mask].any():
-            return self
-        keep = np.repeat(~mask, self.sizes)
-        return Utf8Values(self.data[keep], np.where(mask, 0, self.sizes))
-
-    def to_list(self) -> list[bytes]:
-        """One ``bytes`` per row."""
-        data = self.data.tobytes()
-        bounds = self.offsets().tolist()
-        return [data[a:b] for a, b in pairwise(bounds)]
-
-    def encoded_size(self) -> int:
-        """The number of bytes of the canonical encoding."""
-        return 8 * len(self.sizes) + int(self.data.size)
-
-    def encoded(self) -> Iterator[memoryview]:
-        """The canonical encoding, in pieces of at most ``_PIECE_ROWS`` rows."""
-        bounds = self.offsets()
-        for start in range(0, len(self.sizes), _PIECE_ROWS):
-            stop = min(start + _PIECE_ROWS, len(self.sizes))
-            data = self.data[bounds[start] : bounds[stop]]
-            yield memoryview(_length_prefixed(data, self.sizes[start:stop]))
+def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
+    """The canonical encoding of string values (each row as its byte count, a little-endian
+    uint64, then its bytes), in pieces of at most ``_PIECE_ROWS`` rows, built with numpy."""
+    bounds, sizes = values.offsets, values.sizes()
+    for start in range(0, len(sizes), _PIECE_ROWS):
+        stop = min(start + _PIECE_ROWS, len(sizes))
+        data = values.data[bounds[start] : bounds[stop]]
+        yield memoryview(_length_prefixed(data, sizes[start:stop]))
 
 
 def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
@@ -259,21 +228,21 @@ class CanonicalColumn:
     """A column in canonical form: a type tag, a null mask and one value per row.
 
     ``values`` is a little-endian fixed-width numpy array (null rows hold 0) or, for the
-    ``string`` tag, :class:`Utf8Values` (null rows are empty).
+    ``string`` tag, :class:`Utf8Buffer` (null rows are empty).
     """
 
     name: str
     tag: str
     mask: np.ndarray[Any, Any]
-    values: np.ndarray[Any, Any] | Utf8Values
+    values: np.ndarray[Any, Any] | Utf8Buffer
 
     def encoded(self) -> Iterator[bytes | memoryview]:
         """The canonical bytes of the column (see ``docs/cube.md``), in pieces."""
         bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
         head = prefixed_text(self.name) + prefixed_text(self.tag) + bits
-        if isinstance(self.values, Utf8Values):  # also the values of a categorical[string]
-            yield head + _u64(self.values.encoded_size())
-            yield from self.values.encoded()
+        if isinstance(self.values, Utf8Buffer):  # also the values of a categorical[string]
+            yield head + _u64(_prefixed_size(self.values))
+            yield from _prefixed_rows(self.values)
         else:
             payload = np.ascontiguousarray(self.values).tobytes()
             yield head + _u64(len(payload)) + payload
@@ -284,7 +253,7 @@ class CanonicalColumn:
 
     def row_keys(self) -> list[Any]:
         """One hashable, comparable key per row (None for a null)."""
-        if isinstance(self.values, Utf8Values):
+        if isinstance(self.values, Utf8Buffer):
             vals: list[Any] = self.values.to_list()
         else:
             vals = self.values.tolist()
@@ -366,10 +335,10 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
 
 
 def _blanked(
-    values: np.ndarray[Any, Any] | Utf8Values, mask: np.ndarray[Any, Any]
-) -> np.ndarray[Any, Any] | Utf8Values:
+    values: np.ndarray[Any, Any] | Utf8Buffer, mask: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any] | Utf8Buffer:
     """The values with the rows in ``mask`` set to the null value (0 or empty)."""
-    if isinstance(values, Utf8Values):
+    if isinstance(values, Utf8Buffer):
         return values.blank(mask)
     out = values.copy()
     out[mask] = 0
@@ -384,7 +353,7 @@ def _object_values(s: Any) -> np.ndarray[Any, Any]:
     return np.fromiter(s.to_list(), dtype=object, count=len(s))
 
 
-def _string_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> Utf8Values:
+def _string_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> Utf8Buffer:
     """The values of a string column: from its Arrow buffers if it has them, else from str."""
     arrow = _arrow_strings(s)
     if arrow is not None:
@@ -412,76 +381,31 @@ def _arrow_strings(s: Any) -> Any:
     return s.to_arrow()
 
 
-def _utf8_from_arrow(array: Any, name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Utf8Values:
+def _utf8_from_arrow(array: Any, name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Utf8Buffer:
     """Values from a pyarrow string Array (any offset width or view), by its buffers."""
     import pyarrow as pa
 
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    array = array.cast(pa.large_string())
     nulls = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     if (nulls & ~mask).any():  # pragma: no cover - narwhals' null mask is Arrow's
         raise _unsupported(name, f"{dtype} holding NoneType")
-    n = len(array)
-    if n == 0:
-        return Utf8Values(np.empty(0, dtype=np.uint8), np.zeros(0, dtype=np.int64))
-    _, offsets_buffer, data_buffer = array.buffers()
-    bounds = np.frombuffer(offsets_buffer, dtype="<i8", count=n + 1, offset=8 * array.offset)
-    data = np.frombuffer(b"" if data_buffer is None else data_buffer, dtype=np.uint8)
-    sizes = np.diff(bounds).astype(np.int64)
-    return Utf8Values(data[bounds[0] : bounds[-1]], sizes).blank(mask)
+    return Utf8Buffer.from_arrow(array).blank(mask)
 
 
 def _utf8_from_objects(
     items: np.ndarray[Any, Any], name: str, mask: np.ndarray[Any, Any], dtype: Any
-) -> Utf8Values:
+) -> Utf8Buffer:
     """Values from an object array holding str (or anything at the null rows)."""
     present = items[~mask]
-    try:  # joined by NUL, which tells where each row ends unless a value holds a NUL
-        text = "\0".join(present)
+    try:
+        encoded = encode(present.tolist())
     except TypeError:
         found = next(type(v).__name__ for v in present if not isinstance(v, str))
         raise _unsupported(name, f"{dtype} holding {found}") from None
-    split = _split_nul_joined(_utf8_encode(text, present), len(present))
-    data, sizes = split if split is not None else _encode_each(present)
-    out = np.zeros(len(items), dtype=np.int64)
-    out[~mask] = sizes
-    return Utf8Values(data, out)
-
-
-def _utf8_encode(text: str, present: np.ndarray[Any, Any]) -> bytes:
-    """``text`` in UTF-8; for a lone surrogate, the error of the row holding it."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        for value in present:
-            value.encode("utf-8")
-        raise  # pragma: no cover - a row raised above
-
-
-def _split_nul_joined(
-    joined: bytes, n: int
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """The bytes and sizes of ``n`` values joined by NUL bytes; None if a value holds a NUL."""
-    buffer = np.frombuffer(joined, dtype=np.uint8)
-    is_nul = buffer == 0
-    nuls = np.flatnonzero(is_nul)
-    if len(nuls) != max(n - 1, 0):
-        return None
-    if n == 0:
-        return buffer, np.zeros(0, dtype=np.int64)
-    ends = np.append(nuls, buffer.size)
-    starts = np.concatenate([[0], nuls + 1])
-    return buffer[~is_nul], ends - starts
-
-
-def _encode_each(
-    present: np.ndarray[Any, Any],
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The UTF-8 bytes of str values back to back, and their sizes."""
-    encoded = list(map(str.encode, present))
-    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), sizes
+    sizes = np.zeros(len(items), dtype=np.int64)
+    sizes[~mask] = encoded.sizes
+    return Utf8Buffer.from_sizes(sizes, encoded.data())
 
 
 def _date_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

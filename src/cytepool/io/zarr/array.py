@@ -444,7 +444,7 @@ def write_array(
     """
     directory = as_path(path)
     shape, dtype = _shape_and_dtype(data)
-    meta = _new_metadata(shape, dtype, chunks, compression, level, attributes, dimension_names)
+    meta = new_metadata(shape, dtype, chunks, compression, level, attributes, dimension_names)
     document = meta.to_json()
     json.dumps(document, allow_nan=False)
     directory.mkdir()
@@ -466,7 +466,7 @@ def _shape_and_dtype(data: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return tuple(int(n) for n in shape), dtype
 
 
-def _new_metadata(
+def new_metadata(
     shape: tuple[int, ...],
     dtype: np.dtype[Any],
     chunks: Any,
