@@ -77,7 +77,8 @@ def _payloads(rows: Any, n: int, count: int) -> Iterator[np.ndarray[Any, Any]]:
     for start in range(0, n, count):
         stop = min(start + count, n)
         if utf8 is not None:
-            yield _vlen.assemble(*utf8(start, stop), count)
+            lengths, body = utf8(start, stop)
+            yield _vlen.assemble(lengths, body, count)
         else:
             yield _vlen.payload(np.asarray(rows[start:stop]), count)
 
