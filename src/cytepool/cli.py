@@ -448,7 +448,7 @@ def _summary(cube: Cube) -> dict[str, Any]:
 
 
 def _ids(table: Any, id_column: str) -> list[str]:
-    import narwhals as nw
+    import narwhals.stable.v2 as nw
 
     if getattr(table.index, "name", None) == id_column:
         return [str(value) for value in table.index]
@@ -461,7 +461,7 @@ def _columns(table: Any) -> list[str]:
 
 def _covariates(table: Any) -> dict[str, str]:
     """The columns of a table but its ids, with their data types (narwhals' names)."""
-    import narwhals as nw
+    import narwhals.stable.v2 as nw
 
     schema = nw.from_native(table, eager_only=True).schema
     ids = {"sample_id", "group_id", "feature_id"}

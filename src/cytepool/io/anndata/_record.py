@@ -33,7 +33,7 @@ def cube_tables(cube: Cube) -> dict[str, pd.DataFrame]:
 
 
 def _pandas_table(table: Any, id_column: str) -> pd.DataFrame:
-    import narwhals as nw
+    import narwhals.stable.v2 as nw
     import pandas as pd
 
     if isinstance(table, pd.DataFrame) and table.index.name == id_column:

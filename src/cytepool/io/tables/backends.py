@@ -16,7 +16,7 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-import narwhals as nw
+import narwhals.stable.v2 as nw
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputTypeError
