@@ -1,4 +1,4 @@
-"""The Cube model: construction checks, reading, select, sums, provenance, _from_parts."""
+"""The Cube model: construction checks, reading, select, sums, provenance, building from parts."""
 
 from __future__ import annotations
 

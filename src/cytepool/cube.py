@@ -18,13 +18,10 @@ import numpy as np
 
 from cytepool import _combine, _derive
 from cytepool._parts import CubeParts
-from cytepool._records import AXES, ID_COLUMNS, Axis, Normalization, Provenance, json_copy, stamp
+from cytepool._records import AXES, Axis, Normalization, Provenance, json_copy, stamp
 from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["Cube", "Normalization", "Provenance", "add", "concat"]
-
-# AXES and ID_COLUMNS are defined in cytepool._records; named here too for older imports.
-_ = (AXES, ID_COLUMNS)
 
 
 class Cube:
