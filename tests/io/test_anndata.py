@@ -970,7 +970,7 @@ def test_from_mudata_cells_names_the_modality_and_records_covariates(cells: Any)
         obs=cells.obs,
         var=pd.DataFrame(index=["CD3", "CD19"]),
     )
-    with md.set_options(pull_on_update=False):
+    with mudata_defaults(md):
         mdata = md.MuData({"rna": rna, "prot": prot})
     pattern = (
         r"^mdata.mod\['prot'\].X: not every value is a count .* e.g. 0.5 at row \d+ \(cell "
