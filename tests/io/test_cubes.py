@@ -1112,7 +1112,7 @@ def test_stored_layer_name_too_long(stored: Path) -> None:
 
 
 def test_deleted_id_chunk_is_a_format_error(stored: Path) -> None:
-    (stored / "samples" / "sample_id" / "c" / "0").unlink()  # the ids read as "": repeated
+    (stored / id_chunk("samples")).unlink()  # the ids read as "": repeated
     with pytest.raises(FormatError, match="is corrupt or was edited"):
         read_cube(stored)
 
@@ -1177,8 +1177,14 @@ def test_files_of_format_1_0_still_read(stored: Path, cube: Cube) -> None:
         read_cube(stored)
 
 
+def id_chunk(table: str) -> str:
+    """The first chunk of a table's ids (their values, if stored nullable as pandas 3 does)."""
+    ids = f"{table}/{table[:-1]}_id"
+    return f"{ids}/values/c/0" if int(pd.__version__.split(".")[0]) >= 3 else f"{ids}/c/0"
+
+
 @pytest.mark.parametrize(
-    "part", ["zarr.json", "samples/zarr.json", "samples/sample_id/c/0", "layers/counts/zarr.json"]
+    "part", ["zarr.json", "samples/zarr.json", id_chunk("samples"), "layers/counts/zarr.json"]
 )
 def test_special_file_in_a_cube_is_refused_without_blocking(
     stored: Path, special: str, part: str

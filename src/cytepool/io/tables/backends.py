@@ -479,23 +479,27 @@ def build_frame(
 def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.ndarray:
     """Return datetime/timedelta ``values`` in a unit of ``units`` (else ``fallback``).
 
-    A unit with a scale factor (``datetime64[7s]``) is converted too. numpy wraps around where
-    a conversion to a finer unit overflows, so such values raise FormatError instead.
+    A unit with a scale factor (``datetime64[7s]``) is converted too. Where a conversion to a
+    finer unit overflows (numpy < 2.5 wraps around, later versions raise OverflowError), the
+    values raise FormatError instead.
     """
     unit, count = np.datetime_data(values.dtype)
     if unit in units and count == 1:
         return values
     kind = "datetime64" if values.dtype.kind == "M" else "timedelta64"
     target = np.dtype(f"{kind}[{unit if unit in units else fallback}]")
-    converted = values.astype(target)
-    if np.can_cast(values.dtype, target, casting="safe"):  # a multiplication: check it
-        back = converted.astype(values.dtype)
-        if not np.array_equal(back.view(np.int64), values.view(np.int64)):
-            msg = (
-                f"{kind} values in unit {count}{unit} do not fit in {target} (the unit pandas, "
-                "polars and pyarrow share): the stored values are out of range"
-            )
-            raise FormatError(msg)
+    try:
+        converted = values.astype(target)
+        if np.can_cast(values.dtype, target, casting="safe"):  # a multiplication: check it
+            back = converted.astype(values.dtype)
+            if not np.array_equal(back.view(np.int64), values.view(np.int64)):
+                raise OverflowError
+    except OverflowError as error:
+        msg = (
+            f"{kind} values in unit {count}{unit} do not fit in {target} (the unit pandas, "
+            "polars and pyarrow share): the stored values are out of range"
+        )
+        raise FormatError(msg) from error
     return converted
 
 
