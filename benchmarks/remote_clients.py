@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "io" / "remote"))
 
-from remote_servers import (  # noqa: E402
+from remote_servers import (
     ServedHTTP,
     ServedS3,
     ServerProcess,
@@ -98,7 +98,9 @@ def obstore_ways(
     }
 
 
-def get_ranges_ways(store: Any, key: str, starts: list[int]) -> dict[str, Callable[[], list[bytes]]]:
+def get_ranges_ways(
+    store: Any, key: str, starts: list[int]
+) -> dict[str, Callable[[], list[bytes]]]:
     """obstore's get_ranges: many ranges of one object in one call."""
     import obstore as obs
 
@@ -240,12 +242,18 @@ def main(argv: list[str] | None = None) -> int:
         args.ranges, args.repeat = 8, 1
     with tempfile.TemporaryDirectory() as work:
         rows = run(args, Path(work))
-    print(f"{args.ranges} ranges of 1 MiB, {args.latency * 1000:.0f} ms per request, median of {args.repeat}\n")
-    print("| case | client | requests | round trips | peak in flight | MiB sent | wall s | vs obstore asyncio 16 |")
+    print(
+        f"{args.ranges} ranges of 1 MiB, {args.latency * 1000:.0f} ms per request, median of {args.repeat}\n"
+    )
+    print(
+        "| case | client | requests | round trips | peak in flight | MiB sent | wall s | vs obstore asyncio 16 |"
+    )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     base = {label: m[4] for label, name, m in rows if name == "obstore asyncio, 16 in flight"}
     for label, name, (n, trips, peak, sent, wall) in rows:
-        print(f"| {label} | {name} | {n} | {trips} | {peak} | {sent / MIB:.0f} | {wall:.3f} | {wall / base[label]:.2f} |")
+        print(
+            f"| {label} | {name} | {n} | {trips} | {peak} | {sent / MIB:.0f} | {wall:.3f} | {wall / base[label]:.2f} |"
+        )
     return 0
 
 

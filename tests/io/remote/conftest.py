@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from remote_servers import ServedHTTP, ServedS3, ServerProcess
+from remote_servers import ServedHTTP, ServedS3, ServerProcess, sample_tree
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +54,12 @@ def serve_s3(s3_server: ServerProcess) -> Iterator[Callable[..., ServedS3]]:
 
     yield serve
     _reset(s3_server)
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    """A small tree to serve (see :func:`remote_servers.sample_tree`)."""
+    return sample_tree(tmp_path / "x.cube.zarr")
 
 
 def _reset(server: ServerProcess) -> None:

@@ -180,7 +180,9 @@ class Response:
 
 
 class Backend(Protocol):
-    def respond(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Response:
+    def respond(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> Response:
         """Answer a request (``target`` is the path with its query, still quoted)."""
 
     def error(self, status: int) -> Response:
@@ -203,7 +205,9 @@ class DirectoryBackend:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
 
-    def respond(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Response:
+    def respond(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> Response:
         path = unquote(target.partition("?")[0])
         local = self._local(path)
         if method == "PROPFIND":
@@ -396,7 +400,9 @@ class ProxyBackend:
         self._local = threading.local()
         self._close = close
 
-    def respond(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Response:
+    def respond(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> Response:
         try:
             return self._forward(method, target, headers, body)
         except (ConnectionError, http.client.HTTPException):  # a closed keep-alive connection
@@ -712,8 +718,8 @@ def _pieces(body: bytes, slow: tuple[float, int] | None) -> list[bytes]:
 
 def _watch_stdin(server: Server) -> None:
     """Stop the server when standard input closes (the test process stopped it, or died)."""
-    with contextlib.suppress(OSError, ValueError):
-        while sys.stdin.buffer.read(1024):
+    with contextlib.suppress(OSError):
+        while os.read(0, 1024):  # unbuffered: no lock left held at the interpreter's exit
             pass
     server.stop_soon()
 
@@ -831,7 +837,7 @@ class ServerProcess:
         self.kind = kind
         self.root = root
         self._log = log
-        command = [sys.executable, "-u", __file__, kind, *options] + ([str(root)] if root else [])
+        command = [sys.executable, "-u", __file__, kind, *([str(root)] if root else []), *options]
         with open(log, "wb") as stderr:
             self._process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
@@ -849,7 +855,9 @@ class ServerProcess:
         with selectors.DefaultSelector() as selector:
             selector.register(self._process.stdout, selectors.EVENT_READ)
             if not selector.select(timeout):
-                raise RuntimeError(f"{self.kind} server said no port in {timeout} s: {self._tail()}")
+                raise RuntimeError(
+                    f"{self.kind} server said no port in {timeout} s: {self._tail()}"
+                )
         line = self._process.stdout.readline()
         if not line:
             raise RuntimeError(f"{self.kind} server ended at start: {self._tail()}")
@@ -903,7 +911,9 @@ class ServerProcess:
         with self._control_lock:
             for attempt in (0, 1):
                 if self._connection is None:
-                    self._connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                    self._connection = http.client.HTTPConnection(
+                        "127.0.0.1", self.port, timeout=30
+                    )
                 try:
                     self._connection.request(method, target, body, dict(headers or {}))
                     reply = self._connection.getresponse()
@@ -988,7 +998,9 @@ class Served:
     def requests(self) -> list[Request]:
         """This copy's requests since the log was last cleared, in the order they started."""
         scope = self._scope
-        mine = [r for r in self.server.requests() if r.path == scope or r.path.startswith(scope + "/")]
+        mine = [
+            r for r in self.server.requests() if r.path == scope or r.path.startswith(scope + "/")
+        ]
         return sorted(mine, key=lambda r: r.start)
 
     def clear(self) -> None:
@@ -1079,6 +1091,19 @@ class ServedS3(Served):
             "endpoint_url": self.endpoint,
             "client_kwargs": {"region_name": TEST_REGION},
         }
+
+
+SAMPLE = bytes(range(256)) * 4  # 1024 bytes, each offset recognisable
+
+
+def sample_tree(root: Path) -> Path:
+    """A small tree at ``root``: ``a.bin`` (SAMPLE), ``zarr.json``, ``empty``, ``sub/x``."""
+    (root / "sub").mkdir(parents=True)
+    (root / "a.bin").write_bytes(SAMPLE)
+    (root / "zarr.json").write_bytes(b'{"zarr_format": 3}')
+    (root / "empty").write_bytes(b"")
+    (root / "sub" / "x").write_bytes(b"nested")
+    return root
 
 
 def copy_tree(source: Path, target: Path) -> list[str]:
