@@ -75,9 +75,10 @@ UPSTREAM_ONLY = HOP_BY_HOP | {"server", "date"}  # the front server sends its ow
 class Rule:
     """Faults for the requests whose path matches ``match`` (an fnmatch pattern, e.g. ``*/c/*``).
 
-    Counts are consumed by matching requests in order: a request takes at most one of a
-    reset, an error or a truncation (in that order of precedence) from the first rule that
-    still has one; latency adds up over all matching rules. Every field is JSON.
+    Counts are consumed by matching requests in order: a request takes at most one action,
+    from the first matching rule that still has one (within a rule a reset comes before an
+    error, an error before a truncation); latency adds up over all matching rules, and a
+    slow body comes from the first matching rule that has one. Every field is JSON.
     """
 
     match: str = "*"
