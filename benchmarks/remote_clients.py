@@ -39,7 +39,7 @@ from remote_servers import (
 )
 
 MIB = 1 << 20
-FAST_RETRY = {
+FAST_RETRY: Any = {
     "max_retries": 3,
     "backoff": {"init_backoff": datetime.timedelta(milliseconds=20)},
     "retry_timeout": datetime.timedelta(seconds=30),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import email.message
 import email.utils
 import fnmatch
 import heapq
@@ -54,7 +55,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
 CONTROL = "/_control/"
@@ -171,6 +172,9 @@ def _consume(rule: Rule, plan: Plan) -> None:
 # Backends: what answers a request when no fault does
 
 
+Headers = Mapping[str, str] | email.message.Message  # a request's headers (.get, .items)
+
+
 @dataclass
 class Response:
     """A response: status, headers (without Content-Length unless for HEAD) and body."""
@@ -181,9 +185,7 @@ class Response:
 
 
 class Backend(Protocol):
-    def respond(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes
-    ) -> Response:
+    def respond(self, method: str, target: str, headers: Headers, body: bytes) -> Response:
         """Answer a request (``target`` is the path with its query, still quoted)."""
 
     def error(self, status: int) -> Response:
@@ -206,9 +208,7 @@ class DirectoryBackend:
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
 
-    def respond(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes
-    ) -> Response:
+    def respond(self, method: str, target: str, headers: Headers, body: bytes) -> Response:
         path = unquote(target.partition("?")[0])
         local = self._local(path)
         if method == "PROPFIND":
@@ -260,7 +260,7 @@ def _validators(info: os.stat_result) -> tuple[str, str]:
     return etag, email.utils.formatdate(info.st_mtime, usegmt=True)
 
 
-def _file(method: str, local: Path, headers: Mapping[str, str]) -> Response:
+def _file(method: str, local: Path, headers: Headers) -> Response:
     with open(local, "rb") as file:  # one open file: validators and bytes of one version
         info = os.fstat(file.fileno())
         etag, modified = _validators(info)
@@ -273,7 +273,7 @@ def _file(method: str, local: Path, headers: Mapping[str, str]) -> Response:
         if wanted is not None and not _if_range(headers.get("If-Range"), etag, modified):
             wanted = None
         span = _range(wanted, size)
-        if span == "unsatisfiable":
+        if isinstance(span, str):  # unsatisfiable
             return Response(416, [("Content-Range", f"bytes */{size}")])
         start, stop = span if span is not None else (0, size)
         data = os.pread(file.fileno(), stop - start, start) if method == "GET" else b""
@@ -330,7 +330,7 @@ def _date(value: str | None) -> int | None:
     return int(parsed.timestamp())
 
 
-def _precondition(method: str, headers: Mapping[str, str], etag: str, mtime: int) -> int | None:
+def _precondition(method: str, headers: Headers, etag: str, mtime: int) -> int | None:
     """412 or 304 where a conditional header says so (RFC 9110 section 13.2.2), else None."""
     if (match := headers.get("If-Match")) is not None:
         if not any(_strong(tag, etag) for tag in _tags(match)):
@@ -401,9 +401,7 @@ class ProxyBackend:
         self._local = threading.local()
         self._close = close
 
-    def respond(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes
-    ) -> Response:
+    def respond(self, method: str, target: str, headers: Headers, body: bytes) -> Response:
         try:
             return self._forward(method, target, headers, body)
         except (ConnectionError, http.client.HTTPException):  # a closed keep-alive connection
@@ -427,9 +425,7 @@ class ProxyBackend:
         if self._close is not None:
             self._close()
 
-    def _forward(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes
-    ) -> Response:
+    def _forward(self, method: str, target: str, headers: Headers, body: bytes) -> Response:
         connection = getattr(self._local, "connection", None)
         if connection is None:
             connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -794,7 +790,7 @@ def round_trips(requests: Iterable[Request]) -> int:
     for request in done:
         while open_ and open_[0][0] <= request.start:
             ended = max(ended, heapq.heappop(open_)[1])
-        heapq.heappush(open_, (request.end, ended + 1))  # type: ignore[arg-type]
+        heapq.heappush(open_, (cast(float, request.end), ended + 1))
         best = max(best, ended + 1)
     return best
 
