@@ -55,7 +55,7 @@ def test_heavy_imports_counts_outermost_modules_once() -> None:
     )
     assert module.heavy_imports(stderr) == pytest.approx({"pandas": 0.0007, "pyarrow": 0.00006})
     marked = stderr.replace(
-        "import time:      1000 |        1360 | cytepool.io",
+        "import time:      1000 |       1360 | cytepool.io",
         "import time:         5 |           5 | colorsys",
     )
     assert module.heavy_imports(marked) == pytest.approx({"pandas": 0.0004})  # after the marker
