@@ -568,7 +568,7 @@ def _build_layer(
 
 
 def _utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
 
 
 def _ids_parameter(ids: Sequence[str] | None) -> Any:
