@@ -1,17 +1,22 @@
 """Benchmark cube files: write_cube / read_cube against zarr-python on the same arrays.
 
 A cube of 12 groups x 48 samples x 30,000 features with int32 "counts" (negative-binomial)
-and "detected" layers, for gzip level 4 and zstd level 3:
+and "detected" layers, for gzip level 4 and zstd level 3 (contenders alternating, wall-clock
+and CPU time, the CPU summed over the process's threads):
 
 * write: ``write_cube`` (tables, cells, both layers, digests of every group, atomic rename)
   vs zarr-python writing the two layers with the same chunks and codec;
-* read: ``read_cube`` + ``to_numpy`` of both layers (every group's digest verified) vs
-  zarr-python reading the two arrays;
-* selection: ``read_cube(path).select(groups=[one], features=[50 genes]).profiles(...)``
-  vs zarr-python's ``open_group`` + ``oindex``, with and without opening the file, and the
-  number of chunk files opened (counted by wrapping ``os.open``, whose paths relative to an
-  open directory are resolved through ``/proc/self/fd``, and ``open``), which must equal
-  the number of chunks holding the selection;
+* verified read: ``read_cube(path)`` + ``to_numpy`` of both layers (every group's digest
+  verified) vs an unverified read of the same two layer arrays of the cube file with cytepool's
+  own reader (``cytepool.io.zarr.open_array``: read_cube has no switch to skip verification
+  yet), target <= 1.15x (issue 16), and vs zarr-python's bare read of the same arrays
+  (``zarr.open_array(path / "layers" / name)[...]``);
+* selection ("opening is cheap"): ``read_cube(path).select(groups=[one], features=[50
+  genes]).profiles(...)`` vs zarr-python's ``open_array`` + ``oindex`` on the same layer array,
+  target <= 1.0x (issue 16), with and without opening the file, and the number of chunk files
+  opened (counted by wrapping ``os.open``, whose paths relative to an open directory are
+  resolved through ``/proc/self/fd``, and ``open``), which must equal the number of chunks
+  holding the selection;
 * peak memory of writing, each in a fresh process: extra peak RSS (the peak ``VmHWM``, reset
   through ``/proc/self/clear_refs`` just before the write, minus the RSS then; Linux) and
   tracemalloc's peak, for a cube held in memory and for a cube read lazily from a cube file,
@@ -20,7 +25,7 @@ and "detected" layers, for gzip level 4 and zstd level 3:
 Usage::
 
     .venv/bin/python benchmarks/cube_io.py              # 5 repeats
-    .venv/bin/python benchmarks/cube_io.py --quick      # a small smoke run
+    .venv/bin/python benchmarks/cube_io.py --quick      # a small smoke run (also tests/benchmarks)
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ import numpy as np
 CODECS = (("gzip", 4), ("zstd", 3))
 SHAPE = (12, 48, 30_000)
 N_GENES = 50
+VERIFIED_VS_UNVERIFIED = 1.15  # issue 16: verification that costs almost nothing
+OPEN_SELECT_VS_ZARR = 1.0  # issue 16: opening is cheap
 
 
 def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
@@ -83,17 +90,30 @@ def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
     )
 
 
-def timed(function: Callable[[], object]) -> float:
+def timed(function: Callable[[], object]) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (all threads of the process) of one call."""
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = function()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     del result
-    return seconds
+    return seconds, cpu_seconds
 
 
-def median_time(function: Callable[[], object], repeats: int) -> float:
-    return statistics.median(timed(function) for _ in range(repeats))
+def alternate(
+    functions: dict[str, Callable[[], object]], repeats: int
+) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds of each function, the order rotating every repeat."""
+    names = list(functions)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(timed(functions[name]))
+    return {
+        name: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
+        for name, ts in times.items()
+    }
 
 
 def zarr_codec(compression: str, level: int) -> Any:
@@ -124,10 +144,17 @@ def zarr_write(cube: Any, path: Path, compression: str, level: int, chunks: tupl
 
 
 def zarr_read(path: Path, names: list[str]) -> list[np.ndarray]:
+    """zarr-python's bare read of the layer arrays of a cube file."""
     import zarr
 
-    root = zarr.open_group(path, mode="r", zarr_format=3)
-    return [root[name][...] for name in names]
+    return [zarr.open_array(path / "layers" / name, mode="r")[...] for name in names]
+
+
+def layer_chunks(path: Path) -> tuple[int, ...]:
+    """The chunk shape of the cube file's layers, as written."""
+    from cytepool.io.zarr import open_array
+
+    return tuple(open_array(path / "layers" / "counts").chunks)
 
 
 def cube_write(cube: Any, path: Path, compression: str, level: int) -> None:
@@ -188,40 +215,87 @@ def selection_read(path: Path, group: str, genes: list[str]) -> np.ndarray:
 
 
 def bench_write_read(
-    cube: Any, base: Path, compression: str, level: int, chunks: tuple, repeats: int
-) -> list[tuple]:
+    cube: Any, base: Path, compression: str, level: int, repeats: int
+) -> tuple[list[dict[str, Any]], tuple[int, ...]]:
+    """Write and read rows, and the layers' chunk shape (as write_cube chose it)."""
+    import zarr
+
     from cytepool.io import read_cube
 
     ours, theirs = base / f"{compression}.cube.zarr", base / f"{compression}.zarr"
     names = list(cube.layers)
-    t_write = median_time(lambda: cube_write(cube, ours, compression, level), repeats)
-    t_zwrite = median_time(lambda: zarr_write(cube, theirs, compression, level, chunks), repeats)
-    t_read = median_time(lambda: cube_read(ours), repeats)
-    t_raw = median_time(lambda: raw_read(ours, names), repeats)
-    t_zread = median_time(lambda: zarr_read(theirs, names), repeats)
-    for got, want in zip(cube_read(ours), zarr_read(theirs, names), strict=True):
-        np.testing.assert_array_equal(got, want)
+    cube_write(cube, ours, compression, level)
+    chunks = layer_chunks(ours)
+    writes = alternate(
+        {
+            "cytepool": lambda: cube_write(cube, ours, compression, level),
+            "zarr-python": lambda: zarr_write(cube, theirs, compression, level, chunks),
+        },
+        repeats,
+    )
+    reads = alternate(
+        {
+            "verified": lambda: cube_read(ours),
+            "unverified": lambda: raw_read(ours, names),
+            "zarr-python": lambda: zarr_read(ours, names),
+        },
+        repeats,
+    )
+    theirs_root = zarr.open_group(theirs, mode="r")
+    for got, raw, bare, own in zip(
+        cube_read(ours),
+        raw_read(ours, names),
+        zarr_read(ours, names),
+        (theirs_root[name][...] for name in names),
+        strict=True,
+    ):
+        for other in (raw, bare, own):
+            np.testing.assert_array_equal(got, other)
     if read_cube(ours).fingerprint != cube.fingerprint:
         raise SystemExit("the fingerprint changed")
     size = directory_bytes(ours)
     zsize = sum(directory_bytes(theirs / name) for name in names)
     codec = f"{compression} {level}"
     return [
-        (codec, "write", t_write, t_zwrite, size, zsize),
-        (codec, "read (read_cube + to_numpy)", t_read, t_zread, None, None),
-        (codec, "read (arrays only, io.zarr)", t_raw, t_zread, None, None),
-    ]
+        {
+            "codec": codec,
+            "operation": "write: write_cube vs zarr-python writing the layers",
+            "ours": writes["cytepool"],
+            "theirs": writes["zarr-python"],
+            "sizes": (size, zsize),
+        },
+        {
+            "codec": codec,
+            "operation": "verified read (read_cube + to_numpy) vs unverified (io.zarr open_array)",
+            "ours": reads["verified"],
+            "theirs": reads["unverified"],
+            "limit": VERIFIED_VS_UNVERIFIED,
+        },
+        {
+            "codec": codec,
+            "operation": "verified read (read_cube + to_numpy) vs zarr-python's bare read",
+            "ours": reads["verified"],
+            "theirs": reads["zarr-python"],
+        },
+        {
+            "codec": codec,
+            "operation": "unverified read (io.zarr open_array) vs zarr-python's bare read",
+            "ours": reads["unverified"],
+            "theirs": reads["zarr-python"],
+        },
+    ], chunks
 
 
 def bench_selection(
-    cube: Any, base: Path, compression: str, level: int, chunks: tuple, repeats: int
-) -> tuple:
+    cube: Any, base: Path, compression: str, level: int, chunks: tuple[int, ...], repeats: int
+) -> list[dict[str, Any]]:
     """Read one group and 50 genes; count the chunk files opened."""
     import zarr
 
     from cytepool.io import read_cube
 
-    ours, theirs = base / f"{compression}.cube.zarr", base / f"{compression}.zarr"
+    ours = base / f"{compression}.cube.zarr"
+    layer = ours / "layers" / "counts"
     n_groups, n_samples, n_features = cube.shape
     position = n_groups // 2
     group = f"celltype{position:02d}"
@@ -231,30 +305,46 @@ def bench_selection(
     with OpenCounter() as counter:
         got = selection_read(ours, group, genes)
     np.testing.assert_array_equal(got, expected)
-    opened = counter.chunks_under(ours / "layers" / "counts")
+    opened = counter.chunks_under(layer)
     other = {path for path in counter.paths if f"{os.sep}detected{os.sep}c{os.sep}" in path}
     holding = {(s // chunks[1], f // chunks[2]) for s in range(n_samples) for f in genes_at}
     if len(opened) != len(holding) or other:
         raise SystemExit(f"opened {len(opened)} chunk files, expected {len(holding)}")
-    t_select = median_time(lambda: selection_read(ours, group, genes), repeats)
-    opened_cube = read_cube(ours)
-    t_select_opened = median_time(
-        lambda: opened_cube.select(groups=[group], features=genes).profiles(group), repeats
-    )
 
     def zarr_open_and_read() -> np.ndarray:
-        array = zarr.open_group(theirs, mode="r", zarr_format=3)["counts"]
-        return array.oindex[position, :, genes_at]
+        return zarr.open_array(layer, mode="r").oindex[position, :, genes_at]
 
     np.testing.assert_array_equal(zarr_open_and_read(), expected)
-    t_zselect = median_time(zarr_open_and_read, repeats)
-    zarray = zarr.open_group(theirs, mode="r", zarr_format=3)["counts"]
-    t_zselect_opened = median_time(lambda: zarray.oindex[position, :, genes_at], repeats)
-    codec = f"{compression} {level}"
-    return (
-        (codec, "open + select + read", t_select, t_zselect, len(opened), len(holding)),
-        (codec, "select + read, opened", t_select_opened, t_zselect_opened, None, None),
+    cold = alternate(
+        {"cytepool": lambda: selection_read(ours, group, genes), "zarr-python": zarr_open_and_read},
+        repeats,
     )
+    opened_cube = read_cube(ours)
+    zarray = zarr.open_array(layer, mode="r")
+    warm = alternate(
+        {
+            "cytepool": lambda: opened_cube.select(groups=[group], features=genes).profiles(group),
+            "zarr-python": lambda: zarray.oindex[position, :, genes_at],
+        },
+        repeats,
+    )
+    codec = f"{compression} {level}"
+    return [
+        {
+            "codec": codec,
+            "operation": "open + select + read",
+            "ours": cold["cytepool"],
+            "theirs": cold["zarr-python"],
+            "limit": OPEN_SELECT_VS_ZARR,
+            "files": (len(opened), len(holding)),
+        },
+        {
+            "codec": codec,
+            "operation": "select + read, opened",
+            "ours": warm["cytepool"],
+            "theirs": warm["zarr-python"],
+        },
+    ]
 
 
 MEMORY_SCRIPT = """
@@ -329,29 +419,67 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def main() -> None:
+def rows_table(rows: list[dict[str, Any]], extra: str = "") -> str:
+    """A markdown table: wall and CPU times, their ratios and the target where there is one."""
+    lines = [
+        "| codec | operation | cytepool wall / CPU | peer wall / CPU | ratio | CPU ratio "
+        f"| target | met |{extra}",
+        "|---|---|---:|---:|---:|---:|---|---|" + "---:|" * extra.count("|"),
+    ]
+    for r in rows:
+        (ours, ours_cpu), (theirs, theirs_cpu) = r["ours"], r["theirs"]
+        limit = r.get("limit")
+        target, met = (
+            ("", "")
+            if limit is None
+            else (f"<= {limit}x", "yes" if ours <= limit * theirs else "no")
+        )
+        cells = ""
+        if "sizes" in r:
+            cells = " " + " | ".join(mib(n) for n in r["sizes"]) + " |"
+        elif "files" in r:
+            cells = " " + " | ".join(str(n) for n in r["files"]) + " |"
+        elif extra:
+            cells = " |" * extra.count("|")
+        lines.append(
+            f"| {r['codec']} | {r['operation']} | {ms(ours)} / {ms(ours_cpu)} "
+            f"| {ms(theirs)} / {ms(theirs_cpu)} | {ours / theirs:.2f} | {ours_cpu / theirs_cpu:.2f} "
+            f"| {target} | {met} |{cells}"
+        )
+    return "\n".join(lines)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
+
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="where to write the stores")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     shape = (3, 8, 2000) if args.quick else SHAPE
     repeats = 2 if args.quick else args.repeats
 
-    from cytepool.io import cubes
-
     cube = make_cube(shape)
     n_groups, n_samples, n_features = shape
-    chunks = cubes._layer_chunks(shape, 4)
     group_bytes = n_samples * n_features * 4
 
-    rows = []
-    selection_rows = []
+    rows: list[dict[str, Any]] = []
+    selection_rows: list[dict[str, Any]] = []
+    loads = [load_average()]
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         base = Path(directory)
         for compression, level in CODECS:
-            rows += bench_write_read(cube, base, compression, level, chunks, repeats)
+            found, chunks = bench_write_read(cube, base, compression, level, repeats)
+            rows += found
             selection_rows += bench_selection(cube, base, compression, level, chunks, repeats * 4)
+            loads.append(load_average())
 
         lazy_source = base / "gzip.cube.zarr"
         memory = {
@@ -369,41 +497,29 @@ def main() -> None:
     print(f"## Cube files: {n_groups} groups x {n_samples} samples x {n_features:,} features\n")
     print(
         f"int32 layers counts + detected ({mib(2 * np.prod(shape) * 4)} in memory), chunks "
-        f"{chunks}; medians of {repeats} runs; {platform.python_version()}, "
-        f"{platform.machine()}, warm page cache.\n"
+        f"{chunks}; medians of {repeats} runs ({4 * repeats} for selections), contenders "
+        f"alternating; {platform.python_version()}, {platform.machine()}, {os.cpu_count()} "
+        f"CPUs, 1-minute load average {min(loads):.1f}–{max(loads):.1f}, warm page cache; CPU "
+        "time summed over the process's threads.\n"
     )
-    print("| codec | operation | cytepool | zarr-python | ratio | cube file | zarr arrays |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for codec, operation, ours_t, theirs_t, size, zsize in rows:
-        sizes = f"{mib(size)} | {mib(zsize)}" if size else "|"
-        print(
-            f"| {codec} | {operation} | {ours_t * 1000:.0f} ms | {theirs_t * 1000:.0f} ms "
-            f"| {ours_t / theirs_t:.2f} | {sizes} |"
-        )
+    print(rows_table(rows, " cube file | zarr arrays |"))
     print(
         "\nwrite_cube also writes the tables and cells, hashes every group and renames the store "
-        "into place; read_cube + to_numpy also reads and verifies the tables and cells, and "
-        "checks the values and the digest of every group; 'arrays only' reads the two layer "
-        "arrays of the cube file with cytepool.io.zarr.open_array.\n"
+        "into place (zarr-python writes the two layers into its own store); read_cube + "
+        "to_numpy also reads and verifies the tables and cells, and checks the values and the "
+        "digest of every group. The unverified read reads the same two layer arrays of the "
+        "cube file with cytepool.io.zarr.open_array (cytepool has no switch to skip "
+        "verification in read_cube yet), zarr-python's bare read with zarr.open_array(...)[...].\n"
     )
     print(f"### Selection: one group, {N_GENES} random genes, layer counts\n")
     print(
         "cytepool: `read_cube(path)` (attributes, tables and cells read and verified), "
-        "`.select(groups=[g], features=genes).profiles(g)`; zarr-python: `open_group(path)` "
-        "and `oindex[g, :, positions]`. Chunk files opened by the first cytepool read, counted "
-        "by wrapping `os.open` and `open`.\n"
+        "`.select(groups=[g], features=genes).profiles(g)`; zarr-python: "
+        "`zarr.open_array(path / 'layers' / 'counts')` and `oindex[g, :, positions]` on the same "
+        "array. Chunk files opened by the first cytepool read, counted by wrapping `os.open` and "
+        "`open`.\n"
     )
-    print(
-        "| codec | operation | cytepool | zarr-python | ratio "
-        "| chunk files opened | chunks holding the selection |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for codec, operation, ours_t, theirs_t, opened, holding in selection_rows:
-        counts = f"{opened} | {holding}" if opened is not None else "|"
-        print(
-            f"| {codec} | {operation} | {ours_t * 1000:.1f} ms | {theirs_t * 1000:.1f} ms "
-            f"| {ours_t / theirs_t:.2f} | {counts} |"
-        )
+    print(rows_table(selection_rows, " chunk files opened | chunks holding the selection |"))
     print(f"\n### Peak memory of writing (gzip 4), one group of one layer = {mib(group_bytes)}\n")
     print("| writer | extra peak RSS | tracemalloc peak | in groups |")
     print("|---|---:|---:|---:|")
@@ -412,7 +528,8 @@ def main() -> None:
             f"| {name} | {mib(numbers['rss_extra'])} | {mib(numbers['traced_peak'])} "
             f"| {numbers['traced_peak'] / group_bytes:.2f} |"
         )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

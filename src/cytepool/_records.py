@@ -209,5 +209,5 @@ def stamp(
     operation: str, parameters: Mapping[str, Any], inputs: Iterable[str | None] = ()
 ) -> Provenance:
     """A provenance record of ``operation`` stamped now with this version of cytepool."""
-    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
     return Provenance(operation, dict(parameters), __version__, now, tuple(inputs))
