@@ -1,4 +1,4 @@
-"""The Cube model: construction checks, reading, select, sums, provenance, _from_parts."""
+"""The Cube model: construction checks, reading, select, sums, provenance, building from parts."""
 
 from __future__ import annotations
 
@@ -13,26 +13,18 @@ import pytest
 
 import cytepool
 from cytepool import Cube, Normalization, Provenance
+from cytepool._assemble import from_parts, parts_of, provenance_record, with_provenance
 from cytepool.errors import ConstraintError, FormatError
 from cytepool.fingerprint import Digests
 from cytepool.layers import LazyLayer
+from factories import counts, frame, make_cube
 
 pl = pytest.importorskip("polars")
 pa = pytest.importorskip("pyarrow")
 
-BACKENDS = ["pandas", "polars", "pyarrow"]
 GROUPS = ["B", "T", "NK"]
 SAMPLES = ["s1", "s2", "s3", "s4"]
 FEATURES = ["CD3E", "CD19", "MS4A1", "NKG7", "GNLY"]
-
-
-def frame(backend: str, data: dict[str, list[Any]]) -> Any:
-    """A table of ``data`` in ``backend``."""
-    if backend == "pandas":
-        return pd.DataFrame(data)
-    if backend == "polars":
-        return pl.DataFrame(data)
-    return pa.table(data)
 
 
 def ids_of(table: Any, column: str) -> list[str]:
@@ -48,32 +40,22 @@ def ids_of(table: Any, column: str) -> list[str]:
 
 
 def counts_array(dtype: str = "int64") -> np.ndarray[Any, Any]:
-    rng = np.random.default_rng(1)
-    return rng.integers(0, 50, (3, 4, 5)).astype(dtype)
+    return counts(dtype=dtype)
 
 
-def make_cube(
-    backend: str = "pandas", *, layers: dict[str, Any] | None = None, **kwargs: Any
-) -> Cube:
-    samples = frame(
-        backend,
-        {"sample_id": SAMPLES, "donor": ["d1", "d2", "d1", "d2"], "batch": [1, 1, 2, 2]},
-    )
-    groups = frame(backend, {"group_id": GROUPS, "lineage": ["lymph", "lymph", "lymph"]})
-    features = frame(backend, {"feature_id": FEATURES, "symbol": [f.lower() for f in FEATURES]})
-    args: dict[str, Any] = {
-        "samples": samples,
-        "groups": groups,
-        "features": features,
-        "cells": np.full((3, 4), 7),
-    }
-    args.update(kwargs)
-    return Cube({"counts": counts_array()} if layers is None else layers, **args)
+PBMC: dict[str, Any] = {
+    "ids": {"groups": GROUPS, "samples": SAMPLES, "features": FEATURES},
+    "samples": {"donor": ["d1", "d2", "d1", "d2"], "batch": [1, 1, 2, 2]},
+    "groups": {"lineage": ["lymph", "lymph", "lymph"]},
+    "features": {"symbol": [f.lower() for f in FEATURES]},
+    "cells": np.full((3, 4), 7),
+}
+"""The ids, covariates and cells of most cubes here."""
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def pbmc_cube(backend: str = "pandas", *, layers: Any = None, **kwargs: Any) -> Cube:
+    """:func:`factories.make_cube` with :data:`PBMC`, overridden by ``kwargs``."""
+    return make_cube(layers, backend=backend, **{**PBMC, **kwargs})
 
 
 class CountingArray:
@@ -107,7 +89,7 @@ class CountingArray:
 
 
 def test_cube_basics(backend: str) -> None:
-    cube = make_cube(backend)
+    cube = pbmc_cube(backend)
     assert cube.shape == (3, 4, 5)
     assert ids_of(cube.samples, "sample_id") == SAMPLES
     assert ids_of(cube.groups, "group_id") == GROUPS
@@ -122,10 +104,10 @@ def test_cube_basics(backend: str) -> None:
 
 
 def test_pandas_ids_in_index_or_column() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     indexed = pd.DataFrame({"donor": ["d1", "d2", "d1", "d2"], "batch": [1, 1, 2, 2]})
     indexed.index = pd.Index(SAMPLES, name="sample_id")
-    other = make_cube(samples=indexed)
+    other = pbmc_cube(samples=indexed)
     assert other.fingerprint == cube.fingerprint
     pd.testing.assert_frame_equal(other.samples, cube.samples)
     # a column in the middle comes first; an unnamed index is dropped
@@ -133,12 +115,12 @@ def test_pandas_ids_in_index_or_column() -> None:
         {"donor": ["d1", "d2", "d1", "d2"], "sample_id": SAMPLES, "batch": [1, 1, 2, 2]},
         index=[9, 8, 7, 6],
     )
-    assert make_cube(samples=moved).fingerprint == cube.fingerprint
+    assert pbmc_cube(samples=moved).fingerprint == cube.fingerprint
 
 
 def test_tables_are_copies() -> None:
     samples = pd.DataFrame({"sample_id": SAMPLES, "donor": ["d1", "d2", "d1", "d2"]})
-    cube = make_cube(samples=samples)
+    cube = pbmc_cube(samples=samples)
     samples.loc[0, "donor"] = "changed"
     out = cube.samples
     out.loc["s1", "donor"] = "changed again"
@@ -153,90 +135,91 @@ def test_tables_are_copies() -> None:
     ],
 )
 def test_tables_must_be_frames(change: dict[str, Any], error: type, match: str) -> None:
+    tables = {a: frame("pandas", {f"{a[:-1]}_id": ids}) for a, ids in PBMC["ids"].items()}
     with pytest.raises(error, match=match):
-        make_cube(**change)
+        Cube({"counts": counts_array()}, **{**tables, **change}, cells=PBMC["cells"])
 
 
 def test_table_errors(backend: str) -> None:
     with pytest.raises(ValueError, match="samples: expected an id column 'sample_id'"):
-        make_cube(backend, samples=frame(backend, {"id": SAMPLES}))
+        pbmc_cube(backend, samples=frame(backend, {"id": SAMPLES}))
     with pytest.raises(TypeError, match="groups: the ids in 'group_id' must be strings"):
-        make_cube(backend, groups=frame(backend, {"group_id": [1, 2, 3]}))
+        pbmc_cube(backend, groups=frame(backend, {"group_id": [1, 2, 3]}))
     with pytest.raises(
         ValueError, match=r"features: 1 ids in 'feature_id' are missing \(rows \[2\]"
     ):
-        make_cube(backend, features=frame(backend, {"feature_id": ["a", "b", None, "d", "e"]}))
+        pbmc_cube(backend, features=frame(backend, {"feature_id": ["a", "b", None, "d", "e"]}))
     with pytest.raises(ValueError, match=r"samples: the ids must be unique; .* \['s1'\]"):
-        make_cube(backend, samples=frame(backend, {"sample_id": ["s1", "s2", "s1", "s4"]}))
+        pbmc_cube(backend, samples=frame(backend, {"sample_id": ["s1", "s2", "s1", "s4"]}))
     with pytest.raises(ValueError, match=r"cells: expected shape .* = \(3, 3\), found \(3, 4\)"):
-        make_cube(backend, samples=frame(backend, {"sample_id": ["s1", "s2", "s3"]}))
+        pbmc_cube(backend, samples=frame(backend, {"sample_id": ["s1", "s2", "s3"]}))
 
 
 def test_table_column_types(backend: str) -> None:
     nested = {"feature_id": FEATURES, "x": [[1], [2], [3], [4], [5]]}
     if backend == "pandas":
         with pytest.raises(TypeError, match="column 'x'"):
-            make_cube(backend, features=frame(backend, nested))
+            pbmc_cube(backend, features=frame(backend, nested))
     else:
         with pytest.raises(TypeError, match=r"table column 'x': data type List"):
-            make_cube(backend, features=frame(backend, nested))
+            pbmc_cube(backend, features=frame(backend, nested))
 
 
 def test_pandas_table_errors() -> None:
     named = pd.DataFrame({"donor": ["a", "b", "c", "d"]}, index=pd.Index(SAMPLES, name="x"))
     with pytest.raises(ValueError, match="samples: the index is named 'x'"):
-        make_cube(samples=named)
+        pbmc_cube(samples=named)
     both = pd.DataFrame({"sample_id": SAMPLES}, index=pd.Index(SAMPLES, name="sample_id"))
     with pytest.raises(ValueError, match="both the index and a column are named 'sample_id'"):
-        make_cube(samples=both)
+        pbmc_cube(samples=both)
     multi = pd.DataFrame(
         {"v": [1, 2, 3, 4]}, index=pd.MultiIndex.from_tuples([(s, 1) for s in SAMPLES])
     )
     with pytest.raises(ValueError, match="MultiIndex"):
-        make_cube(samples=multi)
+        pbmc_cube(samples=multi)
     dup = pd.DataFrame([[s, 1, 2] for s in SAMPLES], columns=["sample_id", "a", "a"])
     with pytest.raises(ValueError, match=r"samples: .*unique column names"):
-        make_cube(samples=dup)
+        pbmc_cube(samples=dup)
     with pytest.raises(TypeError, match="column names must be strings"):
-        make_cube(samples=pd.DataFrame({"sample_id": SAMPLES, 3: [1, 2, 3, 4]}))
+        pbmc_cube(samples=pd.DataFrame({"sample_id": SAMPLES, 3: [1, 2, 3, 4]}))
     mixed = pd.DataFrame({"sample_id": SAMPLES, "m": [1, "a", 2.5, None]})
     with pytest.raises(TypeError, match=r"table column 'm'.*Object holding"):
-        make_cube(samples=mixed)
+        pbmc_cube(samples=mixed)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int16", "uint16", "float16", "bool", "complex64"])
 def test_layer_dtypes_rejected(dtype: str) -> None:
     with pytest.raises(TypeError, match=r"layer 'counts': expected a data type among int32"):
-        make_cube(layers={"counts": counts_array().astype(dtype)})
+        pbmc_cube(layers={"counts": counts_array().astype(dtype)})
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64", "float32", "float64"])
 def test_layer_dtypes_accepted(dtype: str) -> None:
-    cube = make_cube(layers={"counts": counts_array(dtype)})
+    cube = pbmc_cube(layers={"counts": counts_array(dtype)})
     assert cube.layers["counts"].dtype == np.dtype(dtype)
     assert cube.profiles("T").dtype == np.dtype(dtype)
 
 
 def test_layer_byte_order_and_layout() -> None:
     swapped = counts_array("int32").astype(">i4")
-    cube = make_cube(layers={"counts": swapped})
+    cube = pbmc_cube(layers={"counts": swapped})
     assert cube.layers["counts"].dtype == np.dtype("int32")
-    fortran = make_cube(layers={"counts": np.asfortranarray(counts_array("int32"))})
+    fortran = pbmc_cube(layers={"counts": np.asfortranarray(counts_array("int32"))})
     assert cube.fingerprint == fortran.fingerprint
 
 
 def test_layer_errors() -> None:
     with pytest.raises(TypeError, match="layers: expected a mapping"):
-        make_cube(layers=[counts_array()])
+        pbmc_cube(layers=[counts_array()])
     with pytest.raises(TypeError, match="layers: names must be strings"):
-        make_cube(layers={1: counts_array()})
+        pbmc_cube(layers={1: counts_array()})
     for bad in ["", "a/b", ".."]:
         with pytest.raises(ValueError, match="is not a valid layer name"):
-            make_cube(layers={bad: counts_array()})
+            pbmc_cube(layers={bad: counts_array()})
     with pytest.raises(ValueError, match=r"layer 'counts': expected shape .* found \(3, 5, 4\)"):
-        make_cube(layers={"counts": np.zeros((3, 5, 4), dtype="int32")})
+        pbmc_cube(layers={"counts": np.zeros((3, 5, 4), dtype="int32")})
     with pytest.raises(ValueError, match="layer 'counts': expected shape"):
-        make_cube(layers={"counts": np.zeros((3, 4), dtype="int32")})
+        pbmc_cube(layers={"counts": np.zeros((3, 4), dtype="int32")})
 
 
 @pytest.mark.parametrize(
@@ -252,16 +235,16 @@ def test_layer_value_errors(value: float, match: str) -> None:
     counts[1, 2, 3] = value
     pattern = rf"layer 'counts', group 'T', sample 's3': value .* at feature 'NKG7' {match}"
     with pytest.raises(ConstraintError, match=pattern):
-        make_cube(layers={"counts": counts})
+        pbmc_cube(layers={"counts": counts})
     with pytest.raises(ValueError, match=pattern):
-        make_cube(layers={"counts": counts})
+        pbmc_cube(layers={"counts": counts})
 
 
 def test_layer_negative_integer() -> None:
     counts = counts_array("int32")
     counts[2, 0, 0] = -5
     with pytest.raises(ConstraintError, match="layer 'counts', group 'NK', sample 's1': value -5"):
-        make_cube(layers={"counts": counts})
+        pbmc_cube(layers={"counts": counts})
 
 
 def test_empty_profiles_must_hold_zeros() -> None:
@@ -270,31 +253,31 @@ def test_empty_profiles_must_hold_zeros() -> None:
     with pytest.raises(
         ConstraintError, match="layer 'counts', group 'B', sample 's2': the profile pools 0 cells"
     ):
-        make_cube(cells=cells)
+        pbmc_cube(cells=cells)
     counts = counts_array()
     counts[0, 1] = 0
-    assert make_cube(cells=cells, layers={"counts": counts}).cells[0, 1] == 0
+    assert pbmc_cube(cells=cells, layers={"counts": counts}).cells[0, 1] == 0
 
 
 def test_cells_errors() -> None:
     with pytest.raises(TypeError, match="cells: expected integers, found data type float64"):
-        make_cube(cells=np.full((3, 4), 7.0))
+        pbmc_cube(cells=np.full((3, 4), 7.0))
     with pytest.raises(ValueError, match=r"cells: expected shape \(n_groups, n_samples\)"):
-        make_cube(cells=np.full((4, 3), 7))
+        pbmc_cube(cells=np.full((4, 3), 7))
     cells = np.full((3, 4), 7)
     cells[2, 3] = -1
     with pytest.raises(ConstraintError, match="cells: group 'NK', sample 's4': -1 cells"):
-        make_cube(cells=cells)
+        pbmc_cube(cells=cells)
     huge = np.full((3, 4), 2**63, dtype=np.uint64)
     with pytest.raises(ValueError, match="does not fit int64"):
-        make_cube(cells=huge)
-    assert make_cube(cells=np.full((3, 4), 7, dtype=np.uint8)).cells.dtype == np.int64
+        pbmc_cube(cells=huge)
+    assert pbmc_cube(cells=np.full((3, 4), 7, dtype=np.uint8)).cells.dtype == np.int64
 
 
 def test_normalization() -> None:
     factors = np.linspace(0.5, 2, 12).reshape(3, 4)
     n = Normalization("size_factors", factors)
-    cube = make_cube(normalization=n)
+    cube = pbmc_cube(normalization=n)
     assert cube.normalization == n
     assert not cube.normalization.factors.flags.writeable
     assert n != Normalization("cpm", factors)
@@ -302,9 +285,9 @@ def test_normalization() -> None:
     assert hash(n) == hash(Normalization("size_factors", factors.copy()))
     assert "size_factors" in repr(n)
     with pytest.raises(TypeError, match="normalization: expected a Normalization or None"):
-        make_cube(normalization=factors)
+        pbmc_cube(normalization=factors)
     with pytest.raises(ValueError, match=r"normalization: expected factors of shape .* \(3, 4\)"):
-        make_cube(normalization=Normalization("x", np.ones((4, 3))))
+        pbmc_cube(normalization=Normalization("x", np.ones((4, 3))))
 
 
 @pytest.mark.parametrize(
@@ -327,27 +310,27 @@ def test_normalization_errors(method: Any, factors: Any, error: type, match: str
 
 def test_metadata() -> None:
     meta = {"study": "x", "n": [1, 2]}
-    cube = make_cube(metadata=meta)
+    cube = pbmc_cube(metadata=meta)
     meta["study"] = "changed"
     assert cube.metadata == {"study": "x", "n": [1, 2]}
     cube.metadata["n"].append(3)
     assert cube.metadata["n"] == [1, 2]
-    assert cube.fingerprint == make_cube().fingerprint  # metadata is not content
+    assert cube.fingerprint == pbmc_cube().fingerprint  # metadata is not content
     with pytest.raises(TypeError, match="metadata: expected a mapping"):
-        make_cube(metadata=[1])
+        pbmc_cube(metadata=[1])
     with pytest.raises(TypeError, match="metadata: keys must be strings"):
-        make_cube(metadata={1: 2})
+        pbmc_cube(metadata={1: 2})
     with pytest.raises(TypeError, match="metadata: expected JSON-serialisable"):
-        make_cube(metadata={"a": {1, 2}})
+        pbmc_cube(metadata={"a": {1, 2}})
     with pytest.raises(ValueError, match="metadata: expected JSON-serialisable"):
-        make_cube(metadata={"a": float("nan")})
+        pbmc_cube(metadata={"a": float("nan")})
 
 
 # --------------------------------------------------------------------------- reading
 
 
 def test_reading(backend: str) -> None:
-    cube = make_cube(backend)
+    cube = pbmc_cube(backend)
     counts = counts_array()
     np.testing.assert_array_equal(cube.profiles("T"), counts[1])
     np.testing.assert_array_equal(cube.profiles(2), counts[2])
@@ -366,7 +349,7 @@ def test_reading(backend: str) -> None:
 
 
 def test_read_only() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     with pytest.raises(TypeError):
         cube.layers["other"] = counts_array()  # type: ignore[index]
     with pytest.raises(ValueError, match="read-only"):
@@ -380,30 +363,30 @@ def test_read_only() -> None:
 
 
 def test_repr() -> None:
-    cube = make_cube(normalization=Normalization("cpm", np.ones((3, 4))))
+    cube = pbmc_cube(normalization=Normalization("cpm", np.ones((3, 4))))
     assert repr(cube) == (
         "<Cube 3 groups x 4 samples x 5 features; layers: counts int64 (memory); "
         "normalization: cpm>"
     )
     lazy = cube.select(groups=["T"])
     assert "counts int64 (lazy)" in repr(lazy)
-    assert "layers: none" in repr(make_cube(layers={}))
+    assert "layers: none" in repr(pbmc_cube(layers={}))
 
 
 def test_lazy_array_layers_checked_when_read() -> None:
     counts = counts_array()
     counts[1, 3, 4] = -2
     array = CountingArray(counts)
-    cube = make_cube(layers={"counts": array})
+    cube = pbmc_cube(layers={"counts": array})
     assert array.reads == []
     assert cube.layers["counts"] is array
     np.testing.assert_array_equal(cube.profiles("B"), counts[0])
     with pytest.raises(ConstraintError, match="layer 'counts', group 'T', sample 's4': value -2"):
         cube.profiles("T")
     with pytest.raises(ConstraintError, match="group 'T'"):
-        cube._read("counts", 1, samples=[3], features=[4])
+        parts_of(cube).read("counts", 1, samples=[3], features=[4])
     np.testing.assert_array_equal(
-        cube._read("counts", 1, samples=[0], features=[4]), [[counts[1, 0, 4]]]
+        parts_of(cube).read("counts", 1, samples=[0], features=[4]), [[counts[1, 0, 4]]]
     )
 
 
@@ -413,14 +396,16 @@ def test_lazy_zero_cells_checked_when_read() -> None:
     counts = counts_array()
     counts[2, 0, 0] = 5
     counts[2, 0, 1:] = 0
-    cube = make_cube(layers={"counts": CountingArray(counts)}, cells=cells)
+    cube = pbmc_cube(layers={"counts": CountingArray(counts)}, cells=cells)
     with pytest.raises(ConstraintError, match="group 'NK', sample 's1': the profile pools 0 cells"):
         cube.profiles("NK")
-    np.testing.assert_array_equal(cube._read("counts", 2, features=[2, 3]), counts[2][:, [2, 3]])
+    np.testing.assert_array_equal(
+        parts_of(cube).read("counts", 2, features=[2, 3]), counts[2][:, [2, 3]]
+    )
 
 
 def test_lazy_layer_in_new_cube_checked_against_new_cells() -> None:
-    base = make_cube()
+    base = pbmc_cube()
     lazy = base.select(groups=["T"]).layers["counts"]
     assert isinstance(lazy, LazyLayer)
     cells = np.full((1, 4), 3)
@@ -440,7 +425,7 @@ def test_lazy_layer_in_new_cube_checked_against_new_cells() -> None:
 
 
 def test_select(backend: str) -> None:
-    cube = make_cube(backend, normalization=Normalization("n", np.arange(1, 13).reshape(3, 4)))
+    cube = pbmc_cube(backend, normalization=Normalization("n", np.arange(1, 13).reshape(3, 4)))
     sub = cube.select(samples=["s3", "s1"], groups="T", features=[4, 0])
     assert sub.shape == (1, 2, 2)
     assert ids_of(sub.samples, "sample_id") == ["s3", "s1"]
@@ -457,7 +442,7 @@ def test_select(backend: str) -> None:
 
 
 def test_select_variants() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     assert cube.select().fingerprint == cube.fingerprint
     assert cube.select(groups=slice(0, 2)).shape == (2, 4, 5)
     assert cube.select(groups=1).shape == (1, 4, 5)
@@ -468,7 +453,7 @@ def test_select_variants() -> None:
 
 
 def test_select_errors() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     with pytest.raises(KeyError, match=r"samples: unknown ids \['x', 'y'\]"):
         cube.select(samples=["s1", "x", "y"])
     with pytest.raises(KeyError, match=r"features: unknown ids \['nope'\]"):
@@ -489,7 +474,7 @@ def test_select_errors() -> None:
 
 def test_select_reads_nothing() -> None:
     array = CountingArray(counts_array())
-    cube = make_cube(layers={"counts": array})
+    cube = pbmc_cube(layers={"counts": array})
     sub = cube.select(samples=["s2"], groups=["NK"], features=["GNLY", "CD19"])
     again = sub.select(features=["CD19"])
     assert array.reads == []
@@ -507,7 +492,7 @@ def test_select_reads_nothing() -> None:
 
 
 def test_merge_groups(backend: str) -> None:
-    cube = make_cube(backend)
+    cube = pbmc_cube(backend)
     merged = cube.merge_groups({"lymphoid": ["NK", "B"]})
     assert ids_of(merged.groups, "group_id") == ["lymphoid", "T"]
     counts = counts_array()
@@ -525,14 +510,14 @@ def test_merge_groups(backend: str) -> None:
 
 def test_merge_groups_drops_varying_covariates() -> None:
     groups = pd.DataFrame({"group_id": GROUPS, "lineage": ["b", "t", "nk"], "kind": ["x"] * 3})
-    merged = make_cube(groups=groups).merge_groups({"L": ["B", "NK"]})
+    merged = pbmc_cube(groups=groups).merge_groups({"L": ["B", "NK"]})
     assert list(merged.groups.columns) == ["kind"]
-    kept = make_cube(groups=groups).merge_groups({"L": ["B"]})
+    kept = pbmc_cube(groups=groups).merge_groups({"L": ["B"]})
     assert list(kept.groups.columns) == ["lineage", "kind"]
 
 
 def test_merge_groups_errors() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     with pytest.raises(KeyError, match=r"groups: unknown ids \['X'\]"):
         cube.merge_groups({"L": ["B", "X"]})
     with pytest.raises(ValueError, match="'L' merges no groups"):
@@ -551,14 +536,14 @@ def test_merge_groups_errors() -> None:
 
 def test_merge_groups_reads_nothing_and_keeps_digests() -> None:
     array = CountingArray(counts_array())
-    cube = make_cube(layers={"counts": array})
+    cube = pbmc_cube(layers={"counts": array})
     merged = cube.merge_groups({"L": ["B", "NK"]})
     assert array.reads == []
     np.testing.assert_array_equal(merged.profiles("L"), counts_array()[[0, 2]].sum(axis=0))
 
 
 def test_pool_samples(backend: str) -> None:
-    cube = make_cube(backend, normalization=Normalization("n", np.ones((3, 4))))
+    cube = pbmc_cube(backend, normalization=Normalization("n", np.ones((3, 4))))
     pooled = cube.pool_samples(by="donor")
     assert ids_of(pooled.samples, "sample_id") == ["d1", "d2"]
     counts = counts_array()
@@ -579,7 +564,7 @@ def test_pool_samples_categorical_and_selection() -> None:
     samples = pd.DataFrame(
         {"sample_id": SAMPLES, "donor": pd.Categorical(["b", "a", "b", "a"]), "sex": list("ffmm")}
     )
-    pooled = make_cube(samples=samples).pool_samples(by="donor")
+    pooled = pbmc_cube(samples=samples).pool_samples(by="donor")
     assert list(pooled.samples.index) == ["b", "a"]
     assert list(pooled.samples.columns) == ["donor"]
     sub = pooled.select(samples=["a"], features=[1])
@@ -589,7 +574,7 @@ def test_pool_samples_categorical_and_selection() -> None:
 
 
 def test_pool_samples_errors() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     with pytest.raises(KeyError, match="pool_samples: no column 'site' in the samples table"):
         cube.pool_samples(by="site")
     with pytest.raises(TypeError, match="by must be a column name"):
@@ -598,12 +583,12 @@ def test_pool_samples_errors() -> None:
     with pytest.raises(
         ValueError, match=r"2 samples have no value in 'donor' \(such as \['s2', 's4'\]"
     ):
-        make_cube(samples=samples).pool_samples(by="donor")
+        pbmc_cube(samples=samples).pool_samples(by="donor")
 
 
 def two_cubes(backend: str = "pandas") -> tuple[Cube, Cube]:
     counts = counts_array()
-    a = make_cube(backend)
+    a = pbmc_cube(backend)
     b = Cube(
         {"counts": counts[::-1, ::-1] * 2},
         samples=frame(backend, {"sample_id": SAMPLES[::-1], "donor": ["x"] * 4}),
@@ -626,7 +611,7 @@ def test_add(backend: str) -> None:
 
 def test_add_errors() -> None:
     a, _ = two_cubes()
-    other = make_cube(samples=pd.DataFrame({"sample_id": ["s1", "s2", "s3", "x"]}))
+    other = pbmc_cube(samples=pd.DataFrame({"sample_id": ["s1", "s2", "s3", "x"]}))
     with pytest.raises(
         ValueError,
         match=(
@@ -636,9 +621,9 @@ def test_add_errors() -> None:
     ):
         cytepool.add([a, other])
     with pytest.raises(ValueError, match=r"add: cube 1 has layers \['umis'\]"):
-        cytepool.add([a, make_cube(layers={"umis": counts_array()})])
+        cytepool.add([a, pbmc_cube(layers={"umis": counts_array()})])
     with pytest.raises(TypeError, match="layer 'counts' is int32 in cube 1 and int64 in cube 0"):
-        cytepool.add([a, make_cube(layers={"counts": counts_array("int32")})])
+        cytepool.add([a, pbmc_cube(layers={"counts": counts_array("int32")})])
     with pytest.raises(TypeError, match="add: expected a sequence of cubes"):
         cytepool.add(a)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="add: expected cubes, found int"):
@@ -650,7 +635,7 @@ def test_add_errors() -> None:
 @pytest.mark.parametrize("axis", ["samples", "groups", "features"])
 def test_concat(axis: str, backend: str) -> None:
     counts = counts_array()
-    cube = make_cube(backend)
+    cube = pbmc_cube(backend)
     index = {"groups": 0, "samples": 1, "features": 2}[axis]
     n = counts.shape[index]
     first = cube.select(**{axis: list(range(n - 1, 1, -1))})
@@ -667,7 +652,7 @@ def test_concat(axis: str, backend: str) -> None:
 
 
 def test_concat_tables_with_other_columns() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     a = cube.select(samples=["s1"])
     b = Cube(
         {"counts": counts_array()[:, :1]},
@@ -683,30 +668,32 @@ def test_concat_tables_with_other_columns() -> None:
 
 def test_concat_normalization() -> None:
     factors = np.arange(1, 13, dtype=float).reshape(3, 4)
-    cube = make_cube(normalization=Normalization("n", factors))
-    joined = cytepool.concat([cube.select(samples=[2, 3]), cube.select(samples=[0, 1])], "samples")
+    cube = pbmc_cube(normalization=Normalization("n", factors))
+    joined = cytepool.concat(
+        [cube.select(samples=[2, 3]), cube.select(samples=[0, 1])], axis="samples"
+    )
     assert joined.normalization is not None
     np.testing.assert_array_equal(joined.normalization.factors, factors[:, [2, 3, 0, 1]])
     by_features = cytepool.concat(
-        [cube.select(features=[0]), cube.select(features=[1])], "features"
+        [cube.select(features=[0]), cube.select(features=[1])], axis="features"
     )
     assert by_features.normalization == cube.normalization
     with pytest.raises(ValueError, match="concat: the cubes have different normalizations"):
-        cytepool.concat([cube.select(samples=[0]), make_cube().select(samples=[1])], "samples")
-    other = make_cube(normalization=Normalization("n", factors * 2))
+        cytepool.concat([cube.select(samples=[0]), pbmc_cube().select(samples=[1])], axis="samples")
+    other = pbmc_cube(normalization=Normalization("n", factors * 2))
     with pytest.raises(ValueError, match="along features they must match"):
-        cytepool.concat([cube.select(features=[0]), other.select(features=[1])], "features")
-    plain = make_cube()
+        cytepool.concat([cube.select(features=[0]), other.select(features=[1])], axis="features")
+    plain = pbmc_cube()
     assert (
         cytepool.concat(
-            [plain.select(groups=[0]), plain.select(groups=[1])], "groups"
+            [plain.select(groups=[0]), plain.select(groups=[1])], axis="groups"
         ).normalization
         is None
     )
 
 
 def test_concat_errors() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     with pytest.raises(ValueError, match="concat: axis must be one of"):
         cytepool.concat([cube], axis="cells")  # type: ignore[arg-type]
     with pytest.raises(
@@ -714,7 +701,9 @@ def test_concat_errors() -> None:
     ):
         cytepool.concat([cube.select(samples=[0, 1]), cube.select(samples=[0])], axis="samples")
     with pytest.raises(ValueError, match="concat: cube 1 does not hold the same groups as cube 0"):
-        cytepool.concat([cube.select(samples=[0]), cube.select(samples=[1], groups=[0])], "samples")
+        cytepool.concat(
+            [cube.select(samples=[0]), cube.select(samples=[1], groups=[0])], axis="samples"
+        )
     cells = np.full((3, 4), 7)
     cells[1, 2] = 8
     with pytest.raises(
@@ -722,9 +711,10 @@ def test_concat_errors() -> None:
         match="along features the cells must match; cube 1 has 8 cells at group 'T', sample 's3'",
     ):
         cytepool.concat(
-            [cube.select(features=[0]), make_cube(cells=cells).select(features=[1])], "features"
+            [cube.select(features=[0]), pbmc_cube(cells=cells).select(features=[1])],
+            axis="features",
         )
-    pl_cube = make_cube("polars").select(samples=["s2"])
+    pl_cube = pbmc_cube("polars").select(samples=["s2"])
     mixed = cytepool.concat([cube.select(samples=["s1"]), pl_cube], axis="samples")
     assert isinstance(mixed.samples, pd.DataFrame)
     bad = Cube(
@@ -735,17 +725,17 @@ def test_concat_errors() -> None:
         cells=np.full((3, 1), 7),
     )
     joined = cytepool.concat(
-        [make_cube("polars").select(samples=["s1"]), make_cube("polars").select(samples=["s2"])],
-        "samples",
+        [pbmc_cube("polars").select(samples=["s1"]), pbmc_cube("polars").select(samples=["s2"])],
+        axis="samples",
     )
     assert joined.shape == (3, 2, 5)
     with pytest.raises(ValueError, match="samples: the tables cannot be joined"):
-        cytepool.concat([make_cube("polars").select(samples=["s1"]), bad], "samples")
+        cytepool.concat([pbmc_cube("polars").select(samples=["s1"]), bad], axis="samples")
 
 
 def test_concat_reads_only_needed_parts() -> None:
     arrays = [CountingArray(counts_array()), CountingArray(counts_array() + 1)]
-    a = make_cube(layers={"counts": arrays[0]})
+    a = pbmc_cube(layers={"counts": arrays[0]})
     b = Cube(
         {"counts": arrays[1]},
         samples=pd.DataFrame({"sample_id": [s + "b" for s in SAMPLES]}),
@@ -765,7 +755,7 @@ def test_concat_reads_only_needed_parts() -> None:
 
 
 def test_provenance_records() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     record = cube.provenance[0]
     assert record.operation == "Cube"
     assert record.parameters == {
@@ -834,17 +824,15 @@ def test_provenance_from_json_errors(data: Any, match: str) -> None:
 
 
 def test_provenance_record_helper() -> None:
-    cube = make_cube()
-    lazy = make_cube(layers={"counts": CountingArray(counts_array())})
-    record = Cube._provenance_record(
-        "from_cells", {"layers": ["counts"]}, (cube, lazy, None, "a" * 64)
-    )
+    cube = pbmc_cube()
+    lazy = pbmc_cube(layers={"counts": CountingArray(counts_array())})
+    record = provenance_record("from_cells", {"layers": ["counts"]}, (cube, lazy, None, "a" * 64))
     assert record.inputs == (cube.fingerprint, None, None, "a" * 64)
-    renamed = cube._with_provenance((record,))
+    renamed = with_provenance(cube, (record,))
     assert renamed.provenance == (record,)
     assert renamed.fingerprint == cube.fingerprint
     with pytest.raises(TypeError, match="expected Provenance records"):
-        cube._with_provenance(("x",))  # type: ignore[arg-type]
+        with_provenance(cube, ("x",))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="parameters must be a mapping"):
         Provenance("x", [], "v", "t")  # type: ignore[arg-type]
 
@@ -861,16 +849,16 @@ def parts(cube: Cube, layers: dict[str, Any] | None = None, **change: Any) -> di
         "normalization": cube.normalization,
         "metadata": cube.metadata,
         "provenance": cube.provenance,
-        "digests": cube._digests(),
+        "digests": parts_of(cube).digests(),
     }
     args.update(change)
     return {"layers": dict(cube.layers) if layers is None else layers, **args}
 
 
 def test_from_parts_knows_fingerprint_without_reading(backend: str) -> None:
-    cube = make_cube(backend, metadata={"a": 1})
+    cube = pbmc_cube(backend, metadata={"a": 1})
     array = CountingArray(counts_array())
-    stored = Cube._from_parts(**parts(cube, {"counts": array}))
+    stored = from_parts(**parts(cube, {"counts": array}))
     assert stored.fingerprint == cube.fingerprint
     assert stored.provenance == cube.provenance
     assert stored.metadata == {"a": 1}
@@ -883,12 +871,14 @@ def test_from_parts_knows_fingerprint_without_reading(backend: str) -> None:
 
 
 def test_from_parts_verifies_whole_groups() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     counts = counts_array()
     counts[1, 0, 0] += 1
-    stored = Cube._from_parts(**parts(cube, {"counts": CountingArray(counts)}))
+    stored = from_parts(**parts(cube, {"counts": CountingArray(counts)}))
     np.testing.assert_array_equal(stored.profiles("B"), counts[0])
-    np.testing.assert_array_equal(stored._read("counts", 1, features=[0]), counts[1][:, [0]])
+    np.testing.assert_array_equal(
+        parts_of(stored).read("counts", 1, features=[0]), counts[1][:, [0]]
+    )
     pattern = "layer 'counts', group 'T': the values do not match their stored digest"
     with pytest.raises(FormatError, match=pattern):
         stored.profiles("T")
@@ -900,48 +890,60 @@ def test_from_parts_verifies_whole_groups() -> None:
 
 
 def test_from_parts_digest_mismatches() -> None:
-    cube = make_cube(normalization=Normalization("n", np.ones((3, 4))))
-    digests = cube._digests().to_json()
-    other = make_cube(samples=pd.DataFrame({"sample_id": SAMPLES, "donor": list("abcd")}))
+    cube = pbmc_cube(normalization=Normalization("n", np.ones((3, 4))))
+    digests = parts_of(cube).digests().to_json()
+    other = pbmc_cube(samples=pd.DataFrame({"sample_id": SAMPLES, "donor": list("abcd")}))
     with pytest.raises(FormatError, match="samples: the table does not match its stored digest"):
-        Cube._from_parts(**parts(other, digests=Digests.from_json(digests)))
+        from_parts(**parts(other, digests=Digests.from_json(digests)))
     with pytest.raises(FormatError, match="cells: the cell numbers do not match"):
-        Cube._from_parts(**parts(cube, cells=np.full((3, 4), 8)))
+        from_parts(**parts(cube, cells=np.full((3, 4), 8)))
     with pytest.raises(FormatError, match="normalization: the normalization does not match"):
-        Cube._from_parts(**parts(cube, normalization=None))
+        from_parts(**parts(cube, normalization=None))
     with pytest.raises(FormatError, match=r"digests: expected layers \['counts', 'umis'\]"):
-        Cube._from_parts(**parts(cube, {"counts": counts_array(), "umis": counts_array()}))
+        from_parts(**parts(cube, {"counts": counts_array(), "umis": counts_array()}))
     with pytest.raises(FormatError, match="the stored data type is int64, the array's is int32"):
-        Cube._from_parts(**parts(cube, {"counts": counts_array("int32")}))
+        from_parts(**parts(cube, {"counts": counts_array("int32")}))
     short = dict(digests, layers={"counts": digests["layers"]["counts"][:2]})
     with pytest.raises(FormatError, match="expected 3 group digests, found 2"):
-        Cube._from_parts(**parts(cube, digests=Digests.from_json(short)))
+        from_parts(**parts(cube, digests=Digests.from_json(short)))
     with pytest.raises(TypeError, match="expected Provenance records"):
-        Cube._from_parts(**parts(cube, provenance=[{"operation": "x"}]))
+        from_parts(**parts(cube, provenance=[{"operation": "x"}]))
     with pytest.raises(TypeError, match=r"expected a fingerprint\.Digests"):
-        Cube._from_parts(**parts(cube, digests=digests))
+        from_parts(**parts(cube, digests=digests))
 
 
 def test_from_parts_without_digests_and_values_checked() -> None:
-    cube = make_cube()
+    cube = pbmc_cube()
     counts = counts_array()
     counts[0, 0, 0] = -1
     with pytest.raises(ConstraintError, match="layer 'counts', group 'B', sample 's1'"):
-        Cube._from_parts(**parts(cube, {"counts": counts}, digests=None))
-    lazy = Cube._from_parts(**parts(cube, {"counts": CountingArray(counts)}, digests=None))
-    assert lazy._digests(compute=False).complete is False
+        from_parts(**parts(cube, {"counts": counts}, digests=None))
+    lazy = from_parts(**parts(cube, {"counts": CountingArray(counts)}, digests=None))
+    assert parts_of(lazy).digests(compute=False).complete is False
     assert lazy.provenance == cube.provenance
     with pytest.raises(ConstraintError, match="layer 'counts', group 'B', sample 's1'"):
         lazy.profiles("B")
 
 
 def test_read_caches_group_digest() -> None:
-    cube = make_cube()
-    lazy = make_cube(layers={"counts": CountingArray(counts_array())})
-    assert lazy._digests(compute=False).layers["counts"] == (None, None, None)
+    cube = pbmc_cube()
+    lazy = pbmc_cube(layers={"counts": CountingArray(counts_array())})
+    assert parts_of(lazy).digests(compute=False).layers["counts"] == (None, None, None)
     lazy.profiles("T")
-    lazy._read("counts", 0, features=[1])
-    known = lazy._digests(compute=False).layers["counts"]
+    parts_of(lazy).read("counts", 0, features=[1])
+    known = parts_of(lazy).digests(compute=False).layers["counts"]
     assert known[0] is None
-    assert known[1] == cube._digests().layers["counts"][1]
+    assert known[1] == parts_of(cube).digests().layers["counts"][1]
     assert lazy.fingerprint == cube.fingerprint
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda cube: cube.select(["s1"]), id="select"),
+        pytest.param(lambda cube: cytepool.concat([cube], "samples"), id="concat"),
+    ],
+)
+def test_selection_and_axis_arguments_are_keyword_only(call) -> None:
+    with pytest.raises(TypeError, match="positional argument"):
+        call(pbmc_cube())

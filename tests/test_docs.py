@@ -30,6 +30,7 @@ PAGES = [
     "tables",
     "dask",
     "performance",
+    "architecture",
     *(f"api/{module.removeprefix('cytepool.') or 'cytepool'}" for module in MODULES),
 ]
 

@@ -24,11 +24,10 @@ from cytepool.fingerprint import (
     normalization_digest,
     table_digest,
 )
+from factories import BACKENDS
 
 pl = pytest.importorskip("polars")
 pa = pytest.importorskip("pyarrow")
-
-BACKENDS = ["pandas", "polars", "pyarrow"]
 
 
 def u64(n: int) -> bytes:

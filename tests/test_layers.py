@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cytepool
-from cytepool import Cube
+from cytepool._assemble import parts_of
 from cytepool.errors import ConstraintError
 from cytepool.layers import ArrayLayer, SelectLayer, positions
+from factories import make_cube
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -67,19 +67,6 @@ class ChunkedArray:
         }
 
 
-def make_cube(values: Any, *, cells: Any = None, sample_extra: Any = None) -> Cube:
-    n_g, n_s, n_f = values.shape
-    samples = {"sample_id": [f"s{i}" for i in range(n_s)]}
-    samples.update(sample_extra or {})
-    return Cube(
-        {"counts": values},
-        samples=pd.DataFrame(samples),
-        groups=pd.DataFrame({"group_id": [f"g{i}" for i in range(n_g)]}),
-        features=pd.DataFrame({"feature_id": [f"f{i}" for i in range(n_f)]}),
-        cells=np.ones((n_g, n_s), dtype=int) if cells is None else cells,
-    )
-
-
 @st.composite
 def chunked(draw: st.DrawFn, dtype: str = "int64") -> tuple[np.ndarray[Any, Any], ChunkedArray]:
     shape = tuple(draw(st.integers(1, n)) for n in (4, 5, 6))
@@ -126,7 +113,7 @@ def test_select_equals_numpy_and_reads_only_needed_chunks(data: st.DataObject, c
     if len(g) and len(s) and len(f):
         array.touched.clear()
         sp, fp = [len(s) - 1], [0]
-        block = sub._read("counts", 0, samples=sp, features=fp)
+        block = parts_of(sub).read("counts", 0, samples=sp, features=fp)
         np.testing.assert_array_equal(block, expected[0][np.ix_(sp, fp)])
         assert array.touched == array.chunks_of([g[0]], s[sp], f[fp])
 
@@ -184,7 +171,7 @@ def test_pool_samples_equals_numpy(data: st.DataObject, case: Any) -> None:
     values, array = case
     n_s = values.shape[1]
     labels = data.draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=n_s, max_size=n_s))
-    cube = make_cube(array, sample_extra={"donor": labels})
+    cube = make_cube(array, samples={"donor": labels})
     pooled = cube.pool_samples(by="donor")
     assert array.touched == set()
     order = list(dict.fromkeys(labels))
@@ -239,7 +226,7 @@ def test_add_equals_numpy(data: st.DataObject, case: Any) -> None:
     np.testing.assert_array_equal(total.to_numpy("counts"), values * 2 + second)
     np.testing.assert_array_equal(total.cells, np.full(values.shape[:2], 3))
     array.touched.clear()
-    block = total._read("counts", 0, samples=[0], features=[0])
+    block = parts_of(total).read("counts", 0, samples=[0], features=[0])
     assert block[0, 0] == 2 * values[0, 0, 0] + second[0, 0, 0]
     assert array.touched == array.chunks_of([0], [0], [0])
 
@@ -278,13 +265,13 @@ def test_sums_that_do_not_fit_raise(dtype: str, a: float, b: float) -> None:
         merged.profiles("both")
     with pytest.raises(OverflowError, match=pattern):
         merged.to_numpy("counts")
-    np.testing.assert_array_equal(merged._read("counts", 0, features=[0]), [[0], [0]])
+    np.testing.assert_array_equal(parts_of(merged).read("counts", 0, features=[0]), [[0], [0]])
     added = cytepool.add([cube, cube])
     with pytest.raises(OverflowError, match=r"layer 'counts', group 'g0'"):
         added.profiles("g0")
     pooled = make_cube(values.transpose(1, 0, 2).copy()).pool_samples(by="sample_id")
     assert pooled.shape == (2, 2, 2)
-    swapped = make_cube(values.transpose(1, 0, 2).copy(), sample_extra={"all": ["x", "x"]})
+    swapped = make_cube(values.transpose(1, 0, 2).copy(), samples={"all": ["x", "x"]})
     with pytest.raises(OverflowError, match=r"layer 'counts', group 'g1'"):
         swapped.pool_samples(by="all").profiles("g1")
 
@@ -348,7 +335,7 @@ def test_lazy_sums_check_values_of_their_inputs() -> None:
         merged.profiles("both")
     floats = np.ones((2, 2, 2))
     floats[0, 1, 0] = np.nan
-    pooled = make_cube(ChunkedArray(floats, (1, 1, 1)), sample_extra={"d": ["x", "x"]})
+    pooled = make_cube(ChunkedArray(floats, (1, 1, 1)), samples={"d": ["x", "x"]})
     with pytest.raises(ConstraintError, match=r"group 'g0', sample 's1': value nan .* not finite"):
         pooled.pool_samples(by="d").profiles("g0")
 
@@ -431,7 +418,7 @@ def test_zarr_layers_read_only_needed_chunks(
         return original(handle, key, limit=limit)
 
     monkeypatch.setattr(LocalHandle, "get", counting)
-    cube = make_cube(open_array(tmp_path / "counts"), sample_extra={"donor": list("aabbcc")})
+    cube = make_cube(open_array(tmp_path / "counts"), samples={"donor": list("aabbcc")})
     sub = cube.select(groups=["g2"], samples=["s4", "s1"], features=["f7", "f0"])
     pooled = cube.pool_samples(by="donor").select(samples=["b"], features=["f4"])
     assert opened == []

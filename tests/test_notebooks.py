@@ -105,7 +105,7 @@ obs = pd.DataFrame(
 )
 counts = sp.csr_matrix(rng.poisson(1.0, (3000, 20)).astype(np.float32))
 ad.AnnData(counts, obs=obs).write_h5ad("cells.h5ad")
-conv._BLOCK_NONZEROS = 5_000  # many row blocks: the bar moves
+conv._readers.BLOCK_NONZEROS = 5_000  # many row blocks: the bar moves
 """,
     'cube = conv.from_anndata("cells.h5ad", sample_key="donor", group_key="cell_type")',
     'conv.from_anndata("cells.h5ad", sample_key="donor", group_key="cell_type", progress=False)',

@@ -7,13 +7,7 @@ id-keyed tables and provenance records. See :class:`cytepool.Cube`.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("cytepool")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
-
+from cytepool._version import __version__
 from cytepool.cube import Cube, Normalization, Provenance, add, concat
 from cytepool.pooling import from_cells
 

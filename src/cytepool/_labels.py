@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from cytepool.errors import InputError
+
 __all__ = ["factorize"]
 
 # pandas' inferred types of object arrays whose equal values always read the same
@@ -33,7 +35,7 @@ def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
             f"{what}: {n} of {codes.size} cells have a missing label (None, NaN or NA); "
             f"expected a label for every cell (drop those cells first)"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     used = np.bincount(codes, minlength=len(values)) > 0
     values = [value for value, keep in zip(values, used, strict=True) if keep]
     codes = (np.cumsum(used) - 1)[codes]
@@ -57,7 +59,7 @@ def _texts(values: Sequence[Any], what: str) -> list[str]:
                 f"({type(value).__name__}) differ but read the same, {text!r}; an id is the "
                 f"text of its labels: make them one type first (e.g. .astype(str))"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         try:
             other, other_text = by_value.setdefault(value, (value, text))
         except TypeError:  # unhashable: equal only to itself here
@@ -73,7 +75,7 @@ def _read_differently(what: str, values: tuple[Any, Any], texts: tuple[str, str]
         f"({texts[0]!r} and {texts[1]!r}); an id is the text of its labels: make them one "
         f"type first (e.g. .astype(int) or .astype(str))"
     )
-    return ValueError(msg)
+    return InputError(msg)
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -94,7 +96,7 @@ def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]
     array = np.asarray(labels) if hasattr(labels, "dtype") else _object_array(labels)
     if array.ndim != 1:
         msg = f"{what}: expected a 1-D array-like of labels, found shape {array.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     missing = _missing(array)
     codes = np.full(array.size, -1, dtype=np.int64)
     present = array[~missing]

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from cytepool.errors import CytepoolError, InputError, UnknownIdError
+
 if TYPE_CHECKING:
     import anndata
 
@@ -210,7 +212,7 @@ _EXAMPLES = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cytepool import __version__
+    from cytepool._version import __version__
 
     parser = _Parser(
         prog="cytepool",
@@ -362,12 +364,12 @@ def _pool(args: argparse.Namespace) -> None:
     compression = None if args.compression == "none" else args.compression
     if compression is None and args.level is not None:
         msg = "--level needs --compression gzip or zstd"
-        raise ValueError(msg)
+        raise InputError(msg)
     try:
         check_compression(compression, args.level)  # before the long part
     except ValueError as error:
         msg = f"--level: {error}"
-        raise ValueError(msg) from error
+        raise InputError(msg) from error
     _check_output(args.output, overwrite=args.overwrite, cube=True)
     started = time.perf_counter()
     cube = from_anndata(
@@ -446,7 +448,7 @@ def _summary(cube: Cube) -> dict[str, Any]:
 
 
 def _ids(table: Any, id_column: str) -> list[str]:
-    import narwhals as nw
+    import narwhals.stable.v2 as nw
 
     if getattr(table.index, "name", None) == id_column:
         return [str(value) for value in table.index]
@@ -459,7 +461,7 @@ def _columns(table: Any) -> list[str]:
 
 def _covariates(table: Any) -> dict[str, str]:
     """The columns of a table but its ids, with their data types (narwhals' names)."""
-    import narwhals as nw
+    import narwhals.stable.v2 as nw
 
     schema = nw.from_native(table, eager_only=True).schema
     ids = {"sample_id", "group_id", "feature_id"}
@@ -517,7 +519,7 @@ def _export(args: argparse.Namespace) -> None:
     output = Path(args.output)
     if output.suffix not in {".h5ad", ".zarr"}:
         msg = f"OUTPUT must end in .h5ad or .zarr, found {output.name!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     _check_output(args.output, overwrite=args.overwrite, cube=False)
     cube = read_cube(args.cube)
     if args.group:
@@ -525,7 +527,7 @@ def _export(args: argparse.Namespace) -> None:
         unknown = [group for group in args.group if group not in known]
         if unknown:
             msg = f"--group {unknown[0]!r}: the cube has no such group; its groups are {known}"
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=unknown[0], known=known)
         cube = cube.select(groups=args.group)
     adata = to_anndata(cube, layer=args.layer)
     _write_anndata(adata, output)
@@ -637,7 +639,7 @@ def _demo(args: argparse.Namespace) -> None:
 
     if args.cells < 100:
         msg = f"--cells must be at least 100, found {args.cells}"
-        raise ValueError(msg)
+        raise InputError(msg)
     directory = _demo_directory(Path(args.directory))
     cells_path = directory / "cells.h5ad"
     cube_path = directory / "cells.cube.zarr"
@@ -683,7 +685,7 @@ def _demo(args: argparse.Namespace) -> None:
     )
     if not same:
         msg = "the cube read back has another fingerprint than the cube written"
-        raise RuntimeError(msg)
+        raise CytepoolError(msg)
     with _step() as took:
         selected = lazy.select(groups=[_DEMO_GROUP])
         pseudobulk = to_anndata(selected)

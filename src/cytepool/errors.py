@@ -1,27 +1,111 @@
 """Exceptions raised by cytepool.
 
-Every exception also subclasses the builtin it refines, so ``except ValueError`` keeps
-working for callers that do not know cytepool's own types.
+Every exception cytepool raises on purpose derives from :class:`CytepoolError`, and also from
+the builtin it refines, so ``except ValueError`` (or ``TypeError``, ``KeyError``,
+``RuntimeError``) keeps working for callers that do not know cytepool's own types:
+
+- :class:`InputError` (a ``ValueError``) and :class:`InputTypeError` (a ``TypeError``): an
+  argument has a bad value or the wrong type;
+- :class:`InputIndexError` (an ``IndexError``): a position out of range or a mask of the wrong
+  length;
+- :class:`UnknownIdError` (a ``KeyError``): an id, a layer or a column that is not there; its
+  message prints without the quotes of a plain ``KeyError`` and ends with a "did you mean"
+  hint when a known name is close;
+- :class:`FormatError` (a ``ValueError``) and its subclasses: a file or store that is invalid,
+  corrupt or uses a feature cytepool does not implement;
+- :class:`ConstraintError` (a ``ValueError``): a value breaks a constraint of the cube, and
+  :class:`SumOverflowError` (an ``OverflowError``): a lazy sum does not fit its data type;
+- :class:`StoreChangedError` (a ``RuntimeError``): a store replaced while it was being read.
+
+Operating-system conditions keep the builtin ``OSError`` family (``FileNotFoundError``,
+``FileExistsError``, ``NotADirectoryError``, with their ``errno`` and path), and a missing
+optional package raises ``ImportError`` naming it: these are not cytepool's to refine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
     "ConstraintError",
     "CytepoolError",
     "FormatError",
+    "InputError",
+    "InputIndexError",
+    "InputTypeError",
     "NotCountsWarning",
     "StoreChangedError",
     "StoredTypeError",
+    "SumOverflowError",
+    "UnknownIdError",
     "UnsupportedFeatureError",
 ]
 
 
 class CytepoolError(Exception):
     """Base class of every exception cytepool raises on purpose."""
+
+
+class InputError(CytepoolError, ValueError):
+    """An argument has a value cytepool cannot use (out of range, empty, repeated, ...)."""
+
+
+class InputTypeError(CytepoolError, TypeError):
+    """An argument has a type cytepool does not accept."""
+
+
+class InputIndexError(CytepoolError, IndexError):
+    """A position is out of range, or a boolean mask has the wrong length."""
+
+
+class SumOverflowError(CytepoolError, OverflowError):
+    """A sum of a derived lazy layer does not fit the layer's data type."""
+
+
+class UnknownIdError(CytepoolError, KeyError):
+    """An id, layer, column or group asked for is not there.
+
+    A ``KeyError`` whose message prints as written (a plain ``KeyError`` prints the repr of
+    its message, inside quotes). With ``unknown`` and ``known``, the message ends with
+    "did you mean ...?" naming the closest known names, if any is close.
+
+    Parameters
+    ----------
+    message
+        What was asked for and what is there.
+    unknown
+        The name that was not found.
+    known
+        The names that are there.
+
+    Examples
+    --------
+    >>> from cytepool.errors import CytepoolError, UnknownIdError
+    >>> error = UnknownIdError("no layer 'count'", unknown="count", known=["counts", "umis"])
+    >>> print(error)
+    no layer 'count'; did you mean 'counts'?
+    >>> isinstance(error, KeyError) and isinstance(error, CytepoolError)
+    True
+    """
+
+    def __init__(self, message: str, *, unknown: object = None, known: Iterable[Any] = ()):
+        super().__init__(message + _did_you_mean(unknown, known))
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _did_you_mean(unknown: object, known: Iterable[Any]) -> str:
+    """ "; did you mean 'x'?" for the known names closest to ``unknown``, or ""."""
+    if not isinstance(unknown, str):
+        return ""
+    names = [str(name) for name in known]
+    close = difflib.get_close_matches(unknown, names, n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(map(repr, close))}?"
 
 
 class FormatError(CytepoolError, ValueError):
@@ -57,7 +141,7 @@ class NotCountsWarning(UserWarning):
     """
 
 
-def _check_keys(what: str, data: Any, keys: set[str]) -> None:
+def check_keys(what: str, data: Any, keys: set[str]) -> None:
     """Raise :class:`FormatError` unless ``data`` is a mapping with exactly ``keys``."""
     if not isinstance(data, Mapping) or set(data) != keys:
         found = sorted(data) if isinstance(data, Mapping) else type(data).__name__

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import re
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cytepool.errors import FormatError, _check_keys
+from cytepool._records import HEX
+from cytepool._utf8 import Utf8Buffer, encode
+from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
-    from cytepool.cube import Normalization
+    from cytepool._records import Normalization
 
 __all__ = [
     "LAYER_DTYPES",
@@ -45,7 +45,6 @@ LAYER_DTYPES: Mapping[str, np.dtype[Any]] = {
 #: The names of the three tables, in the order the fingerprint uses them.
 TABLE_NAMES = ("samples", "groups", "features")
 
-_HEX = re.compile(r"[0-9a-f]{64}")
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _TIME_UNITS = ("s", "ms", "us", "ns")
 _PIECE_BYTES = 1 << 20
@@ -58,7 +57,7 @@ def _u64(value: int) -> bytes:
     return struct.pack("<Q", value)
 
 
-def _text(value: str) -> bytes:
+def prefixed_text(value: str) -> bytes:
     data = value.encode("utf-8")
     return _u64(len(data)) + data
 
@@ -74,7 +73,7 @@ def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
         found = None
     if found is None or found.newbyteorder("=").name not in LAYER_DTYPES:
         msg = f"{what}: expected a data type among {', '.join(LAYER_DTYPES)}, found {dtype!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return LAYER_DTYPES[found.newbyteorder("=").name]
 
 
@@ -115,12 +114,12 @@ def group_digest(dtype: Any, block: Any) -> str:
     arr = np.asarray(block)
     if arr.ndim != 2:
         msg = f"group block: expected a 2-D (samples, features) array, found shape {arr.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if arr.dtype.newbyteorder("=") != dt:
         msg = f"group block: expected data type {dt.name}, found {arr.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     h = hashlib.sha256(b"cytepool.group/1\0")
-    h.update(_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
+    h.update(prefixed_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
     rows = max(1, _PIECE_BYTES // max(1, arr.shape[1] * dt.itemsize))
     for start in range(0, arr.shape[0], rows):  # in pieces: little memory beyond the block
         piece = arr[start : start + rows]
@@ -152,13 +151,13 @@ def cells_digest(cells: Any) -> str:
     arr = np.asarray(cells)
     if arr.dtype.kind not in "iu":
         msg = f"cells: expected an integer array, found data type {arr.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if arr.ndim != 2:
         msg = f"cells: expected a 2-D (groups, samples) array, found shape {arr.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         msg = "cells: a value does not fit int64"
-        raise ValueError(msg)
+        raise InputError(msg)
     data = np.ascontiguousarray(arr, dtype="<i8")
     h = hashlib.sha256(b"cytepool.cells/1\0")
     h.update(_u64(arr.shape[0]) + _u64(arr.shape[1]))
@@ -183,7 +182,7 @@ def normalization_digest(normalization: Normalization | None) -> str:
         h.update(b"\0")
         return h.hexdigest()
     factors = np.ascontiguousarray(normalization.factors, dtype="<f8") + 0.0
-    h.update(b"\1" + _text(normalization.method))
+    h.update(b"\1" + prefixed_text(normalization.method))
     h.update(_u64(factors.shape[0]) + _u64(factors.shape[1]))
     h.update(np.ascontiguousarray(factors, dtype="<f8").data)
     return h.hexdigest()
@@ -192,51 +191,20 @@ def normalization_digest(normalization: Normalization | None) -> str:
 # --------------------------------------------------------------------------- tables
 
 
-@dataclass(frozen=True, eq=False)
-class Utf8Values:
-    """The values of a string column: the UTF-8 bytes of its rows back to back, and their sizes.
+def _prefixed_size(values: Utf8Buffer) -> int:
+    """The number of bytes of the canonical encoding of string values."""
+    n = len(values)
+    return 8 * n + (int(values.offsets[-1] - values.offsets[0]) if n else 0)
 
-    A null row has size 0. The canonical encoding of the column (each row as its byte count,
-    a little-endian uint64, then its bytes) is built from these with numpy, without a Python
-    loop over the rows.
-    """
 
-    data: np.ndarray[Any, Any]
-    sizes: np.ndarray[Any, Any]
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def offsets(self) -> np.ndarray[Any, Any]:
-        """Where each row starts in ``data``, and where the last one ends (n + 1 values)."""
-        out = np.zeros(len(self.sizes) + 1, dtype=np.int64)
-        np.cumsum(self.sizes, out=out[1:])
-        return out
-
-    def blank(self, mask: np.ndarray[Any, Any]) -> Utf8Values:
-        """The values with the rows in ``mask`` made empty."""
-        if not self.sizes[mask].any():
-            return self
-        keep = np.repeat(~mask, self.sizes)
-        return Utf8Values(self.data[keep], np.where(mask, 0, self.sizes))
-
-    def to_list(self) -> list[bytes]:
-        """One ``bytes`` per row."""
-        data = self.data.tobytes()
-        bounds = self.offsets().tolist()
-        return [data[a:b] for a, b in pairwise(bounds)]
-
-    def encoded_size(self) -> int:
-        """The number of bytes of the canonical encoding."""
-        return 8 * len(self.sizes) + int(self.data.size)
-
-    def encoded(self) -> Iterator[memoryview]:
-        """The canonical encoding, in pieces of at most ``_PIECE_ROWS`` rows."""
-        bounds = self.offsets()
-        for start in range(0, len(self.sizes), _PIECE_ROWS):
-            stop = min(start + _PIECE_ROWS, len(self.sizes))
-            data = self.data[bounds[start] : bounds[stop]]
-            yield memoryview(_length_prefixed(data, self.sizes[start:stop]))
+def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
+    """The canonical encoding of string values (each row as its byte count, a little-endian
+    uint64, then its bytes), in pieces of at most ``_PIECE_ROWS`` rows, built with numpy."""
+    bounds, sizes = values.offsets, values.sizes()
+    for start in range(0, len(sizes), _PIECE_ROWS):
+        stop = min(start + _PIECE_ROWS, len(sizes))
+        data = values.data[bounds[start] : bounds[stop]]
+        yield memoryview(_length_prefixed(data, sizes[start:stop]))
 
 
 def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
@@ -260,21 +228,21 @@ class CanonicalColumn:
     """A column in canonical form: a type tag, a null mask and one value per row.
 
     ``values`` is a little-endian fixed-width numpy array (null rows hold 0) or, for the
-    ``string`` tag, :class:`Utf8Values` (null rows are empty).
+    ``string`` tag, :class:`Utf8Buffer` (null rows are empty).
     """
 
     name: str
     tag: str
     mask: np.ndarray[Any, Any]
-    values: np.ndarray[Any, Any] | Utf8Values
+    values: np.ndarray[Any, Any] | Utf8Buffer
 
     def encoded(self) -> Iterator[bytes | memoryview]:
         """The canonical bytes of the column (see ``docs/cube.md``), in pieces."""
         bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
-        head = _text(self.name) + _text(self.tag) + bits
-        if isinstance(self.values, Utf8Values):  # also the values of a categorical[string]
-            yield head + _u64(self.values.encoded_size())
-            yield from self.values.encoded()
+        head = prefixed_text(self.name) + prefixed_text(self.tag) + bits
+        if isinstance(self.values, Utf8Buffer):  # also the values of a categorical[string]
+            yield head + _u64(_prefixed_size(self.values))
+            yield from _prefixed_rows(self.values)
         else:
             payload = np.ascontiguousarray(self.values).tobytes()
             yield head + _u64(len(payload)) + payload
@@ -285,7 +253,7 @@ class CanonicalColumn:
 
     def row_keys(self) -> list[Any]:
         """One hashable, comparable key per row (None for a null)."""
-        if isinstance(self.values, Utf8Values):
+        if isinstance(self.values, Utf8Buffer):
             vals: list[Any] = self.values.to_list()
         else:
             vals = self.values.tolist()
@@ -323,7 +291,7 @@ def _unsupported(name: str, dtype: Any) -> TypeError:
         f"table column {name!r}: data type {dtype} is not supported; expected booleans, "
         "integers, floats, strings, categoricals, dates, datetimes or durations"
     )
-    return TypeError(msg)
+    return InputTypeError(msg)
 
 
 def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
@@ -367,10 +335,10 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
 
 
 def _blanked(
-    values: np.ndarray[Any, Any] | Utf8Values, mask: np.ndarray[Any, Any]
-) -> np.ndarray[Any, Any] | Utf8Values:
+    values: np.ndarray[Any, Any] | Utf8Buffer, mask: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any] | Utf8Buffer:
     """The values with the rows in ``mask`` set to the null value (0 or empty)."""
-    if isinstance(values, Utf8Values):
+    if isinstance(values, Utf8Buffer):
         return values.blank(mask)
     out = values.copy()
     out[mask] = 0
@@ -385,7 +353,7 @@ def _object_values(s: Any) -> np.ndarray[Any, Any]:
     return np.fromiter(s.to_list(), dtype=object, count=len(s))
 
 
-def _string_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> Utf8Values:
+def _string_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> Utf8Buffer:
     """The values of a string column: from its Arrow buffers if it has them, else from str."""
     arrow = _arrow_strings(s)
     if arrow is not None:
@@ -413,76 +381,31 @@ def _arrow_strings(s: Any) -> Any:
     return s.to_arrow()
 
 
-def _utf8_from_arrow(array: Any, name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Utf8Values:
+def _utf8_from_arrow(array: Any, name: str, mask: np.ndarray[Any, Any], dtype: Any) -> Utf8Buffer:
     """Values from a pyarrow string Array (any offset width or view), by its buffers."""
     import pyarrow as pa
 
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    array = array.cast(pa.large_string())
     nulls = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     if (nulls & ~mask).any():  # pragma: no cover - narwhals' null mask is Arrow's
         raise _unsupported(name, f"{dtype} holding NoneType")
-    n = len(array)
-    if n == 0:
-        return Utf8Values(np.empty(0, dtype=np.uint8), np.zeros(0, dtype=np.int64))
-    _, offsets_buffer, data_buffer = array.buffers()
-    bounds = np.frombuffer(offsets_buffer, dtype="<i8", count=n + 1, offset=8 * array.offset)
-    data = np.frombuffer(b"" if data_buffer is None else data_buffer, dtype=np.uint8)
-    sizes = np.diff(bounds).astype(np.int64)
-    return Utf8Values(data[bounds[0] : bounds[-1]], sizes).blank(mask)
+    return Utf8Buffer.from_arrow(array).blank(mask)
 
 
 def _utf8_from_objects(
     items: np.ndarray[Any, Any], name: str, mask: np.ndarray[Any, Any], dtype: Any
-) -> Utf8Values:
+) -> Utf8Buffer:
     """Values from an object array holding str (or anything at the null rows)."""
     present = items[~mask]
-    try:  # joined by NUL, which tells where each row ends unless a value holds a NUL
-        text = "\0".join(present)
+    try:
+        encoded = encode(present.tolist())
     except TypeError:
         found = next(type(v).__name__ for v in present if not isinstance(v, str))
         raise _unsupported(name, f"{dtype} holding {found}") from None
-    split = _split_nul_joined(_utf8_encode(text, present), len(present))
-    data, sizes = split if split is not None else _encode_each(present)
-    out = np.zeros(len(items), dtype=np.int64)
-    out[~mask] = sizes
-    return Utf8Values(data, out)
-
-
-def _utf8_encode(text: str, present: np.ndarray[Any, Any]) -> bytes:
-    """``text`` in UTF-8; for a lone surrogate, the error of the row holding it."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        for value in present:
-            value.encode("utf-8")
-        raise  # pragma: no cover - a row raised above
-
-
-def _split_nul_joined(
-    joined: bytes, n: int
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """The bytes and sizes of ``n`` values joined by NUL bytes; None if a value holds a NUL."""
-    buffer = np.frombuffer(joined, dtype=np.uint8)
-    is_nul = buffer == 0
-    nuls = np.flatnonzero(is_nul)
-    if len(nuls) != max(n - 1, 0):
-        return None
-    if n == 0:
-        return buffer, np.zeros(0, dtype=np.int64)
-    ends = np.append(nuls, buffer.size)
-    starts = np.concatenate([[0], nuls + 1])
-    return buffer[~is_nul], ends - starts
-
-
-def _encode_each(
-    present: np.ndarray[Any, Any],
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The UTF-8 bytes of str values back to back, and their sizes."""
-    encoded = list(map(str.encode, present))
-    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), sizes
+    sizes = np.zeros(len(items), dtype=np.int64)
+    sizes[~mask] = encoded.sizes
+    return Utf8Buffer.from_sizes(sizes, encoded.data())
 
 
 def _date_values(s: Any, name: str, mask: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -581,17 +504,17 @@ def canonical_table(frame: Any) -> list[CanonicalColumn]:
         index = native.index
         if getattr(index, "nlevels", 1) != 1:
             msg = "table: a pandas MultiIndex is not supported; reset it into columns"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if index.name is not None:
             iname = index.name
             if not isinstance(iname, str):
                 msg = f"table: column names must be strings, found index name {iname!r}"
-                raise TypeError(msg)
+                raise InputTypeError(msg)
             columns.append(canonical_column(index.to_series(), iname))
     for name in df.columns:
         if not isinstance(name, str):
             msg = f"table: column names must be strings, found {name!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         columns.append(canonical_column(df.get_column(name), name))
     return columns
 
@@ -647,9 +570,9 @@ def table_digest(frame: Any) -> str:
 
 
 def _check_hex(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not _HEX.fullmatch(value):
+    if not isinstance(value, str) or not HEX.fullmatch(value):
         msg = f"digests: {what} must be 64 lowercase hex digits, found {value!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return value
 
 
@@ -676,6 +599,7 @@ class Digests:
     >>> import numpy as np
     >>> import pandas as pd
     >>> from cytepool import Cube
+    >>> from cytepool._assemble import parts_of
     >>> cube = Cube(
     ...     {"counts": np.ones((1, 2, 3), dtype="int32")},
     ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
@@ -683,7 +607,7 @@ class Digests:
     ...     features=pd.DataFrame({"feature_id": ["a", "b", "c"]}),
     ...     cells=[[1, 1]],
     ... )
-    >>> d = cube._digests()
+    >>> d = parts_of(cube).digests()
     >>> d.fingerprint() == cube.fingerprint
     True
     >>> type(d).from_json(d.to_json()) == d
@@ -700,7 +624,7 @@ class Digests:
         tables = dict(self.tables)
         if sorted(tables) != sorted(TABLE_NAMES):
             msg = f"digests: expected tables {list(TABLE_NAMES)}, found {sorted(tables)}"
-            raise ValueError(msg)
+            raise InputError(msg)
         for key, value in tables.items():
             _check_hex(value, f"table {key!r}")
         _check_hex(self.cells, "cells")
@@ -712,17 +636,17 @@ class Digests:
                 f"digests: the layers {sorted(layers)} and the layers with a data type "
                 f"{sorted(dtypes)} differ"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         for name, groups in layers.items():
             for i, digest in enumerate(groups):
                 if digest is not None:
                     _check_hex(digest, f"layer {name!r} group {i}")
             if dtypes[name] not in LAYER_DTYPES:
                 msg = f"digests: layer {name!r} has data type {dtypes[name]!r}, not a layer type"
-                raise ValueError(msg)
+                raise InputError(msg)
         if len({len(v) for v in layers.values()}) > 1:
             msg = "digests: the layers have different numbers of groups"
-            raise ValueError(msg)
+            raise InputError(msg)
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "dtypes", dtypes)
@@ -748,7 +672,7 @@ class Digests:
                 if v is None
             ]
             msg = f"digests: the fingerprint needs every group digest; missing {missing[:5]}"
-            raise ValueError(msg)
+            raise InputError(msg)
         h = hashlib.sha256(b"cytepool.fingerprint/1\0")
         for name in TABLE_NAMES:
             h.update(bytes.fromhex(self.tables[name]))
@@ -757,7 +681,7 @@ class Digests:
         h.update(_u64(len(names)))
         for name in names:
             groups = self.layers[name]
-            h.update(_text(name) + _text(self.dtypes[name]) + _u64(len(groups)))
+            h.update(prefixed_text(name) + prefixed_text(self.dtypes[name]) + _u64(len(groups)))
             for value in groups:
                 h.update(bytes.fromhex(value or ""))
         return h.hexdigest()
@@ -781,17 +705,17 @@ class Digests:
         FormatError
             If ``data`` is not such a dict (a ValueError).
         """
-        _check_keys("digests", data, {"tables", "cells", "normalization", "layers", "dtypes"})
+        check_keys("digests", data, {"tables", "cells", "normalization", "layers", "dtypes"})
         try:
             for key in ("tables", "layers", "dtypes"):
                 if not isinstance(data[key], Mapping):
                     msg = f"digests: {key!r} must be an object, found {data[key]!r}"
-                    raise ValueError(msg)
+                    raise InputError(msg)
             layers = {}
             for name, groups in data["layers"].items():
                 if not isinstance(groups, Sequence) or isinstance(groups, str):
                     msg = f"digests: layer {name!r} must be a list, found {groups!r}"
-                    raise ValueError(msg)
+                    raise InputError(msg)
                 layers[name] = tuple(groups)
             return cls(
                 tables=dict(data["tables"]),

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import ConstraintError, FormatError
+from cytepool.errors import ConstraintError, FormatError, InputIndexError, SumOverflowError
 from cytepool.fingerprint import group_digest, layer_dtype
 
 __all__ = [
@@ -51,7 +51,7 @@ def _block_shape(
     )
 
 
-def _is_full(index: Index | None, n: int) -> bool:
+def is_full(index: Index | None, n: int) -> bool:
     return index is None or (len(index) == n and bool(np.array_equal(index, np.arange(n))))
 
 
@@ -75,22 +75,22 @@ def positions(selection: Any, n: int, *, what: str) -> Index | None:
     arr = np.asarray(selection)
     if arr.ndim != 1:
         msg = f"{what}: expected a 1-D selection, found shape {arr.shape}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     if arr.dtype.kind == "b":
         if len(arr) != n:
             msg = f"{what}: a boolean mask needs {n} values, found {len(arr)}"
-            raise IndexError(msg)
+            raise InputIndexError(msg)
         return np.flatnonzero(arr).astype(np.intp)
     if arr.size == 0:
         return np.zeros(0, dtype=np.intp)
     if arr.dtype.kind not in "iu":
         msg = f"{what}: expected integer positions or a boolean mask, found data type {arr.dtype}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     out = arr.astype(np.intp)
     bad = (out < -n) | (out >= n)
     if bad.any():
         msg = f"{what}: position {arr[bad][0]} is out of range for length {n}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     return np.where(out < 0, out + n, out).astype(np.intp)
 
 
@@ -160,7 +160,7 @@ def check_block(
                 raise ConstraintError(msg)
 
 
-class _Accumulator:
+class Accumulator:
     """Exact sums of non-negative blocks; OverflowError when a sum does not fit.
 
     Integers are added in 64 bits. 32-bit values cannot wrap an int64/uint64 accumulator
@@ -183,7 +183,7 @@ class _Accumulator:
         msg = f"{self.where}: a sum does not fit the data type {self.dtype.name} {limit}"
         if self.where.startswith("layer"):
             msg += "; store the layer with a wider data type (int64, uint64 or float64) first"
-        return OverflowError(msg)
+        return SumOverflowError(msg)
 
     def add(self, block: np.ndarray[Any, Any], rows: Index | None = None) -> None:
         target = self.acc if rows is None else self.acc[rows]
@@ -286,12 +286,12 @@ class LazyLayer:
             scalar = isinstance(k, int | np.integer) and not isinstance(k, bool | np.bool_)
             if not orthogonal and not scalar and not isinstance(k, slice):
                 msg = "lazy layers take integers and slices; use .oindex for arrays and masks"
-                raise IndexError(msg)
+                raise InputIndexError(msg)
             if scalar and not -n <= int(k) < n:
                 msg = f"index {k} is out of bounds for axis {axis} with size {n}"
-                raise IndexError(msg)
+                raise InputIndexError(msg)
             pick = positions(k, n, what=f"axis {axis}")
-            picks.append(None if isinstance(k, slice) and _is_full(pick, n) else pick)
+            picks.append(None if isinstance(k, slice) and is_full(pick, n) else pick)
             drop.append(scalar)
         groups = picks[0] if picks[0] is not None else np.arange(self.shape[0])
         n_s = self.shape[1] if picks[1] is None else len(picks[1])
@@ -306,14 +306,14 @@ def _expand_key(key: Any) -> list[Any]:
     keys = list(key) if isinstance(key, tuple) else [key]
     if sum(k is Ellipsis for k in keys) > 1:
         msg = "an index can only have a single ellipsis ('...')"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     for i, k in enumerate(keys):
         if k is Ellipsis:
             keys[i : i + 1] = [slice(None)] * (3 - len(keys) + 1)
             break
     if len(keys) > 3:
         msg = f"too many indices for a 3-D layer: {len(keys)}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     return keys + [slice(None)] * (3 - len(keys))
 
 
@@ -393,8 +393,8 @@ class ArrayLayer(LazyLayer):
         self, group: int, samples: Index | None = None, features: Index | None = None
     ) -> np.ndarray[Any, Any]:
         """Read one group's block, checked and (when whole and known) verified."""
-        samples = None if _is_full(samples, self.shape[1]) else samples
-        features = None if _is_full(features, self.shape[2]) else features
+        samples = None if is_full(samples, self.shape[1]) else samples
+        features = None if is_full(features, self.shape[2]) else features
         block = np.asarray(self._fetch(group, samples, features))
         if block.dtype != self.dtype:
             block = block.astype(self.dtype)
@@ -473,7 +473,7 @@ class SumLayer(LazyLayer):
     ) -> np.ndarray[Any, Any]:
         """Read one group's block: the exact sum of the parts' blocks."""
         shape = _block_shape(self.shape, samples, features)
-        acc = _Accumulator(self.dtype, shape, where=self._where(group))
+        acc = Accumulator(self.dtype, shape, where=self._where(group))
         for part in self.parts:
             acc.add(part.read(group, samples, features))
         return acc.result()
@@ -515,7 +515,7 @@ class GroupSumLayer(_MemberSumLayer):
         if len(members) == 1:
             return self.base.read(members[0], samples, features)
         shape = _block_shape(self.shape, samples, features)
-        acc = _Accumulator(self.dtype, shape, where=self._where(group))
+        acc = Accumulator(self.dtype, shape, where=self._where(group))
         for m in members:
             acc.add(self.base.read(m, samples, features))
         return acc.result()
@@ -539,7 +539,7 @@ class SampleSumLayer(_MemberSumLayer):
         where = [np.searchsorted(needed, m) for m in outs]
         if all(len(w) == 1 for w in where):
             return block[np.concatenate(where)]
-        acc = _Accumulator(self.dtype, (len(outs), n_f), where=self._where(group))
+        acc = Accumulator(self.dtype, (len(outs), n_f), where=self._where(group))
         lengths = np.array([len(w) for w in where])
         for r in range(int(lengths.max())):
             rows = np.flatnonzero(lengths > r)

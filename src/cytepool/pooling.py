@@ -24,9 +24,12 @@ from typing import Any
 import numpy as np
 
 from cytepool import _words
+from cytepool._assemble import from_parts, provenance_record
 from cytepool._labels import factorize
-from cytepool.cube import ID_COLUMNS, Cube, _Table
-from cytepool.errors import NotCountsWarning
+from cytepool._records import ID_COLUMNS
+from cytepool._table import AxisTable
+from cytepool.cube import Cube
+from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 
 __all__ = ["LAYERS", "from_cells"]
 
@@ -167,7 +170,7 @@ def from_cells(
             f"sample_labels and group_labels: expected one label per cell in each, found "
             f"{sample_codes.size} and {group_codes.size} labels"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     n_groups, n_samples = len(group_ids), len(sample_ids)
     backend = _backend(samples, groups, features)
     tables = {
@@ -183,10 +186,10 @@ def from_cells(
         _warn_not_counts(*fraction)
     if "features" not in tables:
         tables["features"] = _feature_table(features, sums["counts"].shape[2], backend)
-    record = Cube._provenance_record(
+    record = provenance_record(
         "from_cells", {"layers": list(wanted), "cells": int(profiles.size), "input": kind}, ()
     )
-    return Cube._from_parts(
+    return from_parts(
         {name: sums[name] for name in wanted},
         **tables,
         cells=np.bincount(profiles, minlength=n_groups * n_samples).reshape(n_groups, n_samples),
@@ -249,7 +252,7 @@ def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
     """The table's rows in the order of ``ids``; the ids alone when there is no table."""
     if table is None:
         return _id_table(ids, axis, backend)
-    given = _Table.from_user(table, axis)
+    given = AxisTable.from_user(table, axis)
     position = given.position
     missing = [i for i in ids if i not in position]
     if missing:
@@ -257,7 +260,7 @@ def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
             f"{axis}: the table has no row for {len(missing)} ids that label cells: "
             f"{_some(missing)}; expected one row per id"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     if len(given.ids) != len(ids):
         known = set(ids)
         extra = [i for i in given.ids if i not in known]
@@ -265,7 +268,7 @@ def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
             f"{axis}: the table has rows for {len(extra)} ids that label no cell: "
             f"{_some(extra)}; expected one row per id (select the rows of these cells first)"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
     return given.take(np.array([position[i] for i in ids], dtype=np.intp)).native()
 
 
@@ -283,7 +286,7 @@ def _feature_table(features: Any, n_features: int, backend: Any) -> Any:
         n_rows, table = len(ids), _id_table(ids, "features", backend)
     if n_rows != n_features:
         msg = f"features: expected one row per column of counts ({n_features}), found {n_rows}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return table
 
 
@@ -428,10 +431,10 @@ def _raise_invalid(block: Block, line: int, at: tuple[int, int], by_row: bool) -
                 f"{_words.matrix()}: {_words.place(row, column)} holds {value!r}; expected "
                 f"counts, finite values >= 0: {_words.pick_counts()}"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
     what = f"row {at[0]} holds column" if by_row else f"column {at[1]} holds row"
     msg = f"{_words.matrix()}: the sparse matrix is invalid: {what} indices out of range"
-    raise ValueError(msg)
+    raise InputError(msg)
 
 
 def _first_fraction(
@@ -478,7 +481,7 @@ def _pool(
             "counts: expected a numpy array, a scipy.sparse CSR or CSC matrix, a dask array or "
             f"an iterable of row blocks, found {type(counts).__name__}"
         )
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     else:
         sums = _pool_blocks(counts, profiles, n_groups, n_samples, detected)
         kind, arrays = "row blocks", sums.arrays()
@@ -498,20 +501,20 @@ def _pool_blocks(
         if not (isinstance(block, np.ndarray) or _sparse_format(block)) or block.ndim != 2:
             msg = f"{what}: expected a 2-D numpy array or scipy.sparse matrix, found "
             msg += f"{type(block).__name__}{getattr(block, 'shape', '')}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if sums is None:
             sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected)
         if block.shape[1] != sums.n_features:
             msg = f"{what}: expected {sums.n_features} columns like the first, found {block.shape}"
-            raise ValueError(msg)
+            raise InputError(msg)
         if first + block.shape[0] > profiles.size:
             msg = f"{what}: the blocks hold more rows than the {profiles.size} labels"
-            raise ValueError(msg)
+            raise InputError(msg)
         _add_block(sums, block, first, what)
         first += block.shape[0]
     if sums is None or first != profiles.size:
         msg = f"counts: the row blocks hold {first} rows, expected {profiles.size} (one per label)"
-        raise ValueError(msg)
+        raise InputError(msg)
     return sums
 
 
@@ -580,7 +583,7 @@ def _pool_dask(
     dask = _require_dask()
     if any(np.isnan(size) for sizes in counts.chunks for size in sizes):
         msg = "counts: the dask array has unknown chunk sizes; call .compute_chunk_sizes() first"
-        raise ValueError(msg)
+        raise InputError(msg)
     _check_rows(counts, profiles.size)
     _data(np.empty(0, dtype=counts.dtype), "counts")
     rows = np.cumsum((0, *counts.chunks[0]))
@@ -635,7 +638,7 @@ def _pool_chunk(
             "counts: expected dask chunks that are numpy arrays or scipy.sparse matrices, "
             f"found {type(block).__name__}"
         )
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected, offset, partial)
     _add_block(sums, block, 0, "counts")
     return sums.arrays()
@@ -673,7 +676,7 @@ def _data(values: np.ndarray[Any, Any], what: str) -> np.ndarray[Any, Any]:
             f"{what}: expected bool, integer, float32 or float64 values, found {values.dtype} "
             "(convert with .astype(numpy.float32))"
         )
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return values.view(np.uint8) if kind == "b" else values
 
 
@@ -700,10 +703,10 @@ def _check_rows(counts: Any, n_cells: int) -> None:
     fmt = _sparse_format(counts)
     if fmt not in (None, "csr", "csc"):
         msg = f"counts: expected a CSR or CSC sparse matrix, found {fmt} (convert with .tocsr())"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if counts.ndim != 2:
         msg = f"counts: expected a 2-D array (cells x features), found shape {counts.shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if counts.shape[0] != n_cells:
         msg = f"counts: expected one row per label ({n_cells}), found {counts.shape[0]} rows"
-        raise ValueError(msg)
+        raise InputError(msg)

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import types
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from cytepool.io.anndata import _readers as readers
+from cytepool.io.anndata._pseudobulk import mudata_defaults
 
 ad = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
@@ -383,8 +385,8 @@ def test_ambiguous_labels_are_one_rule_for_anndata_and_from_cells(values: Any, m
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Read on-disk matrices in many small row blocks."""
-    monkeypatch.setattr(conv, "_BLOCK_NONZEROS", 97)
-    monkeypatch.setattr(conv, "_BLOCK_BYTES", 500)
+    monkeypatch.setattr(readers, "BLOCK_NONZEROS", 97)
+    monkeypatch.setattr(readers, "BLOCK_BYTES", 500)
 
 
 @pytest.mark.interop
@@ -870,7 +872,7 @@ def test_mudata_round_trip(tmp_path: Path) -> None:
     before = snapshot(mdata)
     assert conv.from_mudata(mdata).fingerprint == cube.fingerprint
     assert_unchanged(before, mdata)
-    with conv._mudata_defaults(md):
+    with mudata_defaults(md):
         mdata.write(tmp_path / "cube.h5mu")
         again = md.read_h5mu(tmp_path / "cube.h5mu")
     assert conv.from_mudata(again).fingerprint == cube.fingerprint
@@ -920,13 +922,13 @@ def test_from_mudata_without_record() -> None:
         )
         for k, name in enumerate(["B", "T"], start=1)
     }
-    with conv._mudata_defaults(md):
+    with mudata_defaults(md):
         mdata = md.MuData(mods, axis=-1)
     cube = conv.from_mudata(mdata)
     assert list(cube.groups.index) == ["B", "T"]
     np.testing.assert_array_equal(cube.profiles("T"), [[2, 4], [0, 0]])
     other = mods | {"T": ad.AnnData(np.ones((2, 1)), obs=obs, var=pd.DataFrame(index=["c"]))}
-    with conv._mudata_defaults(md), warnings.catch_warnings():
+    with mudata_defaults(md), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mixed = md.MuData(other, axis=-1)
     with pytest.raises(ValueError, match="modality 'T' has other features"):
@@ -943,7 +945,7 @@ def test_from_mudata_cells_shares_samples_and_groups(cells: Any, cube: Any) -> N
         obs=pd.DataFrame(index=keep),
         var=pd.DataFrame(index=["CD3", "CD19", "CD56"]),
     )
-    with conv._mudata_defaults(md):
+    with mudata_defaults(md):
         mdata = md.MuData({"rna": rna, "prot": prot})
     mdata.obs["sample"] = cells.obs["sample"].reindex(mdata.obs_names).to_numpy()
     mdata.obs["cell_type"] = cells.obs["cell_type"].reindex(mdata.obs_names).to_numpy()
@@ -968,8 +970,7 @@ def test_from_mudata_cells_names_the_modality_and_records_covariates(cells: Any)
         obs=cells.obs,
         var=pd.DataFrame(index=["CD3", "CD19"]),
     )
-    quiet = md.set_options(pull_on_update=False) if hasattr(md, "set_options") else nullcontext()
-    with quiet:  # mudata < 0.4 warns of its coming default unless told
+    with mudata_defaults(md):
         mdata = md.MuData({"rna": rna, "prot": prot})
     pattern = (
         r"^mdata.mod\['prot'\].X: not every value is a count .* e.g. 0.5 at row \d+ \(cell "

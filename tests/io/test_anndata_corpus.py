@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cytepool.io.anndata import _readers as readers
+
 ad = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sparse = pytest.importorskip("scipy.sparse")
 
 from cytepool.cli import main  # noqa: E402
 from cytepool.errors import NotCountsWarning  # noqa: E402
-from cytepool.io import anndata as conv  # noqa: E402
 from cytepool.io import read_cube  # noqa: E402
 from cytepool.io.anndata import from_anndata, from_mudata_cells  # noqa: E402
 
@@ -82,18 +83,18 @@ def assert_sums(cube: Any, obs: Any, counts: np.ndarray, features: list[str]) ->
 @pytest.fixture
 def blocks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Small blocks; the list receives the bounds of each block of rows (or columns) read."""
-    monkeypatch.setattr(conv, "_BLOCK_NONZEROS", 40)
-    monkeypatch.setattr(conv, "_BLOCK_BYTES", 100)
+    monkeypatch.setattr(readers, "BLOCK_NONZEROS", 40)
+    monkeypatch.setattr(readers, "BLOCK_BYTES", 100)
     seen: list[tuple[int, int]] = []
-    for name in ("_block_bounds", "_nonzero_bounds"):
-        original = getattr(conv, name)
+    for name in ("block_bounds", "nonzero_bounds"):
+        original = getattr(readers, name)
 
         def counted(*args: Any, original: Any = original) -> Iterator[tuple[int, int]]:
             for bounds in original(*args):
                 seen.append(bounds)
                 yield bounds
 
-        monkeypatch.setattr(conv, name, counted)
+        monkeypatch.setattr(readers, name, counted)
     return seen
 
 

@@ -36,8 +36,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from cytepool.errors import FormatError, StoreChangedError, StoredTypeError
+from cytepool._assemble import from_parts, parts_of
+from cytepool.errors import (
+    FormatError,
+    InputError,
+    InputTypeError,
+    StoreChangedError,
+    StoredTypeError,
+)
 from cytepool.io._atomic import replace_directory
+from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
     METADATA_FILE,
@@ -83,7 +91,6 @@ _TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shap
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
 _CHUNK_BYTES = 1 << 20  # the decoded size a layer chunk aims at
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-_BACKENDS = ("pandas", "polars", "pyarrow")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
 _ATTEMPTS = 16
@@ -171,13 +178,13 @@ def write_cube(
     from cytepool.cube import Cube
 
     if not isinstance(cube, Cube):
-        message = f"write_cube expects a cytepool.Cube, got {type(cube).__name__}"
-        raise TypeError(message)
+        message = f"write_cube expects a cytepool.Cube, found {type(cube).__name__}"
+        raise InputTypeError(message)
     target = _local_target(path)
     level = check_compression(compression, level)
     if not isinstance(overwrite, bool):
-        message = f"overwrite must be True or False, got {overwrite!r}"
-        raise TypeError(message)
+        message = f"overwrite must be True or False, found {overwrite!r}"
+        raise InputTypeError(message)
     _check_layer_names(list(cube.layers))
 
     def build(temporary: Path) -> None:
@@ -263,12 +270,7 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
     root = _local_path(path)
-    if not isinstance(backend, str):
-        message = f"backend must be a string, got {type(backend).__name__}"
-        raise TypeError(message)
-    if backend not in _BACKENDS:
-        message = f"backend must be one of {', '.join(map(repr, _BACKENDS))}, got {backend!r}"
-        raise ValueError(message)
+    check_backend(backend)
     try:
         handle = LocalStore(root).open()
     except FileNotFoundError as error:
@@ -293,15 +295,15 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
 def _local_path(path: object) -> Path:
     """Return ``path`` as a Path, refusing URLs and anything that is not a path."""
     if not isinstance(path, str | os.PathLike):
-        message = f"path must be a str or os.PathLike, got {type(path).__name__}"
-        raise TypeError(message)
+        message = f"path must be a str or os.PathLike, found {type(path).__name__}"
+        raise InputTypeError(message)
     text = os.fspath(path)
     if not isinstance(text, str):
-        message = f"path must be a text path, got {type(text).__name__}"
-        raise TypeError(message)
+        message = f"path must be a text path, found {type(text).__name__}"
+        raise InputTypeError(message)
     if _URL.match(text):
-        message = f"cube files are local directories; got the URL {text!r}"
-        raise ValueError(message)
+        message = f"cube files are local directories; found the URL {text!r}"
+        raise InputError(message)
     return Path(text)
 
 
@@ -342,14 +344,14 @@ def _check_layer_names(names: list[str]) -> None:
                 " be a non-empty string without / \\ : * ? \" < > | or NUL, not '.' or '..',"
                 " not starting with '__' and of at most 255 bytes of UTF-8"
             )
-            raise ValueError(message)
+            raise InputError(message)
         other = seen.setdefault(name.casefold(), name)
         if other != name:
             message = (
                 f"layer names {other!r} and {name!r} differ only in case, so they would "
                 "share a directory on case-insensitive file systems"
             )
-            raise ValueError(message)
+            raise InputError(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,7 +364,7 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
     from cytepool.fingerprint import Digests
     from cytepool.io.tables.frames import build_table
 
-    known = cube._digests(compute=False)
+    known = parts_of(cube).digests(compute=False)
     options: dict[str, Any] = {"compression": compression, "level": level}
     for axis, index in _TABLES:
         build_table(getattr(cube, axis), root / axis, index=index, **options)
@@ -423,7 +425,9 @@ class _GroupSource:
 
     def __getitem__(self, key: slice) -> np.ndarray:
         start, stop, step = key.indices(self.shape[0])
-        blocks = [self._cube._read(self._name, group) for group in range(start, stop, step)]
+        blocks = [
+            parts_of(self._cube).read(self._name, group) for group in range(start, stop, step)
+        ]
         if len(blocks) == 1:
             return blocks[0][np.newaxis]
         return np.stack(blocks) if blocks else np.empty((0, *self.shape[1:]), self.dtype)
@@ -447,9 +451,9 @@ def _write_layer(
         dimension_names=("groups", "samples", "features"),
     )
     # The cube kept the digest of every group read whole; hash again only what it did not.
-    known = cube._digests(compute=False).layers[name]
+    known = parts_of(cube).digests(compute=False).layers[name]
     return tuple(
-        digest or group_digest(source.dtype, cube._read(name, group))
+        digest or group_digest(source.dtype, parts_of(cube).read(name, group))
         for group, digest in enumerate(known)
     )
 
@@ -638,7 +642,7 @@ def _parse_digests(
 
 
 def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> tuple[Any, ...]:
-    from cytepool import Provenance
+    from cytepool._records import Provenance
 
     records = attributes["provenance"]
     if not isinstance(records, list):
@@ -682,10 +686,9 @@ def _assemble(
     layers: dict[str, ZarrArray],
 ) -> Cube:
     """The cube of the parts read; every error about them is an error about the file."""
-    from cytepool.cube import Cube
 
     try:  # compares the tables, cells and normalization with their digests
-        return Cube._from_parts(
+        return from_parts(
             layers,
             samples=tables["samples"],
             groups=tables["groups"],
@@ -728,7 +731,7 @@ def _read_cells(root: StorePath, header: _Header) -> np.ndarray:
 
 
 def _read_normalization(root: StorePath, header: _Header) -> Any:
-    from cytepool import Normalization
+    from cytepool._records import Normalization
 
     if root.handle.version(join(root.key, f"normalization/{METADATA_FILE}")) is None:
         return None

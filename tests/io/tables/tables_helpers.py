@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-BACKENDS = ["pandas", "polars", "pyarrow"]
+from factories import BACKENDS
+
+__all__ = ["BACKENDS"]  # re-exported for the table tests
 
 
 def inferred_strings_encoding() -> str:

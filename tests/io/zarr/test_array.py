@@ -825,3 +825,16 @@ def test_check_compression_without_zstd(monkeypatch: pytest.MonkeyPatch) -> None
     assert check_compression("gzip", None) == 4
     with pytest.raises(ValueError, match=r"pip install backports\.zstd"):
         check_compression("zstd", None)
+
+
+def test_an_array_opened_by_a_relative_path_survives_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    write_array("x", np.arange(6, dtype=np.int32), chunks=(4,), compression="zstd")
+    array = open_array("x")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    np.testing.assert_array_equal(array[:], np.arange(6, dtype=np.int32))
+    assert str(array.path) == "x"  # the path as typed, for messages

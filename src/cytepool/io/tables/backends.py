@@ -16,15 +16,15 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-import narwhals as nw
+import narwhals.stable.v2 as nw
 import numpy as np
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, InputError, InputTypeError
 from cytepool.io.tables import strings as _s
 from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
 from cytepool.io.zarr.names import node_name_problem
 
-__all__ = ["BACKENDS", "Source", "build_frame", "import_backend", "source_of"]
+__all__ = ["BACKENDS", "Source", "build_frame", "check_backend", "import_backend", "source_of"]
 
 BACKENDS = ("pandas", "polars", "pyarrow")
 INDEX = "_index"
@@ -33,11 +33,20 @@ _STRING = np.dtypes.StringDType()
 _OBJECT = np.dtype(object)
 
 
-def import_backend(backend: str) -> ModuleType:
-    """Import and return the module of ``backend``, with an error naming what is missing."""
+def check_backend(backend: object) -> str:
+    """Return ``backend`` if it names a table backend, else raise InputTypeError/InputError."""
+    if not isinstance(backend, str):
+        msg = f"backend must be a string, found {type(backend).__name__}"
+        raise InputTypeError(msg)
     if backend not in BACKENDS:
         msg = f"backend must be one of {', '.join(map(repr, BACKENDS))}, found {backend!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
+    return backend
+
+
+def import_backend(backend: str) -> ModuleType:
+    """Import and return the module of ``backend``, with an error naming what is missing."""
+    check_backend(backend)
     try:
         return importlib.import_module(backend)
     except ImportError as error:
@@ -72,10 +81,10 @@ def source_of(frame: Any, index: str | None) -> Source:
             f"frame must be a pandas, polars or pyarrow table, or a narwhals DataFrame; "
             f"found {type(frame).__name__}"
         )
-        raise TypeError(msg) from error
+        raise InputTypeError(msg) from error
     if index is not None and not isinstance(index, str):
         msg = f"index must be a column name (str) or None, found {index!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     implementation = nw_frame.implementation
     if implementation is nw.Implementation.POLARS:
         return _source_from_polars(nw_frame, index)
@@ -90,15 +99,15 @@ def _check_names(names: Iterable[Any]) -> list[str]:
     for name in names:
         if not isinstance(name, str):
             msg = f"column names must be strings, found {name!r} ({type(name).__name__})"
-            raise ValueError(msg)
+            raise InputError(msg)
         if name == INDEX:
             msg = f"{INDEX!r} is a reserved name for table columns (anndata's index key)"
-            raise ValueError(msg)
+            raise InputError(msg)
         _check_node_name(name, "column")
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         msg = f"column names must be unique, found repeated names {duplicates}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return names
 
 
@@ -111,7 +120,7 @@ def _check_node_name(name: str, what: str) -> None:
             "empty, '.', '..' or 'zarr.json', contain '/', '\\' or NUL, consist only of "
             "periods, start with '__', or take more than 255 bytes of UTF-8"
         )
-        raise ValueError(msg)
+        raise InputError(msg)
 
 
 def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
@@ -121,12 +130,12 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "
                 f"NaN for missing values, can be stored from an object column"
             )
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         if dtype.is_nested() or isinstance(
             dtype, nw.Unknown | nw.Time | nw.Binary | nw.Decimal | nw.Int128 | nw.UInt128
         ):
             msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
 
 
 def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
@@ -137,7 +146,7 @@ def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
 def _take_index_column(names: list[str], index: str) -> list[str]:
     if index not in names:
         msg = f"index {index!r} is not a column of the frame; its columns are {names}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return [name for name in names if name != index]
 
 
@@ -165,20 +174,20 @@ def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None)
     pandas_index = df.index
     if isinstance(pandas_index, pd.MultiIndex):
         msg = "a pandas MultiIndex cannot be stored as a table index; call reset_index() first"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if index is not None and pandas_index.name != index:
         if not _is_default_index(pandas_index):
             msg = (
                 f"index={index!r} names a column, but the frame also has its own index "
                 f"{pandas_index.name!r} that would be lost; call reset_index() or pass index=None"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         names = _take_index_column(names, index)
         return Source(names, index, {index: makers[index], **{n: makers[n] for n in names}})
     name = pandas_index.name
     if name is not None and not isinstance(name, str):
         msg = f"the index name must be a string or None, found {name!r} ({type(name).__name__})"
-        raise ValueError(msg)
+        raise InputError(msg)
     if name is None:
         name = INDEX
     _check_node_name(name, "index")
@@ -188,7 +197,7 @@ def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None)
                 f"the index name {name!r} is also used by a column whose values are different; "
                 f"make the values the same or rename one of them"
             )
-            raise ValueError(msg)
+            raise InputError(msg)
         return Source(names, name, makers)
     make_index: Callable[[], Column]
     if isinstance(pandas_index, pd.RangeIndex):  # its numbers as strings, made chunk by chunk
@@ -253,7 +262,7 @@ def _pandas_column(values: Any, name: str) -> Column:
         if dtype.kind in "UT":
             return Dense("string", numbers)
     msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
-    raise TypeError(msg)
+    raise InputTypeError(msg)
 
 
 _PLAIN: dict[str, Kind] = {
@@ -268,7 +277,7 @@ def _plain(categories: Column, name: str) -> Dense:
     """Categories as anndata writes them: a plain array, never a nullable group."""
     if not isinstance(categories, Dense) or categories.missing().any():
         msg = f"column {name!r}: categories must be plain values without missing ones"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if categories.kind in _PLAIN:
         return Dense(_PLAIN[categories.kind], categories.values)
     return categories
@@ -294,7 +303,7 @@ def _pandas_objects(objects: np.ndarray, name: str) -> Column:
             f"column {name!r} has dtype object holding {inferred} values (mixed-object): only "
             f"strings, with None or NaN for missing values, can be stored from an object column"
         )
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     missing = pd.isna(objects)
     if missing.any():
         objects = objects.copy()
@@ -358,7 +367,7 @@ def _polars_column(series: Any, name: str) -> Column:
         values = series.fill_null(False if dtype == pl.Boolean else 0).to_numpy()
         return Dense(kind, values, series.is_null().to_numpy())
     msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
-    raise TypeError(msg)
+    raise InputTypeError(msg)
 
 
 def _polars_categorical(series: Any, name: str) -> Categorical:
@@ -437,7 +446,7 @@ def _arrow_column(chunked: Any, name: str) -> Column:
         mask = array.is_null().to_numpy(zero_copy_only=False)
         return Dense(column_kind, values, mask)
     msg = f"column {name!r} has dtype {kind}, which a table cannot store"
-    raise TypeError(msg)
+    raise InputTypeError(msg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -480,7 +489,7 @@ def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.
     """Return datetime/timedelta ``values`` in a unit of ``units`` (else ``fallback``).
 
     A unit with a scale factor (``datetime64[7s]``) is converted too. Where a conversion to a
-    finer unit overflows (numpy < 2.5 wraps around, later versions raise OverflowError), the
+    finer unit overflows, numpy wraps around (numpy 2.5 and later raise OverflowError), so such
     values raise FormatError instead.
     """
     unit, count = np.datetime_data(values.dtype)
@@ -488,18 +497,18 @@ def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.
         return values
     kind = "datetime64" if values.dtype.kind == "M" else "timedelta64"
     target = np.dtype(f"{kind}[{unit if unit in units else fallback}]")
+    msg = (
+        f"{kind} values in unit {count}{unit} do not fit in {target} (the unit pandas, "
+        "polars and pyarrow share): the stored values are out of range"
+    )
     try:
         converted = values.astype(target)
-        if np.can_cast(values.dtype, target, casting="safe"):  # a multiplication: check it
-            back = converted.astype(values.dtype)
-            if not np.array_equal(back.view(np.int64), values.view(np.int64)):
-                raise OverflowError
     except OverflowError as error:
-        msg = (
-            f"{kind} values in unit {count}{unit} do not fit in {target} (the unit pandas, "
-            "polars and pyarrow share): the stored values are out of range"
-        )
         raise FormatError(msg) from error
+    if np.can_cast(values.dtype, target, casting="safe"):  # a multiplication: check it
+        back = converted.astype(values.dtype)
+        if not np.array_equal(back.view(np.int64), values.view(np.int64)):
+            raise FormatError(msg)
     return converted
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import FormatError, InputIndexError, InputTypeError, UnsupportedFeatureError
 from cytepool.io.tables import strings as _s
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class LazyRows:
         start, stop, step = key.indices(self.shape[0])
         if step != 1:
             msg = f"LazyRows takes slices with step 1, found {key!r}"
-            raise IndexError(msg)
+            raise InputIndexError(msg)
         return self._rows(start, max(start, stop))
 
 
@@ -227,7 +227,7 @@ def write_nullable_float(column: Column) -> ArrayPlan:
     values = np.array(column.array, copy=True)
     if values.dtype not in _NA_FLOAT_BITS:
         msg = f"floats with missing values must be float32 or float64, found {values.dtype}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if column.mask is not None and column.mask.any():
         bits, view = _NA_FLOAT_BITS[values.dtype]
         values.view(view)[column.mask] = bits

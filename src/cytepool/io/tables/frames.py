@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import (
+    FormatError,
+    InputError,
+    InputTypeError,
+    UnknownIdError,
+    UnsupportedFeatureError,
+)
 from cytepool.io import zarr as _zarr
 from cytepool.io._atomic import replace_directory
 from cytepool.io.tables import backends as _b
@@ -118,10 +124,10 @@ def _builder(
     """Check the arguments and the frame; return what writes the table into a directory."""
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         msg = f"chunks must be a number of rows (int) or None, found {chunks!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if chunks is not None and chunks < 1:
         msg = f"chunks must be at least 1 row, found {chunks}"
-        raise ValueError(msg)
+        raise InputError(msg)
     level = _zarr.check_compression(compression, level)
     source = _b.source_of(frame, index)
     options = _r.WriteOptions(chunks, compression, level)
@@ -271,15 +277,15 @@ def _read_dataframe(
         selection = order
     elif isinstance(selection, str):
         msg = f"columns must be a sequence of column names, found the string {selection!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     else:
         missing = [name for name in selection if name not in order]
         if missing:
             msg = f"{root}: no columns named {missing}; the table's columns are {order}"
-            raise KeyError(msg)
+            raise UnknownIdError(msg, unknown=missing[0], known=order)
         if len(set(selection)) != len(selection):
             msg = f"columns must not repeat a name, found {list(selection)}"
-            raise ValueError(msg)
+            raise InputError(msg)
     n_rows = _r.check_lengths(root, [index_name, *selection], rows)
     index: Column | None = None
     objects = for_pandas

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, InputTypeError
 from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr._vlen import Decoder
 from cytepool.io.zarr.codecs import (
@@ -105,13 +105,22 @@ def _sink(target: np.ndarray[Any, Any]) -> Any:
 class Reader:
     """Decodes the chunks of one read, fetched through ``handle``, into the preallocated result.
 
-    ``key`` is the array's key in the store (``""`` for the store's root).
+    ``key`` is the array's key in the store (``""`` for the store's root). With ``pieces`` (a
+    list; 1-D string arrays read in slices only), string chunks are not made into strings:
+    each selected part of a chunk is appended as ``(first row, byte lengths, UTF-8 bytes)``.
     """
 
     def __init__(
-        self, handle: StoreHandle, key: str, meta: ArrayMetadata, *, objects: bool = False
+        self,
+        handle: StoreHandle,
+        key: str,
+        meta: ArrayMetadata,
+        *,
+        objects: bool = False,
+        pieces: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None,
     ):
         self.handle, self.key, self.meta, self.objects = handle, key, meta, objects
+        self.pieces = pieces
         self.fill = str(meta.fill_value) if objects else meta.fill_value
         head = meta.codecs.array_bytes
         self.shard = head if isinstance(head, ShardingCodec) else None
@@ -146,6 +155,11 @@ class Reader:
         return join(self.key, self.meta.chunk_key_encoding.encode(coords))
 
     def _fill(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
+        if self.pieces is not None:
+            start, stop = _bounds(piece.out_sel)
+            empty = (start, np.zeros(stop - start, np.int32), np.zeros(0, np.uint8))
+            self.pieces.append(empty)
+            return
         work[_index(piece.out_sel)] = self.fill
 
     def _get(self, key: str) -> _Source | None:
@@ -266,6 +280,9 @@ class Reader:
         self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]
     ) -> None:
         decoder = self._string_decoder(source)
+        if self.pieces is not None:
+            self._keep_buffers(decoder, piece)
+            return
         direct = self._direct_view(piece, work)
         if direct is not None and direct.flags.c_contiguous:
             decoder.finish(out=direct.reshape(-1))  # straight into the result
@@ -273,6 +290,17 @@ class Reader:
         chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
         del decoder  # the decoded bytes
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
+
+    def _keep_buffers(self, decoder: Decoder, piece: ChunkPiece) -> None:
+        assert self.pieces is not None  # internal invariant
+        lengths, body = decoder.buffers()
+        a, b = _bounds(piece.chunk_sel)
+        if (a, b) != (0, len(lengths)):
+            skipped = int(lengths[:a].sum())
+            lengths = lengths[a:b]
+            body = body[skipped : skipped + int(lengths.sum())]
+        # a chunk holds less than 2 GiB (MAX_CHUNK_BYTES): its lengths fit in int32
+        self.pieces.append((_bounds(piece.out_sel)[0], lengths.astype(np.int32), body))
 
     def _string_decoder(self, source: _Source) -> Decoder:
         """A decoder fed with the whole decoded chunk (an uncompressed one is not copied)."""
@@ -289,3 +317,11 @@ class Reader:
 def _index(selection: Sequence[Any]) -> Any:
     index = as_index(selection)
     return index if index else (Ellipsis,)
+
+
+def _bounds(selection: Any) -> tuple[int, int]:
+    (axis,) = selection
+    if not isinstance(axis, slice) or axis.step not in (None, 1):
+        msg = f"a string array is read as buffers in slices of rows, found {axis!r}"
+        raise InputTypeError(msg)
+    return axis.start, axis.stop

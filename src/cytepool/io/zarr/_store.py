@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cytepool.errors import FormatError
-from cytepool.io.zarr.metadata import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
+from cytepool.errors import FormatError, InputTypeError
+from cytepool.io.zarr.fields import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
 from cytepool.io.zarr.store import (
     LocalStore,
     StoreHandle,
@@ -27,7 +27,7 @@ def as_path(path: Any, name: str = "path") -> Path:
     """``path`` as a Path (TypeError if it is not a str or os.PathLike)."""
     if not isinstance(path, str | os.PathLike):
         msg = f"{name} must be a str or os.PathLike, not {type(path).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return Path(path)
 
 

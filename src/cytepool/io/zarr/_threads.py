@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from cytepool.errors import InputError
+
 __all__ = ["ENV_THREADS", "MAX_THREADS", "for_each", "threads"]
 
 ENV_THREADS = "CYTEPOOL_ZARR_THREADS"
@@ -53,7 +55,7 @@ def threads() -> int:
     if not value.strip().isdigit() or not 1 <= int(value) <= _MOST_THREADS:
         expected = f"an integer from 1 to {_MOST_THREADS}"
         msg = f"{ENV_THREADS} must be {expected}, found {value!r}; unset it or set it to 1"
-        raise ValueError(msg)
+        raise InputError(msg)
     return int(value)
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import FormatError
+from cytepool._utf8 import encode as encode_utf8
+from cytepool.errors import FormatError, InputError
 
 __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
 
@@ -63,33 +64,10 @@ def assemble(
 def _encode_items(
     values: np.ndarray[Any, Any],
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]:
-    """The byte length of each item, their UTF-8 joined, and whether NULs separate the items.
-
-    The items are joined with NUL separators, encoded once, and the separators found with
-    numpy; only when an item holds a NUL are the lengths counted from the characters.
-    """
-    strings = values.tolist()
-    n = len(strings)
-    raw = np.frombuffer("\0".join(strings).encode("utf-8"), dtype=np.uint8)
-    if n:
-        separators = np.flatnonzero(raw == 0)
-        if len(separators) == n - 1:  # no item holds a NUL: the usual case
-            bounds = np.concatenate([[-1], separators, [len(raw)]])
-            return np.diff(bounds) - 1, raw, True
-    text = "".join(strings)
-    body = text.encode("utf-8")
-    chars = np.fromiter(map(len, strings), dtype=np.int64, count=n)  # str_len stops at NUL
-    lengths = chars if len(body) == len(text) else _utf8_lengths(text, chars)
-    return lengths, np.frombuffer(body, dtype=np.uint8), False
-
-
-def _utf8_lengths(text: str, chars: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Bytes per item, from the code points of the joined text and the characters per item."""
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
-    per_char = 1 + (codes >= 0x80) + (codes >= 0x800) + (codes >= 0x10000)
-    total = np.concatenate([[0], np.cumsum(per_char)])
-    ends = np.cumsum(chars)
-    return np.asarray(total[ends] - total[ends - chars], dtype=np.int64)
+    """The byte length of each item, their UTF-8 and whether NULs separate the items there
+    (see :func:`cytepool._utf8.encode`)."""
+    encoded = encode_utf8(values.tolist())
+    return encoded.sizes, encoded.raw, encoded.separated
 
 
 def _assemble(
@@ -104,7 +82,7 @@ def _assemble(
     count = n if count is None else count
     if count < n:
         msg = f"a chunk of {count} items cannot hold {n} strings"
-        raise ValueError(msg)
+        raise InputError(msg)
     size = len(raw) - (n - 1 if separated and n else 0)
     end = 4 + 4 * n + size
     out = np.empty(end + 4 * (count - n), dtype=np.uint8)

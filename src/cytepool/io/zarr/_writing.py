@@ -9,11 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from cytepool.errors import InputError, InputTypeError
 from cytepool.io.zarr import indexing
 from cytepool.io.zarr._threads import for_each
-from cytepool.io.zarr.metadata import ArrayMetadata, DataType
+from cytepool.io.zarr.data_types import DataType
+from cytepool.io.zarr.metadata import ArrayMetadata
 
-__all__ = ["NAT", "write_chunks"]
+__all__ = ["NAT", "write_chunks", "write_payloads"]
 
 NAT = np.iinfo(np.int64).min
 
@@ -27,6 +29,19 @@ def write_chunks(directory: Path, data: Any, meta: ArrayMetadata, dtype: np.dtyp
     writer = _ChunkWriter(directory, meta)
     for row in _rows_of_regions(data, meta, dtype):
         for_each(writer.write, row)
+
+
+def write_payloads(
+    directory: Path, meta: ArrayMetadata, payloads: Iterator[np.ndarray[Any, Any]]
+) -> None:
+    """Store the encoded chunks (``array -> bytes`` codec applied) of a 1-D array, in order.
+
+    Each payload is compressed with the array's codecs and stored under its key, a few at a
+    time (see ``_threads``); the payloads are made in order as they are taken, so at most
+    about one per thread is held. A payload equal to the fill value is not stored.
+    """
+    writer = _ChunkWriter(directory, meta)
+    for_each(writer.write_payload, enumerate(payloads))
 
 
 Region = tuple[tuple[int, ...], np.ndarray[Any, Any]]
@@ -69,23 +84,23 @@ def _rows(
     block = data[...] if bounds is None else data[bounds[0] : bounds[1]]
     if isinstance(block, np.ma.MaskedArray):
         msg = f"data gave rows {bounds} as a numpy masked array"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     block = np.asarray(block)
     if block.shape != shape:
         msg = f"data gave rows {bounds} of shape {block.shape}, expected {shape}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if data_type.is_string:
         return _string_rows(block, bounds)
     if block.dtype.newbyteorder("=") != dtype.newbyteorder("="):
         msg = f"data gave rows {bounds} of dtype {block.dtype}, expected {dtype}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return block
 
 
 def _string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, Any]:
     if block.dtype.kind not in "TUO":
         msg = f"data gave rows {bounds} of dtype {block.dtype}, expected strings"
-        raise ValueError(msg)
+        raise InputError(msg)
     if block.dtype.kind == "O":
         values = block.ravel().tolist()
         try:
@@ -93,7 +108,7 @@ def _string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, An
         except TypeError:
             bad = next(v for v in values if not isinstance(v, str))
             msg = f"an object array to write as strings holds a {type(bad).__name__}: {bad!r}"
-            raise TypeError(msg) from None
+            raise InputTypeError(msg) from None
     return block
 
 
@@ -114,7 +129,16 @@ class _ChunkWriter:
         raw = self.meta.codecs.array_bytes.encode(chunk)  # type: ignore[union-attr]
         if self._is_fill(raw):
             return
-        encoded = self.meta.codecs.compress(raw)
+        self._store(coords, self.meta.codecs.compress(raw))
+
+    def write_payload(self, item: tuple[int, np.ndarray[Any, Any]]) -> None:
+        """Compress and store the encoded chunk ``index`` of a 1-D array, unless it is fill."""
+        index, payload = item
+        if self.meta.data_type.is_string and len(payload) == 4 + 4 * self.chunks[0]:
+            return  # only "": the fill value, not stored
+        self._store((index,), self.meta.codecs.compress(payload.data))
+
+    def _store(self, coords: tuple[int, ...], encoded: bytes | memoryview) -> None:
         path = self.directory / self.meta.chunk_key_encoding.encode(coords)
         if path.parent not in self.made:
             path.parent.mkdir(parents=True, exist_ok=True)

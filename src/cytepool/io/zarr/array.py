@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import FormatError, InputError, InputTypeError, StoreChangedError
 from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr._store import as_path, open_local, read_document, write_document
 from cytepool.io.zarr._writing import NAT, write_chunks
@@ -218,7 +218,7 @@ class ZarrArray:
         """The length of the first axis."""
         if not self.shape:
             msg = "len() of a 0-d array"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         return self.shape[0]
 
     def __repr__(self) -> str:
@@ -361,18 +361,18 @@ def check_compression(compression: str | None, level: int | None) -> int | None:
     """
     if compression is not None and not isinstance(compression, str):
         msg = f"compression must be a string or None, not {type(compression).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if level is not None and (not isinstance(level, int | np.integer) or isinstance(level, bool)):
         msg = f"level must be an integer or None, not {type(level).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if compression is None:
         if level is not None:
             msg = f"level must be None without compression, not {level}"
-            raise ValueError(msg)
+            raise InputError(msg)
         return None
     if compression not in _LEVEL_RANGES:
         msg = f"compression must be 'gzip', 'zstd' or None, not {compression!r}"
-        raise ValueError(msg)
+        raise InputError(msg)
     if compression == "zstd":
         import_zstd()
     return _check_level(compression, level)
@@ -384,7 +384,7 @@ def _check_level(compression: str, level: int | None) -> int:
     low, high = _LEVEL_RANGES[compression]
     if not low <= level <= high:
         msg = f"the {compression} level must be from {low} to {high}, not {level}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return int(level)
 
 
@@ -444,7 +444,7 @@ def write_array(
     """
     directory = as_path(path)
     shape, dtype = _shape_and_dtype(data)
-    meta = _new_metadata(shape, dtype, chunks, compression, level, attributes, dimension_names)
+    meta = new_metadata(shape, dtype, chunks, compression, level, attributes, dimension_names)
     document = meta.to_json()
     json.dumps(document, allow_nan=False)
     directory.mkdir()
@@ -455,18 +455,18 @@ def write_array(
 def _shape_and_dtype(data: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if isinstance(data, np.ma.MaskedArray):
         msg = "data is a numpy masked array; fill its masked values first"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     shape, dtype = getattr(data, "shape", None), getattr(data, "dtype", None)
     if not isinstance(dtype, np.dtype) or not isinstance(shape, tuple):
         msg = f"data must have a shape and a numpy dtype, not {type(data).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if not all(isinstance(n, int | np.integer) and n >= 0 for n in shape):
         msg = f"data has an invalid shape {shape!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return tuple(int(n) for n in shape), dtype
 
 
-def _new_metadata(
+def new_metadata(
     shape: tuple[int, ...],
     dtype: np.dtype[Any],
     chunks: Any,
@@ -502,7 +502,7 @@ def _new_metadata(
 def _check_string_dtype(dtype: np.dtype[Any]) -> None:
     if dtype.kind == "T" and hasattr(dtype, "na_object"):
         msg = f"StringDType with a missing-value object ({dtype.na_object!r}) cannot be written"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
 
 
 def _zero_fill(data_type: DataType) -> Any:
@@ -516,18 +516,18 @@ def _zero_fill(data_type: DataType) -> Any:
 def _check_chunks(chunks: Any, shape: tuple[int, ...], data_type: DataType) -> tuple[int, ...]:
     if not isinstance(chunks, Sequence) or isinstance(chunks, str):
         msg = f"chunks must be a sequence of integers, not {type(chunks).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if not all(isinstance(c, int | np.integer) and not isinstance(c, bool) for c in chunks):
         msg = f"chunks must hold integers, not {chunks!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     result = tuple(int(c) for c in chunks)
     if len(result) != len(shape) or any(c < 1 for c in result):
         msg = f"chunks must be {len(shape)} positive lengths for shape {shape}, not {result}"
-        raise ValueError(msg)
+        raise InputError(msg)
     nbytes = int(np.prod(result, dtype=object)) * data_type.itemsize
     if nbytes > MAX_CHUNK_BYTES:
         msg = f"chunks of {result} take {nbytes} bytes, more than MAX_CHUNK_BYTES"
-        raise ValueError(msg)
+        raise InputError(msg)
     return result
 
 
@@ -536,11 +536,11 @@ def _check_dimension_names(names: Any, ndim: int) -> tuple[str | None, ...] | No
         return None
     if not isinstance(names, Sequence) or isinstance(names, str):
         msg = f"dimension_names must be a sequence, not {type(names).__name__}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if not all(name is None or isinstance(name, str) for name in names):
         msg = f"dimension_names must hold strings or None, not {names!r}"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     if len(names) != ndim:
         msg = f"dimension_names needs {ndim} entries, not {len(names)}"
-        raise ValueError(msg)
+        raise InputError(msg)
     return tuple(names)

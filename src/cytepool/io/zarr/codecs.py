@@ -20,24 +20,24 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias, cast
 
 import numpy as np
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import FormatError, InputError, UnsupportedFeatureError
 from cytepool.io.zarr import _vlen
-from cytepool.io.zarr.metadata import (  # the shared field checks
-    _fail,
-    _is_int,
-    _unsupported,
+from cytepool.io.zarr.fields import (
     check_config_keys,
+    fail,
+    is_int,
     named_configuration,
+    unsupported,
 )
 
 if TYPE_CHECKING:
     import types
 
-    from cytepool.io.zarr.metadata import DataType
+    from cytepool.io.zarr.data_types import DataType
 
 __all__ = [
     "CODECS",
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_FRAMES",
     "PIECE_BYTES",
     "BytesCodec",
+    "Codec",
     "CodecChain",
     "Crc32cCodec",
     "GzipCodec",
@@ -110,7 +111,28 @@ def import_zstd() -> types.ModuleType:
                 continue
             _zstd = module
             return module
-    raise ValueError(_ZSTD_HINT)
+    raise InputError(_ZSTD_HINT)
+
+
+# ---------------------------------------------------------------------------------------------
+# The codec protocol
+
+
+class Codec(Protocol):
+    """What every codec record is: its name and kind as the specification spells them, and
+    its JSON object.
+
+    Each codec below is a frozen dataclass that ``from_json`` builds from its configuration,
+    found by name in :data:`CODECS`; chains are one ``"array->bytes"`` codec followed by
+    ``"bytes->bytes"`` codecs.
+    """
+
+    name: ClassVar[str]
+    kind: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The codec object of a ``codecs`` list."""
+        ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,13 +159,13 @@ class BytesCodec:
     ) -> BytesCodec:
         """Parse the codec's configuration for an array of ``data_type``."""
         if data_type.is_string:
-            raise _fail(where, "the string data type needs the vlen-utf8 codec, not bytes")
+            raise fail(where, "the string data type needs the vlen-utf8 codec, not bytes")
         config = check_config_keys(config, [], ["endian"], where, "the bytes codec")
         endian = config.get("endian")
         if endian is None and data_type.itemsize > 1:
-            raise _fail(where, f"the bytes codec needs an endian for {data_type.name}")
+            raise fail(where, f"the bytes codec needs an endian for {data_type.name}")
         if endian not in (None, "little", "big"):
-            raise _fail(where, f"the bytes codec's endian must be little or big, not {endian!r}")
+            raise fail(where, f"the bytes codec's endian must be little or big, not {endian!r}")
         return cls(endian)
 
     def to_json(self) -> dict[str, Any]:
@@ -188,7 +210,7 @@ class VlenUtf8Codec:
     ) -> VlenUtf8Codec:
         """Parse the codec's configuration for an array of ``data_type``."""
         if not data_type.is_string:
-            raise _fail(where, f"the vlen-utf8 codec needs the string data type, not {data_type}")
+            raise fail(where, f"the vlen-utf8 codec needs the string data type, not {data_type}")
         check_config_keys(config, [], [], where, "the vlen-utf8 codec")
         return cls()
 
@@ -237,8 +259,8 @@ class GzipCodec:
         """Parse the codec's configuration."""
         config = check_config_keys(config, ["level"], [], where, "the gzip codec")
         level = config["level"]
-        if not _is_int(level) or not 0 <= level <= 9:
-            raise _fail(where, f"the gzip level must be an integer from 0 to 9, not {level!r}")
+        if not is_int(level) or not 0 <= level <= 9:
+            raise fail(where, f"the gzip level must be an integer from 0 to 9, not {level!r}")
         return cls(level)
 
     def to_json(self) -> dict[str, Any]:
@@ -352,11 +374,11 @@ class ZstdCodec:
         config = check_config_keys(config, ["level"], ["checksum"], where, "the zstd codec")
         level, checksum = config["level"], config.get("checksum", False)
         low, high = _ZSTD_LEVELS
-        if not _is_int(level) or not low <= level <= high:
+        if not is_int(level) or not low <= level <= high:
             problem = f"the zstd level must be an integer from {low} to {high}, not {level!r}"
-            raise _fail(where, problem)
+            raise fail(where, problem)
         if not isinstance(checksum, bool):
-            raise _fail(where, f"the zstd checksum must be true or false, not {checksum!r}")
+            raise fail(where, f"the zstd checksum must be true or false, not {checksum!r}")
         return cls(level, checksum)
 
     def to_json(self) -> dict[str, Any]:
@@ -526,7 +548,7 @@ class ShardingCodec:
         index_codecs = _parse_index_codecs(config["index_codecs"], where)
         location = config.get("index_location", "end")
         if location not in ("start", "end"):
-            raise _fail(where, f"index_location must be 'start' or 'end', not {location!r}")
+            raise fail(where, f"index_location must be 'start' or 'end', not {location!r}")
         return cls(inner, codecs, index_codecs, location)
 
     def to_json(self) -> dict[str, Any]:
@@ -547,12 +569,12 @@ class ShardingCodec:
 
 def _parse_inner_shape(value: Any, shard_shape: Sequence[int], where: str) -> tuple[int, ...]:
     ok = isinstance(value, list) and len(value) == len(shard_shape)
-    if not ok or not all(_is_int(c) and c >= 1 for c in value):
+    if not ok or not all(is_int(c) and c >= 1 for c in value):
         problem = f"the sharding chunk_shape must be {len(shard_shape)} positive integers"
-        raise _fail(where, f"{problem}, not {value!r}")
+        raise fail(where, f"{problem}, not {value!r}")
     if any(s % c for s, c in zip(shard_shape, value, strict=True)):
         problem = f"the shard shape {list(shard_shape)} is not a multiple of the inner chunk"
-        raise _fail(where, f"{problem} shape {value}")
+        raise fail(where, f"{problem} shape {value}")
     return tuple(value)
 
 
@@ -560,8 +582,8 @@ def _parse_index_codecs(value: Any, where: str) -> ShardIndexCodecs:
     names = [item.get("name") if isinstance(item, dict) else item for item in _list(value, where)]
     if names not in (["bytes"], ["bytes", "crc32c"]):
         problem = f"shard index codecs {names!r} (supported: bytes, optionally then crc32c)"
-        raise _unsupported(where, problem)
-    from cytepool.io.zarr.metadata import DataType
+        raise unsupported(where, problem)
+    from cytepool.io.zarr.data_types import DataType
 
     index_type = DataType("uint64", np.dtype("uint64"))
     configs = [named_configuration(item, where, "index codec")[1] for item in value]
@@ -573,7 +595,7 @@ def _parse_index_codecs(value: Any, where: str) -> ShardIndexCodecs:
 
 def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list) or not value:
-        raise _fail(where, f"index_codecs must be a non-empty list, not {value!r}")
+        raise fail(where, f"index_codecs must be a non-empty list, not {value!r}")
     return value
 
 
@@ -623,7 +645,7 @@ def parse_codecs(
 
     Examples
     --------
-    >>> from cytepool.io.zarr.metadata import DataType
+    >>> from cytepool.io.zarr.data_types import DataType
     >>> chain = parse_codecs(
     ...     [{"name": "bytes", "configuration": {"endian": "little"}},
     ...      {"name": "zstd", "configuration": {"level": 0, "checksum": False}}],
@@ -632,38 +654,39 @@ def parse_codecs(
     (ZstdCodec(level=0, checksum=False),)
     """
     if not isinstance(value, list) or not value:
-        raise _fail(where, f"codecs must be a non-empty list, not {value!r}")
+        raise fail(where, f"codecs must be a non-empty list, not {value!r}")
     codecs = [_parse_codec(item, data_type, chunk_shape, where) for item in value]
-    head, tail = codecs[0], codecs[1:]
+    # the kinds are checked next: the first turns arrays into bytes, the others compress
+    head, tail = cast("ArrayBytes", codecs[0]), cast("list[Compressor]", codecs[1:])
     if head.kind != "array->bytes":
         problem = f"the first codec must turn an array into bytes, not {head.name!r}"
-        raise _fail(where, problem)
+        raise fail(where, problem)
     for codec in tail:
         _check_tail_codec(codec, where)
     if isinstance(head, ShardingCodec) and (tail or inner_chain):
         what = "nested sharding" if inner_chain else "codecs after sharding_indexed"
-        raise _unsupported(where, what)
+        raise unsupported(where, what)
     _check_chunk_size(head, data_type, chunk_shape, where)
     return CodecChain(head, tuple(tail))
 
 
-def _parse_codec(item: Any, data_type: DataType, chunk_shape: Sequence[int], where: str) -> Any:
+def _parse_codec(item: Any, data_type: DataType, chunk_shape: Sequence[int], where: str) -> Codec:
     name, config = named_configuration(item, where, "codec")
     cls = CODECS.get(name)
     if cls is None:
         problem = f"the codec {name!r} (supported: {', '.join(CODECS)})"
-        raise _unsupported(where, problem)
+        raise unsupported(where, problem)
     if cls is ShardingCodec:
         return ShardingCodec.from_json(config, data_type, where, chunk_shape)
     return cls.from_json(config, data_type, where)
 
 
-def _check_tail_codec(codec: Any, where: str) -> None:
+def _check_tail_codec(codec: Codec, where: str) -> None:
     if codec.kind == "array->bytes":
-        raise _fail(where, f"the codec {codec.name!r} must come first, and only once")
+        raise fail(where, f"the codec {codec.name!r} must come first, and only once")
     if isinstance(codec, Crc32cCodec):
         problem = "the crc32c codec outside a shard index"
-        raise _unsupported(where, problem)
+        raise unsupported(where, problem)
 
 
 def _check_chunk_size(
@@ -673,9 +696,9 @@ def _check_chunk_size(
         index = head.index_nbytes(chunk_shape)
         if index > MAX_CHUNK_BYTES:
             problem = f"a shard index of {index} bytes exceeds MAX_CHUNK_BYTES"
-            raise _unsupported(where, problem)
+            raise unsupported(where, problem)
         return
     nbytes = int(np.prod(chunk_shape, dtype=object)) * data_type.itemsize
     if nbytes > MAX_CHUNK_BYTES:
         problem = f"chunks of {nbytes} bytes exceed MAX_CHUNK_BYTES ({MAX_CHUNK_BYTES})"
-        raise _unsupported(where, problem)
+        raise unsupported(where, problem)

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
+from cytepool.errors import InputIndexError, InputTypeError
+
 __all__ = [
     "ArrayAxis",
     "AxisPiece",
@@ -152,11 +154,11 @@ class AxisPlan(Sequence[AxisPiece]):
     def __getitem__(self, i: Any) -> Any:
         if not isinstance(i, int):
             msg = f"an axis plan takes integer indices, not {i!r}"
-            raise TypeError(msg)
+            raise InputTypeError(msg)
         n = len(self)
         if not -n <= i < n:
             msg = f"piece {i} of {n}"
-            raise IndexError(msg)
+            raise InputIndexError(msg)
         return self.piece(i % n)
 
 
@@ -399,11 +401,11 @@ def _expand_ellipsis(parts: list[Any], ndim: int) -> list[Any]:
     n_ellipsis = sum(part is Ellipsis for part in parts)
     if n_ellipsis > 1:
         msg = "an index can only have a single ellipsis ('...')"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     n_given = len(parts) - n_ellipsis
     if n_given > ndim:
         msg = f"too many indices for array: array is {ndim}-dimensional, but {n_given} were indexed"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     fill = [slice(None)] * (ndim - n_given)
     if n_ellipsis:
         i = next(k for k, part in enumerate(parts) if part is Ellipsis)
@@ -425,7 +427,7 @@ def _parse_axis(part: Any, n: int, orthogonal: bool) -> Axis:
     if orthogonal:
         allowed += ", 1-D integer arrays and boolean masks"
     msg = f"only {allowed} are valid indices, not {part!r}"
-    raise IndexError(msg)
+    raise InputIndexError(msg)
 
 
 def _is_integer(part: Any) -> bool:
@@ -437,29 +439,29 @@ def _is_integer(part: Any) -> bool:
 def _check_position(index: int, n: int) -> int:
     if not -n <= index < n:
         msg = f"index {index} is out of bounds for axis with size {n}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     return index % n
 
 
 def _parse_positions(values: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
     if values.ndim != 1:
         msg = f"an index array must be 1-D, not {values.ndim}-D"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     if values.dtype == np.bool_:
         if len(values) != n:
             msg = f"boolean index of length {len(values)} does not match axis of length {n}"
-            raise IndexError(msg)
+            raise InputIndexError(msg)
         return np.flatnonzero(values).astype(np.intp)
     if len(values) == 0:
         return np.empty(0, dtype=np.intp)
     if values.dtype.kind not in "iu":
         msg = f"an index array must hold integers or booleans, not {values.dtype}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     low, high = int(values.min()), int(values.max())
     if low < -n or high >= n:
         bad = low if low < -n else high
         msg = f"index {bad} is out of bounds for axis with size {n}"
-        raise IndexError(msg)
+        raise InputIndexError(msg)
     positions = values.astype(np.intp)
     return np.where(positions < 0, positions + n, positions)
 

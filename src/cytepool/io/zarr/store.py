@@ -36,7 +36,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -209,9 +209,13 @@ class LocalStore:
     """
 
     path: Path
+    absolute: Path = field(init=False, repr=False)
+    """The path made absolute when the store was made: every open goes through it, so a later
+    change of the working directory does not change the store (``path`` is for messages)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
+        object.__setattr__(self, "absolute", self.path.absolute())
 
     def open(self) -> LocalHandle:
         """Open the directory (FileNotFoundError, NotADirectoryError if it is none)."""
@@ -229,13 +233,13 @@ class LocalHandle:
         self._store = store
         self._fd: int | None = None
         if _AT_SUPPORTED:
-            self._fd = os.open(store.path, _DIRECTORY)
+            self._fd = os.open(store.absolute, _DIRECTORY)
             info = os.fstat(self._fd)
             if not stat.S_ISDIR(info.st_mode):  # pragma: no cover - O_DIRECTORY refuses first
                 os.close(self._fd)
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(store.path))
         else:  # pragma: no cover - Windows: paths are joined, and verify() compares identities
-            info = os.stat(store.path)
+            info = os.stat(store.absolute)
             if not stat.S_ISDIR(info.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(store.path))
         self._identity = (info.st_dev, info.st_ino)
@@ -258,7 +262,7 @@ class LocalHandle:
         _check_key(key)
         if self._fd is not None:
             return key
-        return os.path.join(self._store.path, *key.split("/"))  # pragma: no cover - Windows
+        return os.path.join(self._store.absolute, *key.split("/"))  # pragma: no cover - Windows
 
     def _stat(self, key: str) -> os.stat_result | None:
         """``stat`` of ``key`` (following links); None if absent, FormatError if unusable."""
@@ -331,7 +335,7 @@ class LocalHandle:
         """The names in the directory ``prefix`` ("" for the root), sorted."""
         if not prefix:
             if self._fd is None:  # pragma: no cover - Windows
-                return sorted(os.listdir(self._store.path))
+                return sorted(os.listdir(self._store.absolute))
             return sorted(os.listdir(self._fd))
         try:
             fd = os.open(self._path(prefix), _DIRECTORY, dir_fd=self._fd)
@@ -353,7 +357,7 @@ class LocalHandle:
     def verify(self) -> None:
         """Raise StoreChangedError unless the directory is still at the store's path."""
         try:
-            info = os.stat(self._store.path)
+            info = os.stat(self._store.absolute)
         except OSError:
             identity = None
         else:

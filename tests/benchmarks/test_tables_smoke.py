@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).parents[3] / "benchmarks" / "tables.py"
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "tables.py"
 
 
 def _load() -> ModuleType:

@@ -163,9 +163,8 @@ def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def _written(tmp_path: Path) -> Path:
-    frame = pd.DataFrame(
-        {"a": [1, 2, 3], "c": pd.Categorical(["x", "y", None])}, index=["r1", "r2", "r3"]
-    )
+    index = pd.Index(["r1", "r2", "r3"], dtype=object)  # a string array whatever the pandas
+    frame = pd.DataFrame({"a": [1, 2, 3], "c": pd.Categorical(["x", "y", None])}, index=index)
     write_table(frame, tmp_path / "t")
     return tmp_path / "t"
 
@@ -287,9 +286,9 @@ def test_multiindex_is_refused(tmp_path: Path) -> None:
 def test_a_name_writers_refuse_is_refused_by_readers(
     tmp_path: Path, name: str, problem: str
 ) -> None:
-    columns = pd.Index([name], dtype=object)  # pandas 3 cannot make a `str` name of a surrogate
-    with pytest.raises(ValueError, match=problem):
-        write_table(pd.DataFrame([[1]], columns=columns), tmp_path / "t")
+    frame = pd.DataFrame([[1]], columns=pd.Index([name], dtype=object))  # pandas 3.1's str
+    with pytest.raises(ValueError, match=problem):  # labels refuse lone surrogates themselves
+        write_table(frame, tmp_path / "t")
     assert list(tmp_path.iterdir()) == []
     write_table(pd.DataFrame({"a": [1]}), tmp_path / "t")
     (tmp_path / "t" / "a").rename(tmp_path / "t" / "b")  # a stored name that the edit points at
@@ -325,11 +324,6 @@ def test_a_deleted_categories_chunk_is_a_format_error(tmp_path: Path, backend: s
         read_table(path, backend=backend)
 
 
-def _strings_array(path: Path) -> Path:
-    """The array of a column's strings: itself, or its values if nullable (pandas 3's ``str``)."""
-    return path / "values" if (path / "values").is_dir() else path
-
-
 def _edit_array(path: Path, **changes: Any) -> None:
     document = json.loads((path / "zarr.json").read_text())
     document.update(changes)
@@ -341,8 +335,8 @@ def _edit_array(path: Path, **changes: Any) -> None:
 def test_an_edited_length_is_refused_before_reading(tmp_path: Path, node: str, shape: int) -> None:
     # it used to be read: a MemoryError for 2**31 rows
     path = _written(tmp_path)
-    _edit_array(_strings_array(path / node), shape=[shape])
-    problem = "rows|values has .* elements but mask has 3"  # mask: a nullable column (pandas 3)
+    _edit_array(path / node, shape=[shape])
+    problem = "rows"
     if node == "c/categories":  # int8 codes address at most 128 categories
         problem = "more than codes of data type int8 can address" if shape > 128 else "unique"
     with pytest.raises(FormatError, match=problem):
@@ -357,7 +351,8 @@ def test_an_edited_scale_factor_reads_or_is_refused(tmp_path: Path, backend: str
     read = read_table(tmp_path / "t", backend=backend, columns=["t"])
     seconds = pd.Series(pd.DataFrame(read.to_pandas() if backend != "pandas" else read)["t"])
     assert (seconds - pd.Timestamp(0)).dt.total_seconds().tolist() == [7.0, 14.0]
-    write_table(pd.DataFrame({"t": pd.to_datetime(["2020-01-01"]).as_unit("ns")}), tmp_path / "u")
+    in_ns = pd.to_datetime(["2020-01-01"]).as_unit("ns")  # pandas 3.1 would infer seconds
+    write_table(pd.DataFrame({"t": in_ns}), tmp_path / "u")
     data_type = {"name": "numpy.datetime64", "configuration": {"unit": "ns", "scale_factor": 7}}
     _edit_array(tmp_path / "u" / "t", data_type=data_type)
     with pytest.raises(FormatError, match=r"do not fit in datetime64\[ns\]"):

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cytepool import _utf8
 from cytepool.errors import FormatError
 from cytepool.io import read_table, write_table
 from cytepool.io.tables import backends
-from cytepool.io.tables import strings as strings_module
 from cytepool.io.tables.columns import LazyRows
 from cytepool.io.tables.strings import (
     RowNumbers,
@@ -138,7 +138,7 @@ def test_utf8_strings_beyond_int32_offsets_become_large_strings(
 ) -> None:
     strings = Utf8Strings.from_arrow(pa.array(["ab", "cde"]))
     assert strings.to_arrow().type == pa.string()
-    monkeypatch.setattr(strings_module, "_INT32_MAX", 4)  # as if the data took over 2 GiB
+    monkeypatch.setattr(_utf8, "INT32_MAX", 4)  # as if the data took over 2 GiB
     large = strings.to_arrow(np.array([False, True]))
     assert large.type == pa.large_string()
     assert large.to_pylist() == ["ab", None]

@@ -1,0 +1,226 @@
+"""The three id-keyed tables of a cube (samples, groups, features), checked and kept as narwhals.
+
+An :class:`AxisTable` holds the id column first, then covariates (pandas with a default
+index), the ids as a list and the table's digest; it selects, pools and joins rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool import fingerprint as _fp
+from cytepool._records import ID_COLUMNS
+from cytepool.errors import InputError, InputTypeError, UnknownIdError
+from cytepool.layers import Index, positions
+
+if TYPE_CHECKING:
+    import narwhals.stable.v2 as nw
+
+__all__ = ["AxisTable", "check_unique", "reset_index"]
+
+
+def reset_index(frame: Any) -> Any:
+    """Give a pandas-like frame a fresh default index (narwhals keeps index labels)."""
+    import narwhals.stable.v2 as nw
+
+    if frame.implementation.is_pandas_like():
+        return nw.from_native(frame.to_native().reset_index(drop=True), eager_only=True)
+    return frame
+
+
+class AxisTable:
+    """A validated table: the id column first, then covariates; pandas with a default index."""
+
+    def __init__(self, axis: str, frame: nw.DataFrame[Any], ids: list[str]):
+        self.axis = axis
+        self.id_column = ID_COLUMNS[axis]
+        self.frame = frame
+        self.ids = ids
+        self._position: dict[str, int] | None = None
+        self.digest = _fp.table_digest(frame)
+
+    @classmethod
+    def from_user(cls, data: Any, axis: str) -> AxisTable:
+        import narwhals.stable.v2 as nw
+
+        id_column = ID_COLUMNS[axis]
+        try:
+            df = nw.from_native(data, eager_only=True)
+        except TypeError as err:
+            msg = (
+                f"{axis}: expected a table (a pandas, polars or pyarrow frame), "
+                f"found {type(data).__name__}"
+            )
+            raise InputTypeError(msg) from err
+        except ValueError as err:  # such as duplicate column names
+            msg = f"{axis}: {err}"
+            raise InputError(msg) from err
+        if df.implementation.is_pandas_like():
+            df = cls._from_pandas(df, axis)
+        names = list(df.columns)
+        for name in names:
+            if not isinstance(name, str):
+                msg = f"{axis}: column names must be strings, found {name!r}"
+                raise InputTypeError(msg)
+        if id_column not in names:
+            msg = f"{axis}: expected an id column {id_column!r}, found columns {names}"
+            raise InputError(msg)
+        df = df.select([id_column, *(n for n in names if n != id_column)])
+        if len(df) == 0 and df.schema[id_column] != nw.String:
+            df = df.with_columns(nw.col(id_column).cast(nw.String()))
+        return cls(axis, df, _check_ids(df, axis))
+
+    @staticmethod
+    def _from_pandas(df: Any, axis: str) -> Any:
+        import narwhals.stable.v2 as nw
+
+        id_column = ID_COLUMNS[axis]
+        native = df.to_native()
+        index = native.index
+        if index.nlevels != 1:
+            msg = f"{axis}: a MultiIndex is not supported; reset it into columns"
+            raise InputError(msg)
+        if index.name == id_column:
+            if id_column in native.columns:
+                msg = f"{axis}: both the index and a column are named {id_column!r}"
+                raise InputError(msg)
+            native = native.reset_index()
+        elif index.name is not None:
+            msg = (
+                f"{axis}: the index is named {index.name!r}; expected the ids in an index or "
+                f"column named {id_column!r} (reset the index to keep it as a column)"
+            )
+            raise InputError(msg)
+        else:
+            native = native.reset_index(drop=True)
+        return nw.from_native(native, eager_only=True)
+
+    def native(self) -> Any:
+        """The table in its backend; pandas indexed by the ids."""
+        native = self.frame.to_native()
+        if self.frame.implementation.is_pandas_like():
+            return native.set_index(self.id_column)
+        return native
+
+    @property
+    def position(self) -> dict[str, int]:
+        if self._position is None:
+            self._position = {k: i for i, k in enumerate(self.ids)}
+        return self._position
+
+    def locate(self, ids: Sequence[str]) -> Index:
+        pos = self.position
+        unknown = [i for i in ids if i not in pos]
+        if unknown:
+            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+            msg = f"{self.axis}: unknown ids {unknown[:10]}{more}"
+            raise UnknownIdError(msg, unknown=unknown[0], known=self.ids)
+        return np.array([pos[i] for i in ids], dtype=np.intp)
+
+    def resolve(self, selection: Any) -> Index | None:
+        """Positions selected by ids, positions or a boolean mask (None: all)."""
+        if selection is None:
+            return None
+        n = len(self.ids)
+        if isinstance(selection, str):
+            return self.locate([selection])
+        if isinstance(selection, slice | int | np.integer) and not isinstance(selection, bool):
+            return positions(selection, n, what=self.axis)
+        items = selection.to_list() if hasattr(selection, "to_list") else selection
+        arr = np.asarray(items)
+        if arr.ndim != 1:
+            msg = f"{self.axis}: expected ids, positions or a mask, found shape {arr.shape}"
+            raise InputTypeError(msg)
+        idx: Index
+        if arr.size == 0:
+            idx = np.zeros(0, dtype=np.intp)
+        elif arr.dtype.kind in "biu":
+            idx = positions(arr, n, what=self.axis)  # type: ignore[assignment]
+        elif arr.dtype.kind in "UOT" and all(isinstance(i, str) for i in items):
+            idx = self.locate(list(items))
+        else:
+            msg = (
+                f"{self.axis}: expected ids (strings), positions (integers) or a boolean mask, "
+                f"found {arr.dtype} values"
+            )
+            raise InputTypeError(msg)
+        check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
+        return idx
+
+    def take(self, idx: Index | None) -> AxisTable:
+        if idx is None:
+            return self
+        frame = reset_index(self.frame[idx, :])
+        return AxisTable(self.axis, frame, [self.ids[i] for i in idx.tolist()])
+
+    def pooled(self, members: Sequence[Index], new_ids: list[str]) -> AxisTable:
+        """One row per pool: the new ids and the covariates constant within every pool."""
+        import narwhals.stable.v2 as nw
+
+        keep = [self.id_column]
+        for column in _fp.canonical_table(self.frame)[1:]:
+            keys = column.row_keys()
+            if all(all(keys[i] == keys[m[0]] for i in m.tolist()) for m in members):
+                keep.append(column.name)
+        first = np.array([m[0] for m in members], dtype=np.intp)
+        frame = reset_index(self.frame.select(keep)[first, :])
+        backend = frame.implementation
+        ids = nw.new_series(self.id_column, new_ids, nw.String(), backend=backend)
+        frame = frame.with_columns(ids)
+        return AxisTable(self.axis, frame, list(new_ids))
+
+    @staticmethod
+    def joined(tables: Sequence[AxisTable], axis: str) -> AxisTable:
+        import narwhals.stable.v2 as nw
+
+        frames = [t.frame for t in tables]
+        impl = frames[0].implementation
+        frames = [
+            f if f.implementation == impl else nw.from_arrow(f.to_arrow(), backend=impl)
+            for f in frames
+        ]
+        same = all(f.columns == frames[0].columns for f in frames)
+        try:
+            frame = nw.concat(frames, how="vertical" if same else "diagonal")
+        except Exception as err:
+            msg = f"{axis}: the tables cannot be joined ({type(err).__name__}: {err})"
+            raise InputError(msg) from err
+        frame = reset_index(frame)
+        ids = [i for t in tables for i in t.ids]
+        check_unique(ids, axis, "would hold")
+        return AxisTable(axis, frame, ids)
+
+
+def check_unique(ids: Sequence[str], axis: str, verb: str) -> None:
+    if len(set(ids)) != len(ids):
+        dup = sorted(i for i, count in Counter(ids).items() if count > 1)
+        msg = f"{axis}: the ids must be unique; it {verb} {dup[:10]} more than once"
+        raise InputError(msg)
+
+
+def _check_ids(df: Any, axis: str) -> list[str]:
+    import narwhals.stable.v2 as nw
+
+    id_column = ID_COLUMNS[axis]
+    column = df.get_column(id_column)
+    if column.dtype != nw.String:
+        msg = f"{axis}: the ids in {id_column!r} must be strings, found data type {column.dtype}"
+        raise InputTypeError(msg)
+    missing = np.flatnonzero(np.asarray(column.is_null().to_numpy(), dtype=bool))
+    if missing.size:
+        msg = (
+            f"{axis}: {missing.size} ids in {id_column!r} are missing (rows "
+            f"{missing[:5].tolist()}); expected a non-null string id on every row"
+        )
+        raise InputError(msg)
+    ids = column.to_list()
+    for i in ids:
+        if not isinstance(i, str):
+            msg = f"{axis}: the ids in {id_column!r} must be strings, found {i!r}"
+            raise InputTypeError(msg)
+    check_unique(ids, axis, "holds")
+    return list(ids)

@@ -1,0 +1,196 @@
+"""One representation of many strings: their UTF-8 bytes back to back and where each ends.
+
+This is Arrow's string layout (``offsets``: n + 1 positions into ``data``), used by the Zarr
+``vlen-utf8`` codec to encode chunks, by the table serialisers to write and read string
+columns without a Python ``str`` per row, and by the fingerprint to hash string columns.
+:func:`encode` turns ``str`` values into UTF-8 in one call (joined by NUL, split with numpy),
+and :class:`Utf8Buffer` holds, slices, blanks, joins and converts the buffers.
+
+Examples
+--------
+>>> import numpy as np
+>>> from cytepool._utf8 import Utf8Buffer
+>>> buffer = Utf8Buffer.from_str(["ab", "", "é"])
+>>> buffer.offsets.tolist(), buffer.data.tobytes()
+([0, 2, 2, 4], b'ab\\xc3\\xa9')
+>>> buffer.blank(np.array([True, False, False])).to_list()
+[b'', b'', b'\\xc3\\xa9']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, TypeAlias
+
+import numpy as np
+
+__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode"]
+
+INT32_MAX = np.iinfo(np.int32).max
+Piece: TypeAlias = "tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]"
+"""Items as their byte lengths and their bytes back to back."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """``str`` values in UTF-8: ``raw`` holds the items back to back, joined by one NUL byte
+    each if ``separated`` (so that no copy is made to drop them), and ``sizes`` their lengths."""
+
+    raw: np.ndarray[Any, Any]
+    sizes: np.ndarray[Any, Any]
+    separated: bool
+
+    def data(self) -> np.ndarray[Any, Any]:
+        """The items' bytes back to back, without separators."""
+        if not self.separated or len(self.sizes) < 2:
+            return self.raw
+        return self.raw[self.raw != 0]
+
+
+def encode(values: Sequence[str]) -> Encoded:
+    """The UTF-8 of ``str`` values, encoded once.
+
+    The values are joined with NUL separators and encoded in one call; the separators are
+    found with numpy, and only when a value holds a NUL is each value encoded on its own.
+    Raises TypeError if a value is not a ``str``, and the UnicodeEncodeError of the first
+    value holding a lone surrogate.
+    """
+    strings = values if isinstance(values, list) else list(values)
+    n = len(strings)
+    raw = np.frombuffer(_encoded("\0".join(strings), strings), dtype=np.uint8)
+    if n:
+        separators = np.flatnonzero(raw == 0)
+        if len(separators) == n - 1:  # no value holds a NUL: the usual case
+            bounds = np.concatenate([[-1], separators, [len(raw)]])
+            return Encoded(raw, np.diff(bounds) - 1, True)
+    encoded = [s.encode("utf-8") for s in strings]
+    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+    return Encoded(np.frombuffer(b"".join(encoded), dtype=np.uint8), sizes, False)
+
+
+def _encoded(text: str, strings: Sequence[str]) -> bytes:
+    """``text`` in UTF-8; for a lone surrogate, the error of the value holding it."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        for value in strings:
+            value.encode("utf-8")
+        raise  # pragma: no cover - a value raised above
+
+
+class Utf8Buffer:
+    """Strings as UTF-8 buffers: ``offsets`` (n + 1 int32 or int64) into ``data`` (uint8).
+
+    A missing value, if any, is held as ``""``; its mask is kept by whoever knows it.
+    """
+
+    def __init__(self, offsets: np.ndarray[Any, Any], data: np.ndarray[Any, Any]):
+        self.offsets = offsets
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @classmethod
+    def from_sizes(cls, sizes: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> Utf8Buffer:
+        """The buffer of items of byte lengths ``sizes`` whose bytes are ``data``, back to back."""
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return cls(offsets, data)
+
+    @classmethod
+    def from_str(cls, values: Sequence[str]) -> Utf8Buffer:
+        """The buffer of ``str`` values (see :func:`encode`)."""
+        encoded = encode(values)
+        return cls.from_sizes(encoded.sizes, encoded.data())
+
+    @classmethod
+    def from_arrow(cls, array: Any) -> Utf8Buffer:
+        """The buffers of a pyarrow string, large_string or string_view array (or a chunked
+        one), taken without a copy where they can be; missing values become ``""``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            array = array.cast(pa.large_string())
+        if array.null_count:
+            array = pc.fill_null(array, "")
+        n = len(array)
+        offset_dtype = np.int32 if pa.types.is_string(array.type) else np.int64
+        _, offsets, data = array.buffers()
+        if offsets is None:  # an empty array may have no buffers
+            return cls(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+        positions = np.frombuffer(offsets, dtype=offset_dtype)[array.offset : array.offset + n + 1]
+        values = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8)
+        return cls(positions, values)
+
+    @classmethod
+    def from_parts(
+        cls, parts: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
+    ) -> Utf8Buffer:
+        """The buffer of pieces ``(sizes, data)`` in order; ``parts`` is emptied as the
+        pieces are copied, so that each is freed once copied."""
+        n = sum(len(sizes) for sizes, _ in parts)
+        size = sum(len(body) for _, body in parts)
+        offsets = np.empty(n + 1, dtype=np.int32 if size <= INT32_MAX else np.int64)
+        data = np.empty(size, dtype=np.uint8)
+        offsets[0] = row = position = 0
+        parts.reverse()
+        while parts:
+            sizes, body = parts.pop()
+            stop = row + len(sizes)
+            segment = offsets[row + 1 : stop + 1]
+            np.cumsum(sizes, out=segment)
+            np.add(segment, position, out=segment)
+            data[position : position + len(body)] = body
+            row, position = stop, position + len(body)
+        return cls(offsets, data)
+
+    def sizes(self) -> np.ndarray[Any, Any]:
+        """The byte length of each item (int64)."""
+        return np.diff(self.offsets).astype(np.int64, copy=False)
+
+    def utf8(self, start: int, stop: int) -> Piece:
+        """The byte length of each item in ``[start, stop)`` and their bytes back to back."""
+        offsets = self.offsets[start : stop + 1]
+        if not len(offsets):
+            return np.zeros(0, dtype=np.int64), self.data[:0]
+        return np.diff(offsets), self.data[offsets[0] : offsets[-1]]
+
+    def blank(self, mask: np.ndarray[Any, Any]) -> Utf8Buffer:
+        """The buffer with the items in ``mask`` made empty."""
+        sizes = self.sizes()
+        if not sizes[mask].any():
+            return self
+        base = int(self.offsets[0]) if len(self) else 0
+        data = self.data[base : base + int(sizes.sum())]
+        return Utf8Buffer.from_sizes(np.where(mask, 0, sizes), data[np.repeat(~mask, sizes)])
+
+    def to_list(self) -> list[bytes]:
+        """One ``bytes`` per item."""
+        data = self.data.tobytes()
+        return [data[a:b] for a, b in pairwise(self.offsets.tolist())]
+
+    def to_arrow(self, mask: np.ndarray[Any, Any] | None = None) -> Any:
+        """A pyarrow ``string`` array (``large_string`` beyond 2 GiB), null where ``mask``."""
+        import pyarrow as pa
+
+        n = len(self)
+        base = int(self.offsets[0]) if n else 0
+        end = int(self.offsets[-1]) if n else 0
+        data = self.data[base:end]
+        offsets = self.offsets - base if base else self.offsets
+        if end - base > INT32_MAX:
+            kind, offsets = pa.large_string(), offsets.astype(np.int64, copy=False)
+        else:
+            kind, offsets = pa.string(), offsets.astype(np.int32, copy=False)
+        validity, nulls = None, 0
+        if mask is not None and mask.any():
+            validity = pa.py_buffer(np.packbits(~mask, bitorder="little"))
+            nulls = int(mask.sum())
+        buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+        return pa.Array.from_buffers(kind, n, buffers, null_count=nulls)

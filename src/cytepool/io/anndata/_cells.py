@@ -1,0 +1,483 @@
+"""Cells to cubes: the cells of an AnnData, or of every modality of a MuData, pooled."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool import _progress, _words
+from cytepool._assemble import from_parts
+from cytepool.errors import InputError, UnknownIdError
+from cytepool.io.anndata import _readers
+
+if TYPE_CHECKING:
+    import anndata
+    import mudata
+    import pandas as pd
+
+    from cytepool.cube import Cube
+from cytepool.io.anndata._covariates import (
+    Covariates,
+    axis_tables,
+    concat_frames,
+    features_table,
+    label_codes,
+)
+from cytepool.io.anndata._readers import (
+    Modality,
+    Source,
+    as_pandas_frame,
+    cell_rows,
+    is_sparse_dataset,
+    matrix_of,
+    open_cells,
+    open_modalities,
+)
+from cytepool.io.anndata._record import stamped
+
+
+def from_anndata(
+    adata: anndata.AnnData | str | os.PathLike[str],
+    *,
+    sample_key: str,
+    group_key: str,
+    layer: str | None = None,
+    use_raw: bool = False,
+    samples: Covariates = None,
+    groups: Covariates = None,
+    features: Covariates = None,
+    layers: Sequence[str] = ("counts",),
+    allow_float: bool = False,
+    progress: bool | None = None,
+) -> Cube:
+    """Pool the cells of an AnnData into a cube, one profile per sample and group.
+
+    The counts are read once, pooled with :func:`cytepool.from_cells`. A matrix that
+    lives on disk (``.h5ad`` opened with ``backed="r"``, a path, or a dask array from a
+    lazily opened AnnData) is read in row blocks, so memory stays bounded by one block plus
+    the cube whatever the number of cells. The input is never modified.
+
+    Parameters
+    ----------
+    adata
+        The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store
+        (Zarr v2 or v3, sharded or not), which is opened read-only (only ``obs``, ``var`` and
+        the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
+        dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
+        ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
+        blocks.
+    sample_key, group_key
+        The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
+        ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
+        (labels and their texts must match one to one: ``1`` and ``1.0`` are an error).
+    layer
+        The layer that holds the counts; None for ``X``.
+    use_raw
+        Read ``raw.X`` and take the features from ``raw.var``.
+    samples
+        The ``obs`` columns kept as sample covariates. None keeps every column that is
+        constant within each sample; a named column that varies within a sample is an
+        error.
+    groups
+        The ``obs`` columns kept as group covariates. None keeps every column that is
+        constant within each group and is not a sample covariate.
+    features
+        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all.
+    layers
+        The layers to make, as in :func:`cytepool.from_cells`: ``"counts"`` and/or
+        ``"detected"`` (the number of cells with a nonzero value).
+    allow_float
+        Values that are not whole numbers are meant: pool them without a
+        :class:`~cytepool.errors.NotCountsWarning` (see :func:`cytepool.from_cells`).
+    progress
+        Show a progress bar while an on-disk matrix is read: None shows it on stderr when
+        that is a terminal, and in the notebook when run in Jupyter.
+
+    Returns
+    -------
+    Cube
+        With the layer ``"counts"`` (integer when every value is a whole number, else
+        float64) and the cell numbers of every profile. Its last provenance record,
+        ``"from_anndata"``, holds the obs columns kept as covariates and those dropped, with
+        the reason (see "Cube files and provenance records").
+
+    Warns
+    -----
+    NotCountsWarning
+        When ``"counts"`` is pooled from values that are not whole numbers (log-normalized
+        data, say) and ``allow_float`` is False; the message names the matrix, one such
+        value with its cell and feature, and how to choose the raw counts (``layer=``,
+        ``use_raw=True``).
+
+    Raises
+    ------
+    KeyError
+        If a key, layer or column does not exist.
+    ValueError
+        If a label is missing, labels do not match their texts one to one, a named covariate
+        varies within a sample or group, the values are negative or not finite, var names
+        are not unique, or ``layer`` and ``use_raw`` are both given.
+
+    Examples
+    --------
+    >>> import anndata as ad
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool.io.anndata import from_anndata
+    >>> obs = pd.DataFrame(
+    ...     {"donor": ["d1", "d1", "d2"], "age": [30, 30, 41], "cell_type": ["B", "T", "B"]},
+    ...     index=["c1", "c2", "c3"],
+    ... )
+    >>> adata = ad.AnnData(np.array([[1, 0], [2, 3], [0, 4]], dtype=np.float32), obs=obs)
+    >>> cube = from_anndata(adata, sample_key="donor", group_key="cell_type")
+    >>> cube.profiles("B").tolist()
+    [[1, 0], [0, 4]]
+    >>> cube.samples
+              age
+    sample_id
+    d1         30
+    d2         41
+    """
+    if isinstance(adata, str | os.PathLike):
+        with open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, source):
+            return _pool(matrix, obs, var, source, **_keys(locals()))
+    matrix, var, source = matrix_of(adata, layer=layer, use_raw=use_raw)
+    return _pool(
+        matrix, as_pandas_frame(adata.obs), as_pandas_frame(var), source, **_keys(locals())
+    )
+
+
+def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    names = ("sample_key", "group_key", "samples", "groups", "features", "layers")
+    return {name: arguments[name] for name in (*names, "allow_float", "progress")}
+
+
+def from_mudata_cells(
+    mdata: mudata.MuData | str | os.PathLike[str],
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates = None,
+    groups: Covariates = None,
+    layers: Sequence[str] = ("counts",),
+    allow_float: bool = False,
+    progress: bool | None = None,
+) -> dict[str, Cube]:
+    """Pool each modality of a cell-level MuData (e.g. RNA + protein) into its own cube.
+
+    The cubes share their samples and groups: the same ids, in the same order, with the
+    same covariates, so that a profile of one modality has its partner in every other (a
+    sample or group absent from a modality gets empty profiles there).
+
+    Parameters
+    ----------
+    mdata
+        The cells: a MuData, or the path of an ``.h5mu`` file (or MuData ``.zarr`` store),
+        which is opened read-only; each modality's ``X`` is then read in row blocks, as
+        :func:`from_anndata` reads a path. Labels and covariates are read from each
+        modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
+    sample_key, group_key, samples, groups, layers, allow_float, progress
+        As in :func:`from_anndata`.
+
+    Returns
+    -------
+    dict of str to Cube
+        One cube per modality, in modality order, each with the layer ``"counts"`` from the
+        modality's ``X``.
+
+    Warns
+    -----
+    NotCountsWarning
+        As :func:`from_anndata`, naming the modality.
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`from_anndata`, naming the modality.
+
+    Examples
+    --------
+    >>> import anndata as ad
+    >>> import mudata as md
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool.io.anndata import from_mudata_cells
+    >>> obs = pd.DataFrame({"donor": ["d1", "d2"], "cell_type": ["B", "B"]}, index=["c1", "c2"])
+    >>> genes, proteins = pd.DataFrame(index=["CD19", "MS4A1"]), pd.DataFrame(index=["CD20"])
+    >>> rna = ad.AnnData(np.array([[1, 2], [3, 4]]), obs=obs, var=genes)
+    >>> prot = ad.AnnData(np.array([[5], [6]]), obs=obs, var=proteins)
+    >>> mdata = md.MuData({"rna": rna, "prot": prot})
+    >>> cubes = from_mudata_cells(mdata, sample_key="donor", group_key="cell_type")
+    >>> {name: cube.shape for name, cube in cubes.items()}
+    {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
+    """
+    pool = functools.partial(
+        _pool_modalities,
+        sample_key=sample_key,
+        group_key=group_key,
+        samples=samples,
+        groups=groups,
+        layers=layers,
+        allow_float=allow_float,
+        progress=progress,
+    )
+    if isinstance(mdata, str | os.PathLike):
+        with open_modalities(mdata) as (everyone, modalities):
+            return pool(everyone, modalities)
+    modalities = {name: _in_memory(mod, name) for name, mod in mdata.mod.items()}
+    return pool(mdata.obs, modalities)
+
+
+def _in_memory(modality: anndata.AnnData, name: str) -> Modality:
+    matrix, var, source = matrix_of(
+        modality, layer=None, use_raw=False, owner=f"mdata.mod[{name!r}]"
+    )
+    return Modality(matrix, modality.obs, var, replace(source, modality=True))
+
+
+def _pool_modalities(
+    everyone: pd.DataFrame,
+    modalities: Mapping[str, Modality],
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates,
+    groups: Covariates,
+    layers: Sequence[str],
+    allow_float: bool,
+    progress: bool | None,
+) -> dict[str, Cube]:
+    """One cube per modality, on the samples and groups of all; ``everyone`` is the global obs."""
+    keys = (sample_key, group_key)
+    observations = {
+        name: _modality_obs(modality.obs, everyone, name, keys)
+        for name, modality in modalities.items()
+    }
+    everything = concat_frames(list(observations.values()))
+    roles = ((sample_key, "sample_key"), (group_key, "group_key"))
+    every_obs = "the obs of mdata's modalities"
+    (sample_codes, sample_ids), (group_codes, group_ids) = (
+        label_codes(everything, key, role, every_obs) for key, role in roles
+    )
+    sample_table, group_table, covariates = axis_tables(
+        everything,
+        keys,
+        (sample_codes, group_codes),
+        (sample_ids, group_ids),
+        (samples, groups),
+        every_obs,
+    )
+    cubes = {}
+    for name, obs in observations.items():
+        modality = modalities[name]
+        source = modality.source
+        labels = [label_codes(obs, key, role, source.obs) for key, role in roles]
+        tables = (sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]])
+        options = {"layers": layers, "allow_float": allow_float, "progress": progress}
+        frames = (obs, modality.var)
+        cube = _pool_with_tables(modality.matrix, frames, source, labels, tables, None, options)
+        cube = _widened(cube, sample_table, group_table)
+        parameters = {
+            "modality": name,
+            "sample_key": sample_key,
+            "group_key": group_key,
+            "covariates": covariates,
+        }
+        cubes[name] = stamped(cube, cube.provenance, "from_mudata_cells", parameters)
+    return cubes
+
+
+def _widened(cube: Cube, samples: pd.DataFrame, groups: pd.DataFrame) -> Cube:
+    """The cube on all of ``samples`` and ``groups``: the profiles it lacks are empty."""
+
+    if cube.shape[:2] == (len(groups), len(samples)):
+        return cube
+    rows = np.ix_(
+        groups.index.get_indexer(cube.groups.index), samples.index.get_indexer(cube.samples.index)
+    )
+    layers = {}
+    for name, layer in cube.layers.items():
+        layers[name] = np.zeros((len(groups), len(samples), cube.shape[2]), dtype=layer.dtype)
+        layers[name][rows] = cube.to_numpy(name)
+    cells = np.zeros((len(groups), len(samples)), dtype=np.int64)
+    cells[rows] = cube.cells
+    return from_parts(
+        layers,
+        samples=samples,
+        groups=groups,
+        features=cube.features,
+        cells=cells,
+        normalization=None,
+        metadata=None,
+        provenance=cube.provenance,
+        digests=None,
+    )
+
+
+def _modality_obs(
+    obs: pd.DataFrame, everyone: pd.DataFrame, name: str, keys: Sequence[str]
+) -> pd.DataFrame:
+    """The obs of one modality, with the keys it lacks taken from the global obs."""
+    missing = [key for key in keys if key not in obs.columns]
+    if not missing:
+        return obs
+    absent = [key for key in missing if key not in everyone.columns]
+    if absent:
+        msg = (
+            f"obs column {absent[0]!r} is in neither the obs of modality {name!r} nor the "
+            f"global mdata.obs"
+        )
+        raise UnknownIdError(msg)
+    if not everyone.index.is_unique:
+        msg = "mdata.obs_names are not unique: cannot take labels from the global obs"
+        raise InputError(msg)
+    obs = obs.copy()
+    for key in missing:
+        obs[key] = everyone[key].reindex(obs.index).to_numpy()
+    return obs
+
+
+def _pool(
+    matrix: Any,
+    obs: pd.DataFrame,
+    var: pd.DataFrame,
+    source: Source,
+    *,
+    sample_key: str,
+    group_key: str,
+    samples: Covariates,
+    groups: Covariates,
+    features: Covariates,
+    **options: Any,
+) -> Cube:
+    """Pool ``matrix`` by the labels in ``obs``; ``options``: layers, allow_float, progress."""
+    labels = [
+        label_codes(obs, sample_key, "sample_key", source.obs),
+        label_codes(obs, group_key, "group_key", source.obs),
+    ]
+    *tables, covariates = axis_tables(
+        obs,
+        (sample_key, group_key),
+        (labels[0][0], labels[1][0]),
+        (labels[0][1], labels[1][1]),
+        (samples, groups),
+        source.obs,
+    )
+    frames = (obs, var)
+    cube = _pool_with_tables(
+        matrix, frames, source, labels, (tables[0], tables[1]), features, options
+    )
+    parameters = {
+        "source": source.matrix,
+        "sample_key": sample_key,
+        "group_key": group_key,
+        "covariates": covariates,
+    }
+    return stamped(cube, cube.provenance, "from_anndata", parameters)
+
+
+def _pool_with_tables(
+    matrix: Any,
+    frames: tuple[pd.DataFrame, pd.DataFrame],
+    source: Source,
+    labels: Sequence[tuple[np.ndarray, list[str]]],
+    tables: tuple[pd.DataFrame, pd.DataFrame],
+    features: Covariates,
+    options: Mapping[str, Any],
+) -> Cube:
+    """Pool ``matrix`` (cells x features) by the (codes, ids) ``labels`` of its rows.
+
+    ``frames`` are its obs and var, ``tables`` the sample and group tables, ``features`` the
+    var columns to keep; ``options``: ``layers``, ``allow_float`` and ``progress``, as
+    :func:`from_anndata` takes them.
+    """
+    import pandas as pd
+
+    from cytepool.pooling import from_cells
+
+    obs, var = frames
+    feature_table = features_table(var, features, source.var)
+    shape = tuple(matrix.shape)
+    expected = (len(labels[0][0]), len(feature_table))
+    if shape != expected:
+        msg = f"{source.matrix} has shape {shape}, expected {expected} (cells x features)"
+        raise InputError(msg)
+    sample_labels, group_labels = (
+        pd.Categorical.from_codes(
+            table.index.get_indexer(pd.Index(ids, dtype=object))[codes], categories=table.index
+        )
+        for (codes, ids), table in zip(labels, tables, strict=True)
+    )
+
+    def pool(counts: Any, features: pd.DataFrame, allow_float: bool) -> Cube:
+        return from_cells(
+            counts,
+            sample_labels=sample_labels,
+            group_labels=group_labels,
+            samples=tables[0],
+            groups=tables[1],
+            features=features,
+            layers=options["layers"],
+            allow_float=allow_float,
+        )
+
+    names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": obs.index}
+    names["features"] = feature_table.index
+    with _words.speaking(**names):
+        if is_sparse_dataset(matrix) and matrix.format == "csc":
+            return _pool_columns(matrix, feature_table, pool, options)
+        counts = cell_rows(matrix, options["progress"])
+        return pool(counts, feature_table, options["allow_float"])
+
+
+def _pool_columns(
+    matrix: Any,
+    features: pd.DataFrame,
+    pool: Callable[[Any, pd.DataFrame, bool], Cube],
+    options: Mapping[str, Any],
+) -> Cube:
+    """Pool a CSC matrix on disk in blocks of columns, then join them along the features.
+
+    Values that are not counts are warned about once, in the first block that holds one.
+    """
+
+    progress = _progress.Progress(
+        matrix.shape[1], "pooling", "features", enabled=options["progress"]
+    )
+    parts: list[Cube] = []
+    allow_float = options["allow_float"]
+    try:
+        for start, stop in _readers.nonzero_bounds(matrix.group["indptr"], matrix.shape[1]):
+            with _words.speaking(first_column=start):
+                parts.append(pool(matrix[:, start:stop], features.iloc[start:stop], allow_float))
+            allow_float = allow_float or _float_counts(parts[-1])
+            progress.update(stop - start)
+    finally:
+        progress.close()
+    if len(parts) == 1:
+        return parts[0]
+    layers = {}
+    for name in parts[0].layers:
+        dtype = np.result_type(*(part.layers[name].dtype for part in parts))
+        layers[name] = np.concatenate([part.to_numpy(name).astype(dtype) for part in parts], 2)
+    first = parts[0]
+    return from_parts(
+        layers,
+        samples=first.samples,
+        groups=first.groups,
+        features=features,
+        cells=first.cells,
+        normalization=None,
+        metadata=None,
+        provenance=first.provenance,
+        digests=None,
+    )
+
+
+def _float_counts(cube: Cube) -> bool:
+    return "counts" in cube.layers and np.dtype(cube.layers["counts"].dtype).kind == "f"

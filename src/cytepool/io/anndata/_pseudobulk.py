@@ -1,0 +1,687 @@
+"""Cubes to pseudobulk AnnData / MuData and back; profiles (a row per sample x group) to cubes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool.errors import InputError, UnknownIdError
+from cytepool.io.anndata._record import stamped
+
+if TYPE_CHECKING:
+    import anndata
+    import mudata
+    import pandas as pd
+
+    from cytepool.cube import Cube
+from cytepool.io.anndata._covariates import (
+    Covariates,
+    axis_tables,
+    concat_frames,
+    features_table,
+    label_codes,
+)
+from cytepool.io.anndata._readers import as_pandas_frame, check_values, layer_keys
+from cytepool.io.anndata._record import (
+    RECORD_KEY,
+    cube_tables,
+    free_name,
+    make_record,
+    modality_names,
+    profile_obs,
+    profile_rows,
+    read_record,
+    restore,
+    writable,
+)
+
+_CELLS_COLUMNS = ("n_cells", "psbulk_cells")
+_INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64"})
+
+
+def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) -> anndata.AnnData:
+    """Make a pseudobulk AnnData: one observation per profile (sample x group).
+
+    It is what scanpy, decoupler and PyDESeq2 (which refuses sparse ``X``) expect of a
+    pseudobulk AnnData. Observations go group by group, samples in cube order within each
+    group, named ``"<sample_id>_<group_id>"``.
+
+    Parameters
+    ----------
+    cube
+        The cube; lazy layers are read one group at a time.
+    layer
+        The layer that becomes ``X`` (dense, with the layer's dtype, so integer when the
+        layer is). The other layers go to ``.layers`` under their names.
+    drop_empty
+        Leave out the profiles with no cells.
+
+    Returns
+    -------
+    anndata.AnnData
+        ``obs``: ``sample_id``, ``group_id`` (categoricals in cube order), ``n_cells``, then
+        the sample covariates and the group covariates (a name already taken gets the prefix
+        ``sample_`` or ``group_``); ``var``: the feature table; ``uns["cytepool"]``: the
+        normalization, metadata, provenance and what :func:`from_pseudobulk` needs to
+        rebuild the cube exactly (see the module documentation).
+
+    Raises
+    ------
+    KeyError
+        If the cube has no layer ``layer``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> from cytepool.io.anndata import to_anndata
+    >>> cube = Cube(
+    ...     {"counts": np.array([[[3, 0], [2, 5]], [[0, 0], [1, 1]]], dtype=np.int64)},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"], "condition": ["ctrl", "stim"]}),
+    ...     groups=pd.DataFrame({"group_id": ["B", "T"]}),
+    ...     features=pd.DataFrame({"feature_id": ["CD19", "CD3E"]}),
+    ...     cells=np.array([[4, 6], [0, 2]]),
+    ... )
+    >>> adata = to_anndata(cube)
+    >>> adata.obs
+         sample_id group_id  n_cells condition
+    s1_B        s1        B        4      ctrl
+    s2_B        s2        B        6      stim
+    s2_T        s2        T        2      stim
+    >>> adata.X
+    array([[3, 0],
+           [2, 5],
+           [1, 1]])
+    """
+    import anndata as ad
+
+    names = list(cube.layers)
+    if layer not in names:
+        msg = f"the cube has no layer {layer!r}; its layers are {names}"
+        raise UnknownIdError(msg, unknown=layer, known=names)
+    cells = np.asarray(cube.cells, dtype=np.int64)
+    group_rows, sample_rows = np.nonzero(cells > 0 if drop_empty else np.ones_like(cells, bool))
+    tables = cube_tables(cube)
+    values = {name: profile_rows(cube, name, group_rows, sample_rows) for name in names}
+    obs = profile_obs(tables, group_rows, sample_rows, cells[group_rows, sample_rows])
+    adata = ad.AnnData(
+        X=values.pop(layer),
+        obs=obs,
+        var=writable(tables["features"]),
+        layers=values,
+    )
+    adata.uns[RECORD_KEY] = make_record(cube, tables, layer, cells)
+    return adata
+
+
+def from_pseudobulk(
+    adata: anndata.AnnData,
+    *,
+    sample_key: str = "sample_id",
+    group_key: str = "group_id",
+    layer: str | None = None,
+    cells_key: str | None = None,
+    samples: Covariates = None,
+    groups: Covariates = None,
+) -> Cube:
+    """Make a cube from a pseudobulk AnnData, one observation per profile.
+
+    Reads ours (:func:`to_anndata`), scanpy's ``sc.get.aggregate`` output (sums in
+    ``layers["sum"]``, which has no cell numbers: add them to ``obs`` and name the column
+    with ``cells_key``) and decoupler's pseudobulk output (sums in ``X``, cell numbers in
+    ``obs["psbulk_cells"]`` as floats). Profiles absent from ``obs`` are empty.
+
+    When ``uns["cytepool"]`` describes ``adata`` (every profile that had cells is there,
+    with the same number of cells) the cube is rebuilt exactly: ``from_pseudobulk(
+    to_anndata(cube))`` has the fingerprint of ``cube``, also after ``write_h5ad`` /
+    ``write_zarr`` and reading back. The sample and group tables, layer dtypes,
+    normalization, metadata and provenance come from the record then; observations
+    removed since keep only the samples and groups still present. Features always come
+    from ``var`` (columns added to it are kept).
+
+    Without a record, the layer is ``"counts"``: integer dtypes are kept, floats that are
+    all whole numbers become int64, other floats float64. Sample and group covariates are
+    found as in :func:`from_anndata`.
+
+    Parameters
+    ----------
+    adata
+        The pseudobulk AnnData; never modified.
+    sample_key, group_key
+        The ``obs`` columns holding each profile's sample and group.
+    layer
+        Where the sums are: a key of ``layers``, or None for ``X``.
+    cells_key
+        The ``obs`` column holding cell numbers (whole numbers, of any numeric dtype).
+        None looks for ``n_cells``, then ``psbulk_cells``.
+    samples, groups
+        Covariates, as in :func:`from_anndata` (ignored when the record is used).
+
+    Returns
+    -------
+    Cube
+
+    Raises
+    ------
+    KeyError
+        If a key, layer or column does not exist.
+    ValueError
+        If there are no cell numbers, a label is missing, a profile appears twice, a value
+        is negative, not finite or (for integer layers and cell numbers) not a whole number,
+        or var names are not unique.
+
+    Examples
+    --------
+    >>> import anndata as ad
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool.io.anndata import from_pseudobulk
+    >>> obs = pd.DataFrame(
+    ...     {"donor": ["d1", "d2"], "cell_type": ["B", "B"], "psbulk_cells": [4.0, 6.0]},
+    ...     index=["d1_B", "d2_B"],
+    ... )
+    >>> adata = ad.AnnData(np.array([[3.0, 0.0], [2.0, 5.0]]), obs=obs)
+    >>> cube = from_pseudobulk(adata, sample_key="donor", group_key="cell_type")
+    >>> cube.cells.tolist(), cube.layers["counts"].dtype
+    ([[4, 6]], dtype('int64'))
+    """
+    where = "adata"
+    sums: dict[str | None, np.ndarray] = {None: _pseudobulk_matrix(adata, layer, where)}
+    record = read_record(adata.uns, where)
+    if record is not None:
+        for name in record["layers"]:
+            if name != record["layer"] and name in adata.layers and name != layer:
+                sums[name] = _pseudobulk_matrix(adata, name, where)
+    return _from_profiles(
+        as_pandas_frame(adata.obs),
+        sums,
+        as_pandas_frame(adata.var),
+        record,
+        where,
+        keys=(sample_key, group_key),
+        cells_key=cells_key,
+        covariates=(samples, groups),
+        stamp=(
+            "from_pseudobulk",
+            {
+                "sample_key": sample_key,
+                "group_key": group_key,
+                "layer": layer,
+                "cells_key": cells_key,
+            },
+        ),
+    )
+
+
+def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
+    """Make a MuData with one modality per group.
+
+    Each modality has one observation per sample (all samples, ``n_cells`` 0 for empty
+    profiles) with the sample covariates and ``n_cells`` in ``obs``, the feature table as
+    ``var``, the layer as ``X`` and the other layers in ``.layers``; the modalities share
+    both axes (MuData ``axis=-1``). The global ``obs`` is the sample table, the global
+    ``var`` the feature table; ``uns["cytepool"]`` is the record :func:`from_mudata` rebuilds the
+    cube from (with the group table and the modality name of each group: a ``/`` in a
+    group id becomes ``_`` in the modality name).
+
+    Parameters
+    ----------
+    cube
+        The cube.
+    layer
+        The layer that becomes each modality's ``X``.
+
+    Returns
+    -------
+    mudata.MuData
+
+    Raises
+    ------
+    KeyError
+        If the cube has no layer ``layer``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> from cytepool.io.anndata import to_mudata
+    >>> cube = Cube(
+    ...     {"counts": np.array([[[3, 0], [2, 5]], [[0, 0], [1, 1]]], dtype=np.int64)},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
+    ...     groups=pd.DataFrame({"group_id": ["B", "T"]}),
+    ...     features=pd.DataFrame({"feature_id": ["CD19", "CD3E"]}),
+    ...     cells=np.array([[4, 6], [0, 2]]),
+    ... )
+    >>> mdata = to_mudata(cube)
+    >>> list(mdata.mod), mdata.mod["T"].obs["n_cells"].tolist()
+    (['B', 'T'], [0, 2])
+    """
+    import anndata as ad
+    import mudata as md
+
+    names = list(cube.layers)
+    if layer not in names:
+        msg = f"the cube has no layer {layer!r}; its layers are {names}"
+        raise UnknownIdError(msg, unknown=layer, known=names)
+    tables = cube_tables(cube)
+    cells = np.asarray(cube.cells, dtype=np.int64)
+    modalities = modality_names(tables["groups"].index)
+    samples = writable(tables["samples"])
+    samples.index.name = None
+    features = writable(tables["features"])
+    mods = {}
+    for g, name in enumerate(modalities):
+        obs = samples.copy()
+        obs[free_name("n_cells", obs.columns, "")] = cells[g]
+        values = {key: np.asarray(cube.profiles(g, layer=key)) for key in names}
+        mods[name] = ad.AnnData(values.pop(layer), obs=obs, var=features, layers=values)
+    with mudata_defaults(md):
+        mdata = md.MuData(mods, axis=-1)  # every modality has the same obs and var
+    record = make_record(cube, tables, layer, cells)
+    record["modalities"] = modalities
+    if mods:
+        mdata.obs = samples
+        mdata.var = features
+    else:  # no groups (no cells were pooled, say): no modality holds the features
+        record["features"] = writable(tables["features"])
+    mdata.uns[RECORD_KEY] = record
+    return mdata
+
+
+def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
+    """Make a cube from a MuData with one modality per group, the inverse of :func:`to_mudata`.
+
+    Each modality holds one observation per sample (``obs_names`` are the sample ids) and
+    the cell numbers in ``obs`` (``cells_key``, or ``n_cells`` / ``psbulk_cells``); every
+    modality must have the same features. With the record of :func:`to_mudata` the cube is
+    rebuilt exactly (see :func:`from_pseudobulk`); without it, the groups are the modality
+    names and the layer ``"counts"`` holds each modality's ``X``.
+
+    Parameters
+    ----------
+    mdata
+        The MuData; never modified.
+    cells_key
+        The ``obs`` column of each modality holding cell numbers.
+
+    Returns
+    -------
+    Cube
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`from_pseudobulk`, and if the modalities' features differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from cytepool import Cube
+    >>> from cytepool.io.anndata import from_mudata, to_mudata
+    >>> cube = Cube(
+    ...     {"counts": np.array([[[3, 0], [2, 5]]], dtype=np.int64)},
+    ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
+    ...     groups=pd.DataFrame({"group_id": ["B"]}),
+    ...     features=pd.DataFrame({"feature_id": ["CD19", "CD3E"]}),
+    ...     cells=np.array([[4, 6]]),
+    ... )
+    >>> from_mudata(to_mudata(cube)).fingerprint == cube.fingerprint
+    True
+    """
+    import pandas as pd
+
+    record = read_record(mdata.uns, "mdata")
+    names = list(mdata.mod)
+    if not names:
+        return _without_groups(record)
+    layers: list[str | None] = [None]
+    if record is not None:
+        layers += [
+            name
+            for name in record["layers"]
+            if name != record["layer"] and all(name in mdata.mod[mod].layers for mod in names)
+        ]
+    group_of = (
+        dict(zip(record["modalities"], record["groups"].index, strict=True)) if record else {}
+    )
+    frames: list[pd.DataFrame] = []
+    sums: dict[str | None, list[np.ndarray]] = {}
+    var: pd.DataFrame | None = None
+    for name in names:
+        modality, where = mdata.mod[name], f"modality {name!r}"
+        var = _same_features(var, modality.var, where)
+        obs = pd.DataFrame(modality.obs).copy()
+        key = _cells_column(obs, cells_key, where)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "sample_id": obs.index.to_numpy(),
+                    "group_id": group_of.get(name, name),
+                    "n_cells": obs[key].to_numpy(),
+                },
+            )
+        )
+        for layer in layers:
+            sums.setdefault(layer, []).append(_pseudobulk_matrix(modality, layer, where))
+    obs = concat_frames(frames)
+    stacked = {layer: np.concatenate(blocks) for layer, blocks in sums.items()}
+    return _from_modality_rows(obs, stacked, var, record, cells_key)
+
+
+def _from_modality_rows(
+    obs: pd.DataFrame,
+    sums: Mapping[str | None, np.ndarray],
+    var: pd.DataFrame,
+    record: dict[str, Any] | None,
+    cells_key: str | None,
+) -> Cube:
+    """The cube of from_mudata, from one row per (sample, group): sample_id, group_id, n_cells."""
+    return _from_profiles(
+        obs,
+        sums,
+        var,
+        record,
+        "mdata",
+        keys=("sample_id", "group_id"),
+        cells_key="n_cells",
+        covariates=((), ()),
+        stamp=("from_mudata", {"cells_key": cells_key}),
+    )
+
+
+def _without_groups(record: dict[str, Any] | None) -> Cube:
+    """The cube of a MuData without modalities: one without groups, if the record says so."""
+    import pandas as pd
+
+    if record is None or "features" not in record:
+        msg = "mdata has no modalities, and no record of to_mudata with the features of a cube"
+        raise InputError(msg)
+    features = record["features"]
+    obs = pd.DataFrame({"sample_id": [], "group_id": [], "n_cells": []}, dtype=object)
+    sums: dict[str | None, np.ndarray] = {
+        None if name == record["layer"] else name: np.zeros((0, len(features)))
+        for name in record["layers"]
+    }
+    return _from_modality_rows(obs, sums, features, record, None)
+
+
+def mudata_defaults(md: Any) -> contextlib.AbstractContextManager[Any]:
+    """mudata 0.4's behaviour, pulling no columns on update (0.3 warns unless told so)."""
+    if hasattr(md, "set_options"):  # mudata < 0.4
+        return md.set_options(pull_on_update=False)
+    return contextlib.nullcontext()
+
+
+def _same_features(var: pd.DataFrame | None, other: pd.DataFrame, where: str) -> pd.DataFrame:
+    if var is not None and not var.index.equals(other.index):
+        msg = f"{where} has other features than the first modality: every modality must match"
+        raise InputError(msg)
+    return other if var is None else var
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiles (one row per sample x group) to a cube
+# ---------------------------------------------------------------------------------------------
+
+
+def _from_profiles(
+    obs: pd.DataFrame,
+    sums: Mapping[str | None, np.ndarray],
+    var: pd.DataFrame,
+    record: dict[str, Any] | None,
+    where: str,
+    *,
+    keys: tuple[str, str],
+    cells_key: str | None,
+    covariates: tuple[Covariates, Covariates],
+    stamp: tuple[str, dict[str, Any]],
+) -> Cube:
+    """Build a cube from profile rows; ``sums[None]`` holds the layer of ``X``."""
+    sample_codes, sample_ids = label_codes(obs, keys[0], "sample_key", f"{where}.obs")
+    group_codes, group_ids = label_codes(obs, keys[1], "group_key", f"{where}.obs")
+    cells = _whole_numbers(obs[_cells_column(obs, cells_key, where)], where)
+    _check_unique_profiles(sample_codes, group_codes, sample_ids, group_ids, where)
+    features = features_table(var, None, f"{where}.var")
+    if record is None:
+        tables = axis_tables(
+            obs,
+            keys,
+            (sample_codes, group_codes),
+            (sample_ids, group_ids),
+            covariates,
+            f"{where}.obs",
+            exclude=(_cells_column(obs, cells_key, where),),
+        )
+        layers = {"counts": _foreign_layer(sums[None], where)}
+        parts = _Parts(tables[0], tables[1], layers, None, {}, None)
+    else:
+        parts = _recorded_parts(record, sums, sample_ids, group_ids, cells, where)
+        parts.samples, parts.groups, keep = _kept_axes(
+            record, parts, (sample_codes, group_codes), (sample_ids, group_ids), cells
+        )
+        parts.normalization = _kept_normalization(parts, keep)
+        features = restore(features, record["dtypes"].get("features", {}))
+    codes, ids = (sample_codes, group_codes), (sample_ids, group_ids)
+    return _assemble(parts, features, codes, ids, cells, stamp)
+
+
+@dataclass
+class _Parts:
+    """What a cube is built from, besides the features and the profile rows."""
+
+    samples: pd.DataFrame
+    groups: pd.DataFrame
+    layers: dict[str, np.ndarray]
+    normalization: tuple[str, np.ndarray] | None
+    metadata: dict[str, Any]
+    provenance: list[dict[str, Any]] | None
+
+
+def _recorded_parts(
+    record: dict[str, Any],
+    sums: Mapping[str | None, np.ndarray],
+    sample_ids: Sequence[str],
+    group_ids: Sequence[str],
+    cells: np.ndarray,
+    where: str,
+) -> _Parts:
+    dtypes = record["dtypes"]
+    samples = restore(record["samples"], dtypes.get("samples", {}))
+    groups = restore(record["groups"], dtypes.get("groups", {}))
+    for ids, table, name in ((sample_ids, samples, "sample"), (group_ids, groups, "group")):
+        unknown = sorted(set(ids) - set(table.index))
+        if unknown:
+            msg = (
+                f"{where}: obs holds {name} ids that uns[{RECORD_KEY!r}] does not know, e.g. "
+                f"{unknown[0]!r}; delete uns[{RECORD_KEY!r}] to read it as any pseudobulk AnnData"
+            )
+            raise InputError(msg)
+    layers = {}
+    for name in record["layers"]:
+        key = None if name == record["layer"] else name
+        if key in sums:
+            dtype = dtypes["layers"][name]
+            layers[name] = _as_dtype(sums[key], dtype, f"{where}: layer {name!r}")
+    return _Parts(
+        samples,
+        groups,
+        layers,
+        record.get("normalization"),
+        record["metadata"],
+        record["provenance"],
+    )
+
+
+def _kept_axes(
+    record: dict[str, Any],
+    parts: _Parts,
+    codes: tuple[np.ndarray, np.ndarray],
+    ids: tuple[Sequence[str], Sequence[str]],
+    cells: np.ndarray,
+) -> tuple[pd.DataFrame, pd.DataFrame, tuple[np.ndarray, np.ndarray] | None]:
+    """All recorded samples and groups if obs is what was recorded, else those in obs."""
+    recorded = np.asarray(record["cells"], dtype=np.int64)
+    s_pos = parts.samples.index.get_indexer(np.asarray(ids[0], dtype=object))[codes[0]]
+    g_pos = parts.groups.index.get_indexer(np.asarray(ids[1], dtype=object))[codes[1]]
+    here = np.zeros_like(recorded)
+    here[g_pos, s_pos] = cells
+    if np.array_equal(here, recorded):
+        return parts.samples, parts.groups, None
+    keep_s = np.flatnonzero(np.isin(np.arange(len(parts.samples)), s_pos))
+    keep_g = np.flatnonzero(np.isin(np.arange(len(parts.groups)), g_pos))
+    return parts.samples.iloc[keep_s], parts.groups.iloc[keep_g], (keep_g, keep_s)
+
+
+def _kept_normalization(
+    parts: _Parts, keep: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[str, np.ndarray] | None:
+    if parts.normalization is None or keep is None:
+        return parts.normalization
+    method, factors = parts.normalization
+    return method, factors[np.ix_(keep[0], keep[1])]
+
+
+def _assemble(
+    parts: _Parts,
+    features: pd.DataFrame,
+    codes: tuple[np.ndarray, np.ndarray],
+    ids: tuple[Sequence[str], Sequence[str]],
+    cells: np.ndarray,
+    stamp: tuple[str, dict[str, Any]],
+) -> Cube:
+    """Scatter profile rows into (groups, samples, features) layers and build the cube."""
+    from cytepool.cube import Cube, Normalization
+
+    s_pos = parts.samples.index.get_indexer(np.asarray(ids[0], dtype=object))[codes[0]]
+    g_pos = parts.groups.index.get_indexer(np.asarray(ids[1], dtype=object))[codes[1]]
+    shape = (len(parts.groups), len(parts.samples))
+    cell_numbers = np.zeros(shape, dtype=np.int64)
+    cell_numbers[g_pos, s_pos] = cells
+    layers = {}
+    for name, rows in parts.layers.items():
+        layer = np.zeros((*shape, len(features)), dtype=rows.dtype)
+        layer[g_pos, s_pos] = rows
+        layers[name] = layer
+    normalization = None
+    if parts.normalization is not None:
+        normalization = Normalization(parts.normalization[0], parts.normalization[1])
+    cube = Cube(
+        layers,
+        samples=parts.samples,
+        groups=parts.groups,
+        features=features,
+        cells=cell_numbers,
+        normalization=normalization,
+        metadata=parts.metadata,
+    )
+    return stamped(cube, parts.provenance or (), *stamp)
+
+
+def _check_unique_profiles(
+    sample_codes: np.ndarray,
+    group_codes: np.ndarray,
+    sample_ids: Sequence[str],
+    group_ids: Sequence[str],
+    where: str,
+) -> None:
+    pairs = group_codes.astype(np.int64) * len(sample_ids) + sample_codes
+    unique, counts = np.unique(pairs, return_counts=True)
+    if len(unique) < len(pairs):
+        pair = unique[np.argmax(counts > 1)]
+        g, s = divmod(int(pair), len(sample_ids))
+        msg = (
+            f"{where}: the profile of sample {sample_ids[s]!r} and group {group_ids[g]!r} "
+            f"appears {np.max(counts)} times in obs; expected one observation per profile"
+        )
+        raise InputError(msg)
+
+
+def _foreign_layer(values: np.ndarray, where: str) -> np.ndarray:
+    """Integer dtypes kept; whole-number floats to int64; other floats to float64."""
+    if values.dtype.kind in "iub":
+        dtype = values.dtype.name if values.dtype.name in _INTEGER_DTYPES else "int64"
+        return _as_dtype(values, dtype, where)
+    if values.size and np.all(np.mod(values, 1) == 0) and values.max() < 2.0**63:
+        return values.astype(np.int64)
+    return values.astype(np.float64)
+
+
+def _as_dtype(values: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    """``values`` as ``dtype``, exactly, or an error saying why not."""
+    target = np.dtype(dtype)
+    if values.dtype == target:
+        return values
+    if target.kind in "iu" and values.dtype.kind == "f":
+        fraction = np.mod(values, 1) != 0
+        if fraction.any():
+            row = int(np.argwhere(fraction)[0][0])
+            msg = (
+                f"{where} holds non-integer values (e.g. {values[fraction][0]} in row {row}), "
+                f"but integers ({dtype}) are required: pass the layer holding the counts"
+            )
+            raise InputError(msg)
+    if target.kind in "iu" and values.size:
+        info = np.iinfo(target)
+        if values.min() < info.min or values.max() > info.max:
+            msg = f"{where} holds values outside the range of {dtype}"
+            raise InputError(msg)
+    return values.astype(target)
+
+
+def _whole_numbers(column: pd.Series, where: str) -> np.ndarray:
+    """Cell numbers: non-null, non-negative whole numbers, as int64."""
+    values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values) | (values < 0) | (np.mod(values, 1) != 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        msg = (
+            f"{where}: obs column {column.name!r} must hold cell numbers (whole numbers >= 0) "
+            f"but holds {column.iloc[row]!r} in row {column.index[row]!r}"
+        )
+        raise InputError(msg)
+    return values.astype(np.int64)
+
+
+def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
+    if cells_key is not None:
+        if cells_key not in obs.columns:
+            msg = f"{where}: cells_key {cells_key!r} is not a column of obs; columns: {list(obs)}"
+            raise UnknownIdError(msg, unknown=cells_key, known=obs.columns)
+        return cells_key
+    for name in _CELLS_COLUMNS:
+        if name in obs.columns:
+            return name
+    msg = (
+        f"{where}: obs has no cell numbers (looked for {' and '.join(map(repr, _CELLS_COLUMNS))}): "
+        f"pass cells_key= naming the obs column that holds the number of cells of each "
+        f"profile (sc.get.aggregate does not record them; count the cells per profile and "
+        f"add them to obs)"
+    )
+    raise InputError(msg)
+
+
+def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) -> np.ndarray:
+    """The dense sums of a pseudobulk AnnData (``X`` or a layer), checked."""
+    if layer is not None and layer not in adata.layers:
+        msg = f"{where} has no layer {layer!r}; its layers are {layer_keys(adata)}"
+        raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
+    values = adata.X if layer is None else adata.layers[layer]
+    label = f"{where}.X" if layer is None else f"{where}.layers[{layer!r}]"
+    if values is None:
+        hint = f" pass layer= naming one of {layer_keys(adata)}" if layer_keys(adata) else ""
+        msg = f"{label} is empty: there are no sums to read;{hint}"
+        raise InputError(msg)
+    if hasattr(values, "compute"):  # dask, from a lazily opened AnnData
+        values = values.compute()
+    if hasattr(values, "toarray"):
+        values = values.toarray()
+    values = np.asarray(values)
+    check_values(values, label)
+    return values

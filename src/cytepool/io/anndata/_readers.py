@@ -1,0 +1,362 @@
+"""Reading cells: whole matrices or row blocks of on-disk and dask matrices; paths; legacy files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool import _progress, _words
+from cytepool.errors import InputError, InputTypeError, UnknownIdError
+
+if TYPE_CHECKING:
+    import anndata
+    import pandas as pd
+
+
+BLOCK_NONZEROS = 1 << 24  # nonzeros per row block read from a sparse matrix on disk
+BLOCK_BYTES = 1 << 27  # bytes per row block read from a dense matrix on disk
+
+
+def as_pandas_frame(frame: Any) -> pd.DataFrame:
+    """obs or var as pandas (a lazily opened AnnData holds them as anndata's Dataset2D)."""
+    return frame.to_memory() if hasattr(frame, "to_memory") else frame
+
+
+def eager(value: Any) -> Any:
+    """A value of uns in memory (a lazily opened AnnData holds dask arrays and Dataset2D)."""
+    return value.compute() if hasattr(value, "compute") else as_pandas_frame(value)
+
+
+def layer_keys(adata: anndata.AnnData) -> list[str]:
+    """The names of the layers (anndata 0.13 also lists None, for X)."""
+    return [name for name in adata.layers.keys() if name is not None]  # noqa: SIM118
+
+
+def matrix_of(
+    adata: anndata.AnnData, *, layer: str | None, use_raw: bool, owner: str = "adata"
+) -> tuple[Any, pd.DataFrame, Source]:
+    """The counts matrix, the var to take features from, and their names for messages."""
+    _check_either(layer, use_raw)
+    if use_raw:
+        if adata.raw is None:
+            msg = f"{_words.option('use_raw')} asks for {owner}.raw.X, but {owner}.raw is None"
+            raise InputError(msg)
+        return adata.raw.X, adata.raw.var, Source(owner, "raw.X")
+    if layer is not None:
+        if layer not in adata.layers:
+            msg = f"{owner} has no layer {layer!r}; its layers are {layer_keys(adata)}"
+            raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
+        return adata.layers[layer], adata.var, Source(owner, f"layers[{layer!r}]")
+    if adata.X is None:
+        msg = (
+            f"{owner}.X is empty: pass {_words.option('layer')} naming the layer that holds "
+            f"the counts, one of {layer_keys(adata)}"
+        )
+        raise InputError(msg)
+    return adata.X, adata.var, Source(owner, "X")
+
+
+def _check_either(layer: str | None, use_raw: bool) -> None:
+    if layer is not None and use_raw:
+        msg = f"pass either {_words.option('layer')} or {_words.option('use_raw')}, not both"
+        raise InputError(msg)
+
+
+@contextlib.contextmanager
+def open_cells(
+    path: str | os.PathLike[str], *, layer: str | None, use_raw: bool
+) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, Source]]:
+    """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
+    _check_either(layer, use_raw)
+    source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
+    with _open_store(Path(path)) as root:
+        if not _is_legacy(root):
+            _check_anndata(root, source)
+            element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
+            var_path = "raw/var" if use_raw else "var"
+            for needed in (element, "obs", var_path):
+                if needed not in root:
+                    raise _missing_element(root, needed, source)
+            matrix = _on_disk_matrix(root[element])
+            yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+            return
+    with _legacy_anndata(Path(path)) as adata:
+        yield _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
+
+
+def _layer_name(layer: str | None) -> str:
+    return "X" if layer is None else f"layer {layer!r}"
+
+
+def _missing_element(root: Any, element: str, source: Source) -> KeyError:
+    """The error for an element an AnnData file lacks, named as anndata names it."""
+    what = element.replace("/", ".") if element != "raw/X" else "raw.X"
+    if element.startswith("layers/"):
+        layers = sorted(root["layers"]) if "layers" in root else []
+        what = f"{_layer_name(element.removeprefix('layers/'))}; its layers are {layers}"
+    msg = f"{source.owner} has no {what}"
+    return UnknownIdError(msg)
+
+
+def _read_frame(element: Any) -> pd.DataFrame:
+    """obs or var, read by anndata (files of anndata 0.7 warn of their old categories)."""
+    import warnings
+
+    import anndata as ad
+    from anndata.io import read_elem
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.OldFormatWarning)
+        return read_elem(element)
+
+
+def _is_legacy(root: Any) -> bool:
+    """Whether ``root`` is an ``.h5ad`` file in the layout of anndata < 0.7.
+
+    Its obs and var are compound datasets (categories in ``uns``), raw is ``raw.X`` and
+    ``raw.var``, sparse matrices carry ``h5sparse_format``: anndata's own reader knows it.
+    """
+    import h5py
+
+    if not isinstance(root, h5py.File):
+        return False
+    frames = (root.get(name) for name in ("obs", "var"))
+    return "raw.X" in root or any(isinstance(frame, h5py.Dataset) for frame in frames)
+
+
+def _check_anndata(root: Any, source: Source) -> None:
+    if "mod" in root and "X" not in root:
+        msg = f"{source.owner} is a MuData file: pool its modalities with from_mudata_cells"
+        raise InputError(msg)
+
+
+@contextlib.contextmanager
+def _legacy_anndata(path: Path) -> Iterator[anndata.AnnData]:
+    """An ``.h5ad`` file of anndata < 0.7, opened backed by anndata, which reads its layout.
+
+    Backed, anndata keeps X and raw.X on disk but reads the rest (obs, var, uns, layers, obsm).
+    Its warnings about the old layout (which it converts) are not passed on.
+    """
+    import warnings
+
+    import anndata as ad
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata = ad.read_h5ad(path, backed="r")
+    try:
+        yield adata
+    finally:
+        adata.file.close()
+
+
+def _legacy_cells(
+    adata: anndata.AnnData, source: Source, *, layer: str | None, use_raw: bool
+) -> tuple[Any, pd.DataFrame, pd.DataFrame, Source]:
+    """Matrix, obs, var and their names, from an AnnData opened by :func:`_legacy_anndata`."""
+    if use_raw and adata.raw is None:
+        msg = f"{source.owner} has no raw.X"
+        raise UnknownIdError(msg)
+    if layer is not None and layer not in adata.layers:
+        msg = f"{source.owner} has no {_layer_name(layer)}; its layers are {layer_keys(adata)}"
+        raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
+    matrix, var, _ = matrix_of(adata, layer=layer, use_raw=use_raw)
+    return matrix, as_pandas_frame(adata.obs), as_pandas_frame(var), source
+
+
+@contextlib.contextmanager
+def open_modalities(
+    path: str | os.PathLike[str],
+) -> Iterator[tuple[pd.DataFrame, dict[str, Modality]]]:
+    """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
+    path = Path(path)
+    with _open_store(path) as root:
+        if "mod" not in root:
+            msg = f"{path} is not a MuData file (it has no 'mod' group): pool it with from_anndata"
+            raise InputError(msg)
+        if "obs" not in root:
+            msg = f"{path} has no element 'obs' (the global obs of a MuData)"
+            raise UnknownIdError(msg)
+        modalities = {}
+        for name in _modality_order(root["mod"]):
+            where = f"mod/{name}"
+            for needed in ("X", "obs", "var"):
+                if f"{where}/{needed}" not in root:
+                    msg = f"{path} has no element {where}/{needed}"
+                    raise UnknownIdError(msg)
+            group = root[where]
+            owner = f"modality {name!r} of {os.fspath(path)}"
+            modalities[name] = Modality(
+                _on_disk_matrix(group["X"]),
+                _read_frame(group["obs"]),
+                _read_frame(group["var"]),
+                Source(owner, "X", path=True, modality=True),
+            )
+        yield _read_frame(root["obs"]), modalities
+
+
+def _modality_order(mod: Any) -> list[str]:
+    """The modality names in MuData's order (attribute ``mod-order``), else as stored."""
+    names = [str(name) for name in mod.attrs.get("mod-order", [])]
+    return [name for name in names if name in mod] or [str(name) for name in mod]
+
+
+@contextlib.contextmanager
+def _open_store(path: Path) -> Iterator[Any]:
+    if not path.exists():
+        msg = f"no such file or store: {path}"
+        raise FileNotFoundError(msg)
+    if path.is_dir():
+        import zarr
+
+        try:
+            group = zarr.open_group(path, mode="r")
+        except (ValueError, OSError) as error:
+            msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
+            raise InputError(msg) from error
+        yield group
+        return
+    import h5py
+
+    try:
+        file = h5py.File(path, "r")
+    except OSError as error:
+        msg = f"{path} is not an .h5ad (HDF5) file: {error}"
+        raise InputError(msg) from error
+    with file:
+        yield file
+
+
+def _on_disk_matrix(element: Any) -> Any:
+    from anndata.io import sparse_dataset
+
+    encoding = element.attrs.get("encoding-type", "")
+    if encoding in {"csr_matrix", "csc_matrix"}:
+        return sparse_dataset(element)
+    if not hasattr(element, "shape") or len(element.shape) != 2:
+        msg = f"{element.name} is not a matrix (encoding {encoding!r})"
+        raise InputError(msg)
+    return element
+
+
+def cell_rows(matrix: Any, progress: bool | None) -> Any:
+    """What ``from_cells`` pools: the matrix itself if in memory, else row blocks."""
+    import scipy.sparse
+
+    if isinstance(matrix, np.ndarray) or scipy.sparse.issparse(matrix):
+        return matrix
+    return _shown(_row_blocks(matrix), matrix.shape[0], progress)
+
+
+def is_sparse_dataset(matrix: Any) -> bool:
+    from anndata.abc import CSCDataset, CSRDataset
+
+    return isinstance(matrix, CSRDataset | CSCDataset)
+
+
+def _row_blocks(matrix: Any) -> Iterator[Any]:
+    """Row blocks of an on-disk matrix (backed sparse, h5py/zarr dense) or a dask array."""
+    if hasattr(matrix, "blocks") and hasattr(matrix, "numblocks"):  # dask
+        for i in range(matrix.numblocks[0]):
+            yield matrix.blocks[i, :].compute()
+        return
+    for start, stop in block_bounds(matrix):
+        yield matrix[start:stop]
+
+
+def block_bounds(matrix: Any) -> Iterator[tuple[int, int]]:
+    n_rows, n_columns = matrix.shape
+    if n_rows == 0:  # one empty block, which tells from_cells the number of features
+        yield 0, 0
+        return
+    if is_sparse_dataset(matrix):
+        yield from nonzero_bounds(matrix.group["indptr"], n_rows)
+        return
+    rows = max(1, BLOCK_BYTES // max(1, n_columns * np.dtype(matrix.dtype).itemsize))
+    for start in range(0, n_rows, rows):
+        yield start, min(n_rows, start + rows)
+
+
+def nonzero_bounds(indptr: Any, n_major: int) -> Iterator[tuple[int, int]]:
+    """Runs of rows (CSR) or columns (CSC) of about BLOCK_NONZEROS nonzeros, at least one."""
+    indptr = np.asarray(indptr[...], dtype=np.int64)
+    marks = np.searchsorted(indptr, np.arange(0, indptr[-1], BLOCK_NONZEROS), "right")
+    starts = np.unique(np.concatenate([[0], np.maximum(marks - 1, 0)]))
+    stops = np.append(starts[1:], n_major)
+    yield from ((int(a), int(b)) for a, b in zip(starts, stops, strict=True) if b > a)
+
+
+def _shown(blocks: Iterator[Any], n_rows: int, progress: bool | None) -> Iterator[Any]:
+    """The blocks, with a progress bar of the rows handed on."""
+    bar = _progress.Progress(n_rows, "pooling", "cells", enabled=progress)
+    try:
+        for block in blocks:
+            yield block
+            bar.update(block.shape[0])
+    finally:
+        bar.close()
+
+
+def check_values(values: np.ndarray, where: str) -> None:
+    """Counts-like values: numbers, finite and non-negative."""
+    if values.dtype.kind not in "biuf":
+        msg = f"{where} has dtype {values.dtype}; expected numbers (counts)"
+        raise InputTypeError(msg)
+    if values.size == 0 or values.dtype.kind in "bu":
+        return
+    low = values.min()
+    if not low >= 0:
+        what = "NaN values" if np.isnan(low) else f"negative values (min {low})"
+        msg = f"{where} holds {what}: expected sums of counts; name their layer with layer="
+        raise InputError(msg)
+    if values.dtype.kind == "f" and not np.isfinite(values.max()):
+        msg = f"{where} holds infinite values: expected counts"
+        raise InputError(msg)
+
+
+@dataclass(frozen=True)
+class Source:
+    """How messages name the cells being pooled: ``adata.raw.X``, or ``X of cells.h5ad``."""
+
+    owner: str  # "adata", "mdata.mod['rna']", or a path as the user gave it
+    matrix_key: str  # "X", "raw.X", "layers['counts']" (or "layer 'counts'" for a path)
+    path: bool = False
+    modality: bool = False  # of a MuData, whose X is pooled: no other matrix can be chosen
+
+    def part(self, name: str) -> str:
+        return f"{name} of {self.owner}" if self.path else f"{self.owner}.{name}"
+
+    @property
+    def matrix(self) -> str:
+        return self.part(self.matrix_key)
+
+    @property
+    def obs(self) -> str:
+        return self.part("obs")
+
+    @property
+    def var(self) -> str:
+        return self.part("raw.var" if self.matrix_key == "raw.X" else "var")
+
+    def pick_counts(self) -> str:
+        """How to pool counts instead of this matrix, in the caller's words."""
+        if self.modality:
+            return "put the raw counts in the X of each modality"
+        layer, raw = _words.option("layer"), _words.option("use_raw")
+        return f"choose the matrix that holds them with {layer} or {raw}"
+
+
+@dataclass(frozen=True)
+class Modality:
+    """What pooling needs of a modality: its matrix (in memory or on disk), obs, var, names."""
+
+    matrix: Any
+    obs: pd.DataFrame
+    var: pd.DataFrame
+    source: Source

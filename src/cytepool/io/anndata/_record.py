@@ -1,0 +1,236 @@
+"""The record in ``uns``, and tables in the types anndata writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool._assemble import provenance_record, with_provenance
+from cytepool.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from cytepool.cube import Cube
+from cytepool._records import ID_COLUMNS
+from cytepool.io.anndata._readers import eager
+
+RECORD_KEY = "cytepool"
+"""The ``uns`` key under which :func:`to_anndata` and :func:`to_mudata` store the record."""
+_RECORD_FORMAT = "cytepool.pseudobulk"
+_RECORD_VERSION = 1
+
+
+def cube_tables(cube: Cube) -> dict[str, pd.DataFrame]:
+    """The cube's tables as pandas frames indexed by their id."""
+    return {
+        name: _pandas_table(getattr(cube, name), id_column)
+        for name, id_column in ID_COLUMNS.items()
+    }
+
+
+def _pandas_table(table: Any, id_column: str) -> pd.DataFrame:
+    import narwhals.stable.v2 as nw
+    import pandas as pd
+
+    if isinstance(table, pd.DataFrame) and table.index.name == id_column:
+        frame = table.copy()
+    else:
+        frame = nw.from_native(table, eager_only=True).to_pandas().set_index(id_column)
+    frame.index = pd.Index([str(i) for i in frame.index], dtype=object, name=id_column)
+    return frame
+
+
+def profile_rows(cube: Cube, layer: str, group_rows: np.ndarray, sample_rows: np.ndarray) -> Any:
+    dtype = np.dtype(cube.layers[layer].dtype)
+    rows = np.zeros((len(group_rows), cube.shape[2]), dtype=dtype)
+    for g in np.unique(group_rows):
+        mine = np.flatnonzero(group_rows == g)
+        rows[mine] = np.asarray(cube.profiles(int(g), layer=layer))[sample_rows[mine]]
+    return rows
+
+
+def profile_obs(
+    tables: Mapping[str, pd.DataFrame],
+    group_rows: np.ndarray,
+    sample_rows: np.ndarray,
+    cells: np.ndarray,
+) -> pd.DataFrame:
+    import pandas as pd
+
+    sample_ids, group_ids = tables["samples"].index, tables["groups"].index
+    obs = pd.DataFrame(
+        {
+            "sample_id": pd.Categorical.from_codes(sample_rows, categories=sample_ids),
+            "group_id": pd.Categorical.from_codes(group_rows, categories=group_ids),
+            "n_cells": cells.astype(np.int64),
+        }
+    )
+    for axis, rows in (("sample", sample_rows), ("group", group_rows)):
+        table = writable(tables[f"{axis}s"])
+        for column in table.columns:
+            name = free_name(column, obs.columns, f"{axis}_")
+            obs[name] = table[column].iloc[rows].reset_index(drop=True)
+    obs.index = _obs_names(sample_ids[sample_rows], group_ids[group_rows])
+    return obs
+
+
+def _obs_names(sample_ids: pd.Index, group_ids: pd.Index) -> pd.Index:
+    import pandas as pd
+
+    names = pd.Index([f"{s}_{g}" for s, g in zip(sample_ids, group_ids, strict=True)])
+    if not names.is_unique:  # ids holding "_" can collide: number the profiles instead
+        names = pd.Index([f"{name}_{i}" for i, name in enumerate(names)])
+    return names
+
+
+def free_name(name: str, taken: Iterable[str], prefix: str) -> str:
+    taken = set(taken)
+    while name in taken:
+        name = f"{prefix}{name}" if prefix else f"{name}_"
+    return name
+
+
+def modality_names(group_ids: pd.Index) -> list[str]:
+    names: list[str] = []
+    for group in group_ids:
+        names.append(free_name(str(group).replace("/", "_"), names, ""))
+    return names
+
+
+def make_record(
+    cube: Cube, tables: Mapping[str, pd.DataFrame], layer: str, cells: np.ndarray
+) -> dict[str, Any]:
+    dtypes = {name: _dtype_names(table) for name, table in tables.items()}
+    dtypes["layers"] = {name: np.dtype(array.dtype).name for name, array in cube.layers.items()}
+    record: dict[str, Any] = {
+        "format": _RECORD_FORMAT,
+        "version": _RECORD_VERSION,
+        "layer": layer,
+        "layers": list(cube.layers),
+        "dtypes": json.dumps(dtypes),
+        "samples": writable(tables["samples"]),
+        "groups": writable(tables["groups"]),
+        "cells": cells,
+        "metadata": json.dumps(dict(cube.metadata or {})),
+        "provenance": json.dumps([record.to_json() for record in cube.provenance]),
+    }
+    if cube.normalization is not None:
+        record["normalization"] = {
+            "method": cube.normalization.method,
+            "factors": np.asarray(cube.normalization.factors, dtype=np.float64),
+        }
+    return record
+
+
+def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """The record of ``uns``, parsed, or None when there is none."""
+    import pandas as pd
+
+    raw = uns.get(RECORD_KEY)
+    if not isinstance(raw, Mapping) or raw.get("format") != _RECORD_FORMAT:
+        return None
+    raw = {key: eager(value) for key, value in raw.items()}
+    if int(raw.get("version", 0)) != _RECORD_VERSION:
+        msg = (
+            f"{where}.uns[{RECORD_KEY!r}] has version {raw.get('version')!r}; this cytepool "
+            f"reads version {_RECORD_VERSION}: upgrade cytepool"
+        )
+        raise InputError(msg)
+    try:
+        record = {
+            "layer": str(raw["layer"]),
+            "layers": [str(name) for name in raw["layers"]],
+            "dtypes": json.loads(str(raw["dtypes"])),
+            "samples": pd.DataFrame(raw["samples"]),
+            "groups": pd.DataFrame(raw["groups"]),
+            "cells": np.asarray(raw["cells"], dtype=np.int64),
+            "metadata": json.loads(str(raw["metadata"])),
+            "provenance": json.loads(str(raw["provenance"])),
+        }
+        if "normalization" in raw:
+            norm = {key: eager(value) for key, value in raw["normalization"].items()}
+            record["normalization"] = (str(norm["method"]), np.asarray(norm["factors"], float))
+        if "modalities" in raw:
+            record["modalities"] = [str(name) for name in raw["modalities"]]
+        if "features" in raw:
+            record["features"] = pd.DataFrame(raw["features"])
+            record["features"].index = record["features"].index.astype(str)
+    except (KeyError, TypeError, ValueError) as error:
+        msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({error!r}): delete it or rewrite it"
+        raise InputError(msg) from error
+    for name in ("samples", "groups"):
+        record[name].index = record[name].index.astype(str).rename(ID_COLUMNS[name])
+    return record
+
+
+def _dtype_names(frame: pd.DataFrame) -> dict[str, str]:
+    return {str(column): _dtype_name(dtype) for column, dtype in frame.dtypes.items()}
+
+
+def _dtype_name(dtype: Any) -> str:
+    import pandas as pd
+
+    if isinstance(dtype, pd.StringDtype):
+        return f"string[{dtype.storage}]" if dtype.na_value is pd.NA else str(dtype)
+    return str(dtype)
+
+
+def writable(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose columns anndata can write; :func:`restore` reverts it by dtype name."""
+    import pandas as pd
+
+    frame = frame.copy()
+    for column in frame.columns:
+        series = frame[column]
+        kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
+        if kind in ("m", "M") or isinstance(series.dtype, pd.DatetimeTZDtype):
+            series = series.map(lambda value: None if pd.isna(value) else value.isoformat())
+        strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
+        if strings and not _is_pandas3_str(series.dtype):
+            has_null = bool(series.isna().any())
+            series = series.astype("category") if has_null else series.astype(object)
+        frame[column] = series
+    return frame
+
+
+def _is_pandas3_str(dtype: Any) -> bool:
+    """pandas 3's default ``str`` dtype, which anndata (0.13, the first for pandas 3) writes."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) < 3:
+        return False
+    return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
+
+
+def restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
+    """Give the columns named in ``dtypes`` their recorded dtype back."""
+    import pandas as pd
+
+    frame = frame.copy()
+    for column, name in dtypes.items():
+        if column not in frame.columns or _dtype_name(frame[column].dtype) == name:
+            continue
+        series = frame[column]
+        if name.startswith("datetime64"):
+            series = pd.to_datetime(series.astype(object), format="ISO8601", utc="UTC" in name)
+        elif name.startswith("timedelta64"):
+            series = pd.to_timedelta(series.astype(object))
+        if series.dtype == "category" and name in {"object", "str"}:
+            series = series.astype(object).where(series.notna(), None)
+        frame[column] = series.astype(name)
+    return frame
+
+
+def stamped(cube: Cube, history: Iterable[Any], operation: str, parameters: Any) -> Cube:
+    """The cube with provenance ``history`` (records or their JSON) plus a record now."""
+    from cytepool.cube import Provenance
+
+    records = [
+        item if isinstance(item, Provenance) else Provenance.from_json(item) for item in history
+    ]
+    records.append(provenance_record(operation, parameters, ()))
+    return with_provenance(cube, records)

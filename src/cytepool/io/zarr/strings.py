@@ -1,0 +1,107 @@
+"""1-D string arrays read and written as UTF-8 buffers, without a Python ``str`` per row.
+
+The table serialisers store string columns through these functions: :func:`write_strings`
+stores a 1-D ``string`` array exactly as :func:`~cytepool.io.zarr.write_array` stores it
+(``vlen-utf8`` chunks of the same size, the last one padded with ``""``, chunks of only ``""``
+not stored, zarr.json written last), encoding each chunk from the rows' UTF-8 bytes when the
+rows give them; :func:`read_strings` reads a whole 1-D string array into a
+:class:`~cytepool._utf8.Utf8Buffer` with every check of an ordinary read, and
+:func:`decode_strings` makes ``str`` objects of buffers when they are needed.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> import numpy as np
+>>> from cytepool._utf8 import Utf8Buffer
+>>> from cytepool.io.zarr import open_array
+>>> from cytepool.io.zarr.strings import read_strings, write_strings
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "names"
+>>> write_strings(path, Utf8Buffer.from_str(["ab", "", "é"]), chunks=2, compression="zstd")
+>>> open_array(path)[:].tolist()
+['ab', '', 'é']
+>>> read_strings(open_array(path)).to_list()
+[b'ab', b'', b'\\xc3\\xa9']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from cytepool._utf8 import Utf8Buffer
+from cytepool.io.zarr import _vlen
+from cytepool.io.zarr._reading import Reader
+from cytepool.io.zarr._store import as_path, write_document
+from cytepool.io.zarr._writing import write_payloads
+from cytepool.io.zarr.array import ZarrArray, array_handle, new_metadata
+from cytepool.io.zarr.indexing import parse_selection
+
+__all__ = ["decode_strings", "read_strings", "write_strings"]
+
+_OBJECT = np.dtype(object)
+
+
+def write_strings(
+    path: str | os.PathLike[str],
+    rows: Any,
+    *,
+    chunks: int,
+    compression: str | None = "gzip",
+    level: int | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> None:
+    """Store ``rows`` as a new 1-D ``string`` array, as ``write_array`` would.
+
+    ``rows`` has a length, and either a method ``utf8(start, stop)`` giving the byte length
+    of each row in ``[start, stop)`` and their UTF-8 bytes back to back (such as a
+    :class:`~cytepool._utf8.Utf8Buffer`'s ``rows``), or gives those rows as a numpy array of
+    ``str`` through ``rows[start:stop]``. The arguments are checked as by ``write_array``.
+    """
+    directory = as_path(path)
+    n = len(rows)
+    meta = new_metadata((n,), _OBJECT, (chunks,), compression, level, attributes, None)
+    document = meta.to_json()
+    json.dumps(document, allow_nan=False)
+    directory.mkdir()
+    write_payloads(directory, meta, _payloads(rows, n, chunks))
+    write_document(directory, document)
+
+
+def _payloads(rows: Any, n: int, count: int) -> Iterator[np.ndarray[Any, Any]]:
+    """The vlen-utf8 encoding of each chunk of ``count`` rows, the last one padded."""
+    utf8 = getattr(rows, "utf8", None)
+    for start in range(0, n, count):
+        stop = min(start + count, n)
+        if utf8 is not None:
+            lengths, body = utf8(start, stop)
+            yield _vlen.assemble(lengths, body, count)
+        else:
+            yield _vlen.payload(np.asarray(rows[start:stop]), count)
+
+
+def read_strings(array: ZarrArray) -> Utf8Buffer:
+    """Read a whole 1-D string array into UTF-8 buffers, checked as every read.
+
+    Chunks that are not stored read as ``""``.
+    """
+    pieces: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+    with array_handle(array) as handle:
+        reader = Reader(handle, array.key, array.metadata, pieces=pieces)
+        selection = parse_selection(..., array.shape, orthogonal=False)
+        reader.read(selection, np.empty(0, dtype=object))
+    pieces.sort(key=lambda piece: piece[0])
+    parts = [(lengths, body) for _, lengths, body in pieces]
+    pieces.clear()
+    return Utf8Buffer.from_parts(parts)
+
+
+def decode_strings(lengths: np.ndarray[Any, Any], body: np.ndarray[Any, Any]) -> Any:
+    """An object array of the ``str`` whose UTF-8 is ``body``, cut at ``lengths``."""
+    payload = bytearray(_vlen.assemble(lengths, body).tobytes())
+    decoder = _vlen.Decoder(len(lengths), "(in memory)")
+    decoder.feed(payload)
+    return decoder.finish(objects=True)

@@ -1,0 +1,58 @@
+"""UTF-8 buffers (cytepool._utf8): the one representation of many strings, against plain Python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cytepool._utf8 import Utf8Buffer, encode
+
+CASES = [
+    pytest.param([], id="empty"),
+    pytest.param([""], id="one-empty"),
+    pytest.param(["ab", "", "é", "日本"], id="mixed"),
+    pytest.param(["a\0b", "", "c"], id="nul-inside"),
+    pytest.param(["x"] * 5, id="same-length"),
+]
+
+
+@pytest.mark.parametrize("values", CASES)
+def test_encode_gives_each_values_utf8(values: list[str]) -> None:
+    encoded = encode(values)
+    assert encoded.sizes.tolist() == [len(v.encode()) for v in values]
+    assert encoded.data().tobytes() == "".join(values).encode()
+
+
+@pytest.mark.parametrize("values", CASES)
+def test_buffers_slice_blank_and_list_like_python(values: list[str]) -> None:
+    buffer = Utf8Buffer.from_str(values)
+    assert len(buffer) == len(values)
+    assert buffer.to_list() == [v.encode() for v in values]
+    sizes, data = buffer.utf8(1, len(values))
+    assert data.tobytes() == "".join(values[1:]).encode()
+    assert sizes.tolist() == [len(v.encode()) for v in values[1:]]
+    mask = np.arange(len(values)) % 2 == 0
+    blanked = [b"" if m else v.encode() for v, m in zip(values, mask, strict=True)]
+    assert buffer.blank(mask).to_list() == blanked
+
+
+def test_parts_join_in_order_and_are_consumed() -> None:
+    parts = [Utf8Buffer.from_str(["a", "bc"]).utf8(0, 2), Utf8Buffer.from_str(["", "é"]).utf8(0, 2)]
+    joined = Utf8Buffer.from_parts(parts)
+    assert parts == []
+    assert joined.to_list() == [b"a", b"bc", b"", "é".encode()]
+    assert joined.offsets.dtype == np.int32
+
+
+def test_a_lone_surrogate_raises_the_error_of_its_value() -> None:
+    with pytest.raises(UnicodeEncodeError) as info:
+        encode(["fine", "bad \ud800"])
+    assert info.value.object == "bad \ud800"
+
+
+def test_arrow_round_trip_with_nulls() -> None:
+    pa = pytest.importorskip("pyarrow")
+    array = pa.array(["ab", None, "é"]).slice(1)
+    buffer = Utf8Buffer.from_arrow(array)
+    assert buffer.to_list() == [b"", "é".encode()]
+    assert buffer.to_arrow(np.array([True, False])).to_pylist() == [None, "é"]
