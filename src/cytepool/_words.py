@@ -28,6 +28,8 @@ _OPTIONS = {
     "groups": ("groups=", "--group-covariates"),
     "sample_key": ("sample_key", "--sample-key"),
     "group_key": ("group_key", "--group-key"),
+    "modality": ("from_mudata_cells(path, modalities=[NAME])", "--modality NAME"),
+    "not_modality": ("pool it with from_anndata", "drop --modality to pool it"),
 }
 
 

@@ -183,6 +183,8 @@ _EXAMPLES = {
           cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type
           cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type \\
               --layer counts --sample-covariates condition,age --group-covariates '' --detected
+          cytepool pool cells.h5mu protein.cube.zarr --sample-key donor --group-key cell_type \\
+              --modality prot
 
         Without --sample-covariates, every obs column that is constant within each sample
         becomes a sample covariate; the command prints the columns kept and those dropped,
@@ -241,8 +243,9 @@ def _add_pool(commands: Any) -> None:
     pool = _add_command(
         commands,
         "pool",
-        "Pool the cells of an .h5ad file or AnnData .zarr store into a cube file. The input "
-        "is read backed, in row blocks, so memory stays small whatever its size.",
+        "Pool the cells of an .h5ad file or AnnData .zarr store (or one modality of a MuData "
+        "file) into a cube file. The input is read backed, in row blocks, so memory stays "
+        "small whatever its size.",
         _pool,
     )
     pool.add_argument("input", metavar="INPUT", help="an .h5ad file or AnnData .zarr store")
@@ -252,6 +255,12 @@ def _add_pool(commands: Any) -> None:
     matrix = pool.add_mutually_exclusive_group()
     matrix.add_argument("--layer", help="the layer holding the counts (default: X)")
     matrix.add_argument("--raw", action="store_true", help="pool raw.X, features from raw.var")
+    matrix.add_argument(
+        "--modality",
+        metavar="NAME",
+        help="the input is a MuData (.h5mu or .zarr): pool the X of its modality NAME, with the "
+        "labels of the modality's obs (else of the global obs)",
+    )
     pool.add_argument(
         "--allow-float",
         action="store_true",
@@ -358,7 +367,6 @@ def _add_demo(commands: Any) -> None:
 
 def _pool(args: argparse.Namespace) -> None:
     from cytepool.io import write_cube
-    from cytepool.io.anndata import from_anndata
     from cytepool.io.zarr import check_compression
 
     compression = None if args.compression == "none" else args.compression
@@ -372,18 +380,7 @@ def _pool(args: argparse.Namespace) -> None:
         raise InputError(msg) from error
     _check_output(args.output, overwrite=args.overwrite, cube=True)
     started = time.perf_counter()
-    cube = from_anndata(
-        args.input,
-        sample_key=args.sample_key,
-        group_key=args.group_key,
-        layer=args.layer,
-        use_raw=args.raw,
-        samples=args.sample_covariates,
-        groups=args.group_covariates,
-        layers=("counts", "detected") if args.detected else ("counts",),
-        allow_float=args.allow_float,
-        progress=False if args.no_progress else None,
-    )
+    cube = _pooled(args)
     write_cube(
         cube, args.output, compression=compression, level=args.level, overwrite=args.overwrite
     )
@@ -398,6 +395,25 @@ def _pool(args: argparse.Namespace) -> None:
         print(f"{axis[:-1]} covariates: {', '.join(kept) if kept else '(none)'}")
     for name, reason in covariates.get("dropped", {}).items():
         print(f"dropped: {name} ({reason})")
+
+
+def _pooled(args: argparse.Namespace) -> Cube:
+    """The cube ``pool`` makes: of an AnnData, or of one modality of a MuData."""
+    from cytepool.io.anndata import from_anndata, from_mudata_cells
+
+    options = {
+        "sample_key": args.sample_key,
+        "group_key": args.group_key,
+        "samples": args.sample_covariates,
+        "groups": args.group_covariates,
+        "layers": ("counts", "detected") if args.detected else ("counts",),
+        "allow_float": args.allow_float,
+        "progress": False if args.no_progress else None,
+    }
+    if args.modality is not None:
+        cubes = from_mudata_cells(args.input, modalities=[args.modality], **options)
+        return cubes[args.modality]
+    return from_anndata(args.input, layer=args.layer, use_raw=args.raw, **options)
 
 
 def _pooled_covariates(cube: Cube) -> dict[str, Any] | None:

@@ -198,10 +198,63 @@ def test_mudata_zarr_store_pools_by_path(tmp_path: Path) -> None:
 @pytest.mark.interop
 def test_mudata_and_anndata_paths_are_told_apart(tmp_path: Path) -> None:
     h5mu = CORPUS / MUDATA_FILES[0]
-    with pytest.raises(ValueError, match=r"is a MuData file: pool its modalities with from_mudata"):
+    told = r"is a MuData file \(modalities 'rna', 'prot'\): pool one with from_mudata_cells\("
+    with pytest.raises(ValueError, match=told):
         from_anndata(h5mu, **KEYS)
     with pytest.raises(ValueError, match=r"is not a MuData file .*: pool it with from_anndata"):
         from_mudata_cells(CORPUS / ANNDATA_FILES[-1], **KEYS)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("name", MUDATA_FILES)
+def test_mudata_modalities_pool_one_by_one(name: str) -> None:
+    every = from_mudata_cells(CORPUS / name, **KEYS)
+    for modality in ("prot", "rna"):
+        chosen = from_mudata_cells(CORPUS / name, **KEYS, modalities=[modality])
+        assert list(chosen) == [modality]
+        assert (
+            chosen[modality].to_numpy("counts").tolist()
+            == every[modality].to_numpy("counts").tolist()
+        )
+        assert chosen[modality].samples.index.equals(every[modality].samples.index)
+    # covariates come from the modalities pooled: prot's obs has none of rna's donor and age
+    assert list(chosen["rna"].samples.columns) == ["donor", "age"]
+    prot = from_mudata_cells(CORPUS / name, **KEYS, modalities=["prot"])["prot"]
+    assert list(prot.samples.columns) == []
+    in_memory = from_mudata_cells(read_in_memory(CORPUS / name), **KEYS, modalities=["prot", "rna"])
+    assert list(in_memory) == ["prot", "rna"]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("modalities", "error", "pattern"),
+    [
+        (["prt"], KeyError, r"has no modality 'prt' \(it has 'rna', 'prot'\); did you mean 'prot'"),
+        ("prot", TypeError, r"modalities must be a list of modality names, found 'prot'"),
+        (["rna", "rna"], ValueError, r"modalities must name each modality once"),
+        ([], ValueError, r"modalities must name each modality once and at least one"),
+    ],
+)
+def test_mudata_modalities_errors(modalities: Any, error: type, pattern: str) -> None:
+    with pytest.raises(error, match=pattern):
+        from_mudata_cells(CORPUS / MUDATA_FILES[-1], **KEYS, modalities=modalities)
+
+
+@pytest.mark.interop
+def test_cli_pools_one_modality(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h5mu, out = CORPUS / MUDATA_FILES[-1], tmp_path / "prot.cube.zarr"
+    keys = ["--sample-key", "sample", "--group-key", "cell_type", "--no-progress"]
+    assert main(["pool", str(h5mu), str(out), *keys]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith("(modalities 'rna', 'prot'): pool one with --modality NAME\n"), err
+    assert main(["pool", str(h5mu), str(out), *keys, "--modality", "prot"]) == 0
+    expected = from_mudata_cells(h5mu, **KEYS, modalities=["prot"])["prot"]
+    assert read_cube(out).to_numpy("counts").tolist() == expected.to_numpy("counts").tolist()
+    capsys.readouterr()
+    h5ad = CORPUS / ANNDATA_FILES[-1]
+    assert main(["pool", str(h5ad), str(tmp_path / "x.cube.zarr"), *keys, "--modality", "rna"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith("(it has no 'mod' group): drop --modality to pool it\n"), err
 
 
 @pytest.mark.interop

@@ -12,7 +12,7 @@ import numpy as np
 
 from cytepool import _progress, _words
 from cytepool._assemble import from_parts
-from cytepool.errors import InputError, UnknownIdError
+from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.io.anndata import _readers
 
 if TYPE_CHECKING:
@@ -165,6 +165,7 @@ def from_mudata_cells(
     samples: Covariates = None,
     groups: Covariates = None,
     layers: Sequence[str] = ("counts",),
+    modalities: Sequence[str] | None = None,
     allow_float: bool = False,
     progress: bool | None = None,
 ) -> dict[str, Cube]:
@@ -172,7 +173,8 @@ def from_mudata_cells(
 
     The cubes share their samples and groups: the same ids, in the same order, with the
     same covariates, so that a profile of one modality has its partner in every other (a
-    sample or group absent from a modality gets empty profiles there).
+    sample or group absent from a modality gets empty profiles there). ``modalities``
+    pools some of them only; they then share the samples and groups of those.
 
     Parameters
     ----------
@@ -183,6 +185,8 @@ def from_mudata_cells(
         modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
     sample_key, group_key, samples, groups, layers, allow_float, progress
         As in :func:`from_anndata`.
+    modalities
+        The names of the modalities to pool, in this order (default: all, in MuData's order).
 
     Returns
     -------
@@ -198,7 +202,8 @@ def from_mudata_cells(
     Raises
     ------
     KeyError, ValueError
-        As :func:`from_anndata`, naming the modality.
+        As :func:`from_anndata`, naming the modality; a KeyError for a modality not in
+        ``mdata``.
 
     Examples
     --------
@@ -226,11 +231,37 @@ def from_mudata_cells(
         allow_float=allow_float,
         progress=progress,
     )
+    wanted = _wanted_modalities(modalities)
     if isinstance(mdata, str | os.PathLike):
-        with open_modalities(mdata) as (everyone, modalities):
-            return pool(everyone, modalities)
-    modalities = {name: _in_memory(mod, name) for name, mod in mdata.mod.items()}
-    return pool(mdata.obs, modalities)
+        with open_modalities(mdata) as (everyone, found):
+            return pool(everyone, _chosen(found, wanted, os.fspath(mdata)))
+    found = {name: _in_memory(mod, name) for name, mod in mdata.mod.items()}
+    return pool(mdata.obs, _chosen(found, wanted, "mdata"))
+
+
+def _wanted_modalities(modalities: Sequence[str] | None) -> list[str] | None:
+    if modalities is None:
+        return None
+    if isinstance(modalities, str) or not all(isinstance(m, str) for m in modalities):
+        msg = f"modalities must be a list of modality names, found {modalities!r}"
+        raise InputTypeError(msg)
+    if len(set(modalities)) != len(modalities) or not modalities:
+        msg = f"modalities must name each modality once and at least one, found {modalities!r}"
+        raise InputError(msg)
+    return list(modalities)
+
+
+def _chosen(
+    found: Mapping[str, Modality], wanted: list[str] | None, where: str
+) -> dict[str, Modality]:
+    """The modalities ``wanted`` (all if None), in that order."""
+    if wanted is None:
+        return dict(found)
+    for name in wanted:
+        if name not in found:
+            msg = f"{where} has no modality {name!r} (it has {', '.join(map(repr, found))})"
+            raise UnknownIdError(msg, unknown=name, known=list(found))
+    return {name: found[name] for name in wanted}
 
 
 def _in_memory(modality: anndata.AnnData, name: str) -> Modality:

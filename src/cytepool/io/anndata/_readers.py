@@ -132,7 +132,11 @@ def _is_legacy(root: Any) -> bool:
 
 def _check_anndata(root: Any, source: Source) -> None:
     if "mod" in root and "X" not in root:
-        msg = f"{source.owner} is a MuData file: pool its modalities with from_mudata_cells"
+        names = ", ".join(map(repr, _modality_order(root["mod"])))
+        msg = (
+            f"{source.owner} is a MuData file (modalities {names}): pool one with "
+            f"{_words.option('modality')}"
+        )
         raise InputError(msg)
 
 
@@ -178,7 +182,10 @@ def open_modalities(
     path = Path(path)
     with _open_store(path) as root:
         if "mod" not in root:
-            msg = f"{path} is not a MuData file (it has no 'mod' group): pool it with from_anndata"
+            msg = (
+                f"{path} is not a MuData file (it has no 'mod' group): "
+                f"{_words.option('not_modality')}"
+            )
             raise InputError(msg)
         if "obs" not in root:
             msg = f"{path} has no element 'obs' (the global obs of a MuData)"
