@@ -255,6 +255,8 @@ def _split_options(scheme: str, options: Mapping[str, Any], url: str) -> _Option
         raise InputTypeError(msg)
     config: dict[str, Any] = {}
     client = dict(_CLIENT_DEFAULTS)
+    if scheme == "http":  # the URL asks for plain HTTP
+        client["allow_http"] = True
     known = _CONFIG.get(scheme, frozenset())
     for key, value in options.items():
         if not isinstance(key, str):
