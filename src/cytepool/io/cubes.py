@@ -57,10 +57,9 @@ from cytepool.io.zarr import (
     write_group,
 )
 from cytepool.io.zarr.consolidated import (
-    ConsolidatedHandle,
-    ConsolidatedStore,
-    chunk_keys,
     consolidated_documents,
+    fetch_ahead,
+    read_through,
     write_consolidated_group,
 )
 from cytepool.io.zarr.groups import read_node_document
@@ -105,7 +104,7 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
 _ATTEMPTS = 16
-_PREFETCH_LIMIT = MAX_CHUNK_BYTES  # each chunk is checked against its array's own bound
+_PARTS = ("samples", "groups", "features", "cells", "normalization")  # read when opening
 
 # ---------------------------------------------------------------------------------------------
 # Public functions
@@ -699,36 +698,9 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     header = _parse_header(attributes, root)
     documents = consolidated_documents(document, where)
     if documents is not None:
-        root = StorePath(_consolidated(handle, document, documents, version))
-        _fetch_parts_ahead(root.handle, documents)
+        root = StorePath(read_through(handle, document, documents, version))
+        fetch_ahead(root.handle, documents, _PARTS, limit=MAX_CHUNK_BYTES)
     return _read_parts(root, backend, header)
-
-
-def _consolidated(
-    handle: StoreHandle, document: dict[str, Any], documents: dict[str, Any], version: Any
-) -> ConsolidatedHandle:
-    """``handle`` read through the documents of the root; a remote one checks the root's
-    version (with a request sent now, alongside the next ones)."""
-    watch = getattr(handle, "watch", None)
-    if watch is not None:
-        watch(version)
-    store = ConsolidatedStore(handle.store, document, documents, version, trust=watch is not None)
-    return ConsolidatedHandle(store, handle)
-
-
-def _fetch_parts_ahead(handle: StoreHandle, documents: dict[str, Any]) -> None:
-    """Ask a handle that fetches ahead for every chunk of the tables, cells and normalization."""
-    prefetch = getattr(handle, "prefetch", None)
-    if prefetch is None:
-        return
-    parts = ("samples/", "groups/", "features/")
-    keys: list[str] = []
-    for key, document in documents.items():
-        if document.get("node_type") == "array" and (
-            key.startswith(parts) or key in ("cells", "normalization")
-        ):
-            keys.extend(chunk_keys(key, document, handle.where(join(key, METADATA_FILE))))
-    prefetch(keys, limit=_PREFETCH_LIMIT)
 
 
 def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:

@@ -36,6 +36,8 @@ __all__ = [
     "ConsolidatedStore",
     "chunk_keys",
     "consolidated_documents",
+    "fetch_ahead",
+    "read_through",
     "write_consolidated_group",
 ]
 
@@ -248,3 +250,33 @@ class ConsolidatedHandle:
     def close(self) -> None:
         """Close the handle under it."""
         self._inner.close()
+
+
+def read_through(
+    handle: StoreHandle, document: dict[str, Any], documents: dict[str, Any], version: Version
+) -> ConsolidatedHandle:
+    """``handle`` (whose root document, of ``version``, is ``document``) read through the
+    documents it holds; a handle that can watch the root (a remote one) checks its version
+    with a request sent now, alongside the next ones."""
+    watch = getattr(handle, "watch", None)
+    if watch is not None:
+        watch(version)
+    store = ConsolidatedStore(handle.store, document, documents, version, trust=watch is not None)
+    return ConsolidatedHandle(store, handle)
+
+
+def fetch_ahead(
+    handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str], *, limit: int
+) -> None:
+    """Ask a handle that fetches ahead (a remote one) for every chunk of the arrays at or
+    under ``nodes``, each refused beyond ``limit`` bytes (its reader checks its own bound)."""
+    prefetch = getattr(handle, "prefetch", None)
+    if prefetch is None:
+        return
+    roots = tuple(nodes)
+    keys: list[str] = []
+    for key, document in documents.items():
+        under = key in roots or key.startswith(tuple(f"{root}/" for root in roots))
+        if under and document.get("node_type") == "array":
+            keys.extend(chunk_keys(key, document, handle.where(f"{key}/{METADATA_FILE}")))
+    prefetch(keys, limit=limit)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import collections
 import dataclasses
 import datetime
@@ -254,7 +255,7 @@ def _split_options(scheme: str, options: Mapping[str, Any], url: str) -> _Option
         msg = f"storage_options must be a mapping, not {type(options).__name__}"
         raise InputTypeError(msg)
     config: dict[str, Any] = {}
-    client = dict(_CLIENT_DEFAULTS)
+    client: dict[str, Any] = dict(_CLIENT_DEFAULTS)
     if scheme == "http":  # the URL asks for plain HTTP
         client["allow_http"] = True
     known = _CONFIG.get(scheme, frozenset())
@@ -282,8 +283,9 @@ def _split_options(scheme: str, options: Mapping[str, Any], url: str) -> _Option
 
 
 def _positive(options: Mapping[str, Any], key: str, default: Any, kind: type) -> Any:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, kind | int) or value < 0:
+    value: Any = options.get(key, default)
+    allowed = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, allowed) or value < 0:
         msg = f"storage_options[{key!r}] must be a non-negative number, found {value!r}"
         raise InputError(msg)
     return value
@@ -459,9 +461,13 @@ def _client(url: str, frozen: tuple[tuple[str, Any], ...]) -> tuple[Any, int]:
     options = {key: _thaw(value) for key, value in frozen}
     split = _split_options(scheme, options, url)
     if scheme in ("http", "https"):
-        made_store = HTTPStore.from_url(url, client_options=split.client, retry_config=split.retry)
+        made_store: Any = HTTPStore.from_url(
+            url,
+            client_options=split.client,  # type: ignore[arg-type]
+            retry_config=split.retry,  # type: ignore[arg-type]
+        )
     else:
-        made_store = from_url(
+        made_store = from_url(  # type: ignore[call-overload]
             url, config=split.config, client_options=split.client, retry_config=split.retry
         )
     del obstore
@@ -597,7 +603,8 @@ class RemoteHandle:
         if expected is not None and expected.e_tag is not None:
             options["if_match"] = expected.e_tag
         result = await self._call(
-            key, lambda: obstore.get_async(self._client, key, options=options)
+            key,
+            lambda: obstore.get_async(self._client, key, options=options),  # type: ignore[arg-type]
         )
         return None if result is None else ETag.from_meta(result.meta)
 
@@ -649,7 +656,7 @@ class RemoteHandle:
         except RemoteStoreError:
             return []
 
-    async def _list(self, prefix: str) -> list[str]:
+    async def _list(self, prefix: str) -> builtins.list[str]:
         import obstore
 
         listed = await self._call(
