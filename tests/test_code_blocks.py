@@ -62,6 +62,7 @@ def test_the_pages_with_python_blocks() -> None:
         "docs/cube-files.md",
         "docs/cube.md",
         "docs/dask.md",
+        "docs/remote.md",
         "docs/tables.md",
     ]
 

@@ -15,7 +15,9 @@ the builtin it refines, so ``except ValueError`` (or ``TypeError``, ``KeyError``
   corrupt or uses a feature cytepool does not implement;
 - :class:`ConstraintError` (a ``ValueError``): a value breaks a constraint of the cube, and
   :class:`SumOverflowError` (an ``OverflowError``): a lazy sum does not fit its data type;
-- :class:`StoreChangedError` (a ``RuntimeError``): a store replaced while it was being read.
+- :class:`StoreChangedError` (a ``RuntimeError``): a store replaced while it was being read;
+- :class:`RemoteStoreError` (an ``OSError``): a remote store that could not be read (the
+  server kept failing beyond the retries, timed out or could not be reached).
 
 Operating-system conditions keep the builtin ``OSError`` family (``FileNotFoundError``,
 ``FileExistsError``, ``NotADirectoryError``, with their ``errno`` and path), and a missing
@@ -36,6 +38,7 @@ __all__ = [
     "InputIndexError",
     "InputTypeError",
     "NotCountsWarning",
+    "RemoteStoreError",
     "StoreChangedError",
     "StoredTypeError",
     "SumOverflowError",
@@ -126,6 +129,11 @@ class StoredTypeError(FormatError, TypeError):
 
 class StoreChangedError(CytepoolError, RuntimeError):
     """A store was replaced on disk while it was being read."""
+
+
+class RemoteStoreError(CytepoolError, OSError):
+    """A remote store could not be read: the server kept failing beyond the retries, timed out
+    or could not be reached."""
 
 
 class ConstraintError(CytepoolError, ValueError):

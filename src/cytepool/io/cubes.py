@@ -48,6 +48,7 @@ from cytepool.io._atomic import replace_directory
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
+    MAX_CHUNK_BYTES,
     METADATA_FILE,
     check_compression,
     open_array,
@@ -55,8 +56,17 @@ from cytepool.io.zarr import (
     write_array,
     write_group,
 )
+from cytepool.io.zarr.consolidated import (
+    consolidated_documents,
+    fetch_ahead,
+    read_through,
+    write_consolidated_group,
+)
+from cytepool.io.zarr.groups import read_node_document
+from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.store import LocalStore, StorePath, join, reading
+from cytepool.io.zarr.remote import is_url, locate, refuse_url
+from cytepool.io.zarr.store import LocalStore, StoreHandle, StorePath, join, reading
 
 if TYPE_CHECKING:
     from cytepool.cube import Cube
@@ -94,6 +104,7 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
 _ATTEMPTS = 16
+_PARTS = ("samples", "groups", "features", "cells", "normalization")  # read when opening
 
 # ---------------------------------------------------------------------------------------------
 # Public functions
@@ -200,7 +211,12 @@ def write_cube(
     )
 
 
-def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
+def read_cube(
+    path: str | os.PathLike[str],
+    *,
+    backend: str = "pandas",
+    storage_options: Mapping[str, Any] | None = None,
+) -> Cube:
     """Open a cube file.
 
     The metadata and the sample, group and feature tables are read now. The layers stay on
@@ -269,8 +285,11 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
     ...     type(opened.layers["counts"]).__name__, opened.profiles("B cells").tolist()
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
-    root = _local_path(path)
     check_backend(backend)
+    if is_url(path):
+        return _read_url(str(path), backend, storage_options)
+    root = _local_path(path)
+    locate(root, storage_options)  # refuses storage_options for a local path
     try:
         handle = LocalStore(root).open()
     except FileNotFoundError as error:
@@ -281,9 +300,19 @@ def read_cube(path: str | os.PathLike[str], *, backend: str = "pandas") -> Cube:
         raise FormatError(message) from error
     try:
         with reading(handle):
-            return _read(StorePath(handle), backend)
+            return _read(handle, backend)
     except StoreChangedError as error:
         message = f"the cube file {root} was replaced while it was being read; open it again"
+        raise StoreChangedError(message) from error
+
+
+def _read_url(url: str, backend: str, storage_options: Mapping[str, Any] | None) -> Cube:
+    handle = locate(url, storage_options).open()
+    try:
+        with reading(handle):
+            return _read(handle, backend)
+    except StoreChangedError as error:
+        message = f"the cube file {handle.where('')} changed while it was being read; open it again"
         raise StoreChangedError(message) from error
 
 
@@ -301,9 +330,7 @@ def _local_path(path: object) -> Path:
     if not isinstance(text, str):
         message = f"path must be a text path, found {type(text).__name__}"
         raise InputTypeError(message)
-    if _URL.match(text):
-        message = f"cube files are local directories; found the URL {text!r}"
-        raise InputError(message)
+    refuse_url(text, "a cube file")
     return Path(text)
 
 
@@ -391,7 +418,7 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
         layers=layers,
         dtypes={name: np.dtype(cube.layers[name].dtype).name for name in cube.layers},
     )
-    write_group(root, attributes=_attributes(cube, digests))
+    write_consolidated_group(root, _attributes(cube, digests))
 
 
 def _small_chunks(array: np.ndarray) -> tuple[int, ...]:
@@ -654,15 +681,30 @@ def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> 
         raise FormatError(message) from error
 
 
-def _read(root: StorePath, backend: str) -> Cube:
-    """Read and check everything but the layers' values, through the root's handle; open the
-    layers."""
+def _read(handle: StoreHandle, backend: str) -> Cube:
+    """Read and check everything but the layers' values, through ``handle``; open the layers.
+
+    The root document is read first. If it holds the hierarchy's metadata (consolidated),
+    every other document comes from it, and the chunks of the tables, cell numbers and
+    normalization are all asked for at once (a remote handle fetches them concurrently).
+    """
+    root = StorePath(handle)
     try:
-        attributes = read_group_attributes(root)
+        document, version, where = read_node_document(root)
     except FileNotFoundError as error:
         message = f"{root} is not a cube file: it has no Zarr group metadata ({METADATA_FILE})"
         raise FormatError(message) from error
+    attributes = GroupMetadata.from_json(document, where).attributes
     header = _parse_header(attributes, root)
+    documents = consolidated_documents(document, where)
+    if documents is not None:
+        root = StorePath(read_through(handle, document, documents, version))
+        fetch_ahead(root.handle, documents, _PARTS, limit=MAX_CHUNK_BYTES)
+    return _read_parts(root, backend, header)
+
+
+def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
+    """Read the tables, cells and normalization and open the layers."""
     try:
         tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from cytepool.io.tables import backends as _b
 from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
 from cytepool.io.zarr.names import node_name_problem
+from cytepool.io.zarr.remote import is_url, locate, refuse_url
 from cytepool.io.zarr.store import LocalStore, StorePath, reading
 
 __all__ = ["build_table", "read_table", "read_table_at", "write_table"]
@@ -68,7 +69,7 @@ def write_table(
         If a column name is not a string, is ``"_index"``, repeats, or cannot name a Zarr node
         (contains ``"/"``, ``"\\"`` or NUL, takes more than 255 bytes of UTF-8, ...: the rule
         readers apply too); if ``index`` names no column; or if compression, level or chunks
-        is invalid.
+        is invalid; or if ``path`` is a URL (write locally, then upload).
     FileExistsError
         If ``path`` exists.
     FileNotFoundError
@@ -88,6 +89,7 @@ def write_table(
     s1              10
     s2              20
     """
+    refuse_url(path, "a table")
     target = Path(os.fspath(path))
     build = _builder(frame, target, index, chunks, compression, level)
     if not target.parent.is_dir():
@@ -151,6 +153,7 @@ def read_table(
     *,
     backend: Literal["pandas", "polars", "pyarrow"] = "pandas",
     columns: Sequence[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Read a table stored in the anndata dataframe encoding (by anndata or :func:`write_table`).
 
@@ -160,7 +163,8 @@ def read_table(
     Parameters
     ----------
     path
-        The table group's directory (opened once; every array is read relative to it), or a
+        The table group's directory (opened once; every array is read relative to it), its
+        URL (``https://``, ``s3://``, ``gs://``, ``az://``; needs ``cytepool[remote]``), or a
         node of an open store (:class:`~cytepool.io.zarr.store.StorePath`).
     backend
         ``"pandas"``, ``"polars"`` or ``"pyarrow"``: the kind of frame to return. pandas gets the
@@ -169,6 +173,9 @@ def read_table(
         with ``index=None`` reads back as it was.
     columns
         The columns to read, in this order; None reads all. Only their arrays are read.
+    storage_options
+        For a URL: credentials, endpoint, region, ``anonymous``, timeouts, retries and
+        requests in flight (see :class:`~cytepool.io.zarr.remote.RemoteStore`).
 
     Returns
     -------
@@ -188,7 +195,10 @@ def read_table(
         If the store was replaced while it was being read
         (:class:`cytepool.errors.StoreChangedError`).
     ImportError
-        If the package of ``backend`` is not installed.
+        If the package of ``backend`` is not installed, or ``path`` is a URL and obstore
+        (``cytepool[remote]``) is not.
+    cytepool.errors.RemoteStoreError
+        If a remote store cannot be reached (an ``OSError``).
 
     Examples
     --------
@@ -212,7 +222,10 @@ def read_table(
     _b.import_backend(backend)
     if isinstance(path, StorePath):
         return read_table_at(path, backend=backend, columns=columns)
-    root = Path(os.fspath(path))
+    if is_url(path):
+        with reading(locate(path, storage_options).open()) as remote:
+            return read_table_at(StorePath(remote), backend=backend, columns=columns)
+    root = Path(os.fspath(locate(path, storage_options).where("")))
     try:
         handle = LocalStore(root).open()
     except (FileNotFoundError, NotADirectoryError) as error:

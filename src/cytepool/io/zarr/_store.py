@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cytepool.errors import FormatError, InputTypeError
 from cytepool.io.zarr.fields import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
+from cytepool.io.zarr.remote import locate
 from cytepool.io.zarr.store import (
     LocalStore,
     StoreHandle,
@@ -18,7 +20,7 @@ from cytepool.io.zarr.store import (
     reading,
 )
 
-__all__ = ["as_path", "open_local", "read_document", "write_document"]
+__all__ = ["as_path", "open_local", "open_store", "read_document", "write_document"]
 
 _V2_FILES = (".zarray", ".zgroup", ".zattrs")
 
@@ -31,6 +33,14 @@ def as_path(path: Any, name: str = "path") -> Path:
     return Path(path)
 
 
+def open_store(path: Any, storage_options: Mapping[str, Any] | None = None) -> StoreHandle:
+    """Open the store at ``path`` (a URL or a local directory) for one read."""
+    store = locate(path, storage_options)
+    if isinstance(store, LocalStore):
+        return open_local(store.path)
+    return store.open()
+
+
 def open_local(directory: Path) -> StoreHandle:
     """Open the local store at ``directory`` (FileNotFoundError if there is no directory)."""
     try:
@@ -40,10 +50,13 @@ def open_local(directory: Path) -> StoreHandle:
         raise FileNotFoundError(msg) from error
 
 
-def read_document(path: str | os.PathLike[str] | StorePath) -> tuple[Any, Version, str]:
+def read_document(
+    path: str | os.PathLike[str] | StorePath, storage_options: Mapping[str, Any] | None = None
+) -> tuple[Any, Version, str]:
     """Read and parse the zarr.json of a node strictly.
 
-    ``path`` is a node of an open store, or a local directory (opened for this read only).
+    ``path`` is a node of an open store, or a local directory or URL (opened for this read
+    only; ``storage_options`` go to a URL's client).
 
     Returns
     -------
@@ -59,7 +72,7 @@ def read_document(path: str | os.PathLike[str] | StorePath) -> tuple[Any, Versio
     """
     if isinstance(path, StorePath):
         return _read(path)
-    with reading(open_local(as_path(path))) as handle:
+    with reading(open_store(path, storage_options)) as handle:
         return _read(StorePath(handle))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputTypeError, StoreChangedError
 from cytepool.io.zarr._reading import Reader
-from cytepool.io.zarr._store import as_path, open_local, read_document, write_document
+from cytepool.io.zarr._store import as_path, open_store, read_document, write_document
 from cytepool.io.zarr._writing import NAT, write_chunks
 from cytepool.io.zarr.codecs import (
     MAX_CHUNK_BYTES,
@@ -232,7 +232,9 @@ class ZarrArray:
         with array_handle(self) as handle:
             out = np.empty(selection.shape, dtype=object if objects else self.dtype)
             work = out.reshape(selection.full_shape)
-            Reader(handle, self._key, self._metadata, objects=objects).read(selection, work)
+            reader = Reader(handle, self._key, self._metadata, objects=objects)
+            _fetch_ahead(handle, reader, self, selection)
+            reader.read(selection, work)
         return out[()] if selection.scalar else out
 
 
@@ -250,6 +252,21 @@ def array_handle(array: ZarrArray) -> Iterator[StoreHandle]:
     with reading(array._store.open()) as handle:
         _check_stamp(array, handle)
         yield handle
+
+
+def _fetch_ahead(
+    handle: StoreHandle, reader: Reader, array: ZarrArray, selection: Selection
+) -> None:
+    """Ask a handle that fetches ahead (a remote one) for the chunks the read will take, in
+    the order it takes them (sharded arrays read their shard indexes first: not ahead)."""
+    prefetch = getattr(handle, "prefetch", None)
+    if prefetch is None or reader.shard is not None:
+        return
+    encode = array._metadata.chunk_key_encoding.encode
+    keys = (
+        join(array._key, encode(piece.coords)) for piece in selection.pieces(reader.chunk_shape)
+    )
+    prefetch(keys, limit=reader.max_encoded)
 
 
 def _check_stamp(array: ZarrArray, handle: StoreHandle) -> None:
@@ -279,15 +296,21 @@ class _OIndex:
         return array._read(parse_selection(key, array.shape, orthogonal=True))
 
 
-def open_array(path: str | os.PathLike[str] | StorePath) -> ZarrArray:
+def open_array(
+    path: str | os.PathLike[str] | StorePath, *, storage_options: Mapping[str, Any] | None = None
+) -> ZarrArray:
     """Open a Zarr v3 array for reading.
 
     Parameters
     ----------
     path
-        The array's directory, which holds its zarr.json, or a node of an open store
+        The array's directory, which holds its zarr.json, its URL (``https://``, ``s3://``,
+        ``gs://``, ``az://``; needs ``cytepool[remote]``), or a node of an open store
         (:class:`~cytepool.io.zarr.store.StorePath`), whose handle the array then reads
         through while it is open.
+    storage_options
+        For a URL: credentials, endpoint, region, ``anonymous``, timeouts, retries and
+        requests in flight (see :class:`~cytepool.io.zarr.remote.RemoteStore`).
 
     Returns
     -------
@@ -299,7 +322,12 @@ def open_array(path: str | os.PathLike[str] | StorePath) -> ZarrArray:
         If there is no array metadata at path.
     ValueError
         If the metadata is invalid or uses a feature this module does not support (the
-        message names it).
+        message names it), or ``storage_options`` are given for a local path or hold an
+        unknown key.
+    ImportError
+        If ``path`` is a URL and obstore (``cytepool[remote]``) is not installed.
+    cytepool.errors.RemoteStoreError
+        If a remote store cannot be reached (an ``OSError``).
 
     Examples
     --------
@@ -311,7 +339,7 @@ def open_array(path: str | os.PathLike[str] | StorePath) -> ZarrArray:
     """
     node = path if isinstance(path, StorePath) else None
     if node is None:
-        with reading(open_local(as_path(path))) as handle:
+        with reading(open_store(path, storage_options)) as handle:
             return _open(StorePath(handle), None)
     return _open(node, node.handle)
 

@@ -14,9 +14,15 @@ from cytepool.io.zarr.metadata import (
     check_attributes,
     parse_document,
 )
-from cytepool.io.zarr.store import StorePath
+from cytepool.io.zarr.store import StorePath, Version
 
-__all__ = ["node_type", "read_group_attributes", "write_group"]
+__all__ = ["node_type", "read_group_attributes", "read_node_document", "write_group"]
+
+
+def _is_url(path: object) -> bool:
+    from cytepool.io.zarr.remote import is_url
+
+    return is_url(path)
 
 
 def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | None = None) -> None:
@@ -55,16 +61,22 @@ def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | No
     write_document(directory, document)
 
 
-def read_group_attributes(path: str | os.PathLike[str] | StorePath) -> dict[str, Any]:
+def read_group_attributes(
+    path: str | os.PathLike[str] | StorePath, *, storage_options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Read and check a Zarr v3 group's metadata and return its attributes.
 
-    Consolidated metadata, if present, is ignored: each node is read from its own zarr.json.
+    Consolidated metadata, if present, is not used: each node is read from its own zarr.json.
 
     Parameters
     ----------
     path
-        The group's directory, which holds its zarr.json, or a node of an open store
+        The group's directory, which holds its zarr.json, its URL (``https://``, ``s3://``,
+        ``gs://``, ``az://``; needs ``cytepool[remote]``), or a node of an open store
         (:class:`~cytepool.io.zarr.store.StorePath`).
+    storage_options
+        For a URL: credentials, endpoint, region, ``anonymous``, timeouts, retries (see
+        :class:`~cytepool.io.zarr.remote.RemoteStore`).
 
     Returns
     -------
@@ -75,7 +87,12 @@ def read_group_attributes(path: str | os.PathLike[str] | StorePath) -> dict[str,
     FileNotFoundError
         If there is no group metadata at path.
     ValueError
-        If the metadata is invalid, describes an array, or belongs to a Zarr v2 store.
+        If the metadata is invalid, describes an array, or belongs to a Zarr v2 store, or
+        ``storage_options`` are given for a local path or hold an unknown key.
+    ImportError
+        If ``path`` is a URL and obstore (``cytepool[remote]``) is not installed.
+    cytepool.errors.RemoteStoreError
+        If a remote store cannot be reached (an ``OSError``).
 
     Examples
     --------
@@ -85,12 +102,18 @@ def read_group_attributes(path: str | os.PathLike[str] | StorePath) -> dict[str,
     >>> read_group_attributes(tmp)
     {}
     """
-    node = path if isinstance(path, StorePath) else as_path(path)
-    doc, _, where = read_document(node)
+    node = path if isinstance(path, StorePath) or _is_url(path) else as_path(path)
+    doc, _, where = read_document(node, storage_options)
     if isinstance(doc, dict) and doc.get("node_type") == "array":
         msg = f"{node} is a Zarr array, not a group ({where})"
         raise FormatError(msg)
     return GroupMetadata.from_json(doc, where).attributes
+
+
+def read_node_document(node: StorePath) -> tuple[Any, Version, str]:
+    """The parsed zarr.json of a node of an open store, its version and its name for messages
+    (FileNotFoundError if absent, FormatError if not strict JSON or too large)."""
+    return read_document(node)
 
 
 def node_type(path: str | os.PathLike[str] | StorePath) -> Literal["array", "group"]:

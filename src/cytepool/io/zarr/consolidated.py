@@ -1,0 +1,282 @@
+"""Consolidated metadata: a hierarchy's metadata documents in its root zarr.json.
+
+zarr-python 3 stores, in the root group's document, ``"consolidated_metadata": {"kind":
+"inline", "must_understand": false, "metadata": {path: document}}`` with a copy of every other
+node's document (a group's copy carries an empty ``consolidated_metadata`` of its own).
+:func:`write_consolidated_group` writes that layout for a hierarchy built on disk, as its last
+step; since ``must_understand`` is false, every Zarr v3 reader still opens each node by its own
+document, and zarr-python's ``open_consolidated`` opens the whole hierarchy from the root alone.
+
+:class:`ConsolidatedStore` is a store read through that copy: its handles answer every
+``zarr.json`` from the copy, without reading the documents, and fetch everything else from the
+store under it. A node absent from the copy is absent. The version of every document is the
+version of the root document, so an array opened through the copy is checked against the root
+document at each read (locally a ``stat``; remotely a conditional HEAD sent with the read's
+requests, see :mod:`cytepool.io.zarr.remote`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cytepool.errors import FormatError
+from cytepool.io.zarr.fields import METADATA_FILE, dumps, loads
+from cytepool.io.zarr.metadata import ArrayMetadata, check_attributes
+from cytepool.io.zarr.store import Blob, Part, Store, StoreHandle, TooLargeError, Version
+
+__all__ = [
+    "CONSOLIDATED",
+    "ConsolidatedHandle",
+    "ConsolidatedStore",
+    "chunk_keys",
+    "consolidated_documents",
+    "fetch_ahead",
+    "read_through",
+    "write_consolidated_group",
+]
+
+CONSOLIDATED = "consolidated_metadata"
+"""The key of the root document that holds the hierarchy's metadata."""
+
+
+def _entry(documents: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": "inline", "must_understand": False, "metadata": dict(documents)}
+
+
+def write_consolidated_group(directory: Path, attributes: Mapping[str, Any]) -> None:
+    """Write the root group's zarr.json of the hierarchy at ``directory``, with a copy of
+    every other node's document (FileExistsError if the root has one).
+
+    Examples
+    --------
+    >>> import json, tempfile, pathlib
+    >>> from cytepool.io.zarr import write_group
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> write_group(tmp / "t")
+    >>> write_consolidated_group(tmp, {"a": 1})
+    >>> document = json.loads((tmp / "zarr.json").read_text())
+    >>> list(document), list(document["consolidated_metadata"]["metadata"])
+    (['attributes', 'zarr_format', 'consolidated_metadata', 'node_type'], ['t'])
+    """
+    documents = {key: _copy(document) for key, document in sorted(_documents(directory))}
+    root = {
+        "attributes": check_attributes(attributes),
+        "zarr_format": 3,
+        CONSOLIDATED: _entry(documents),
+        "node_type": "group",
+    }
+    with open(directory / METADATA_FILE, "x", encoding="ascii") as file:
+        file.write(dumps(root))
+
+
+def _documents(directory: Path) -> Iterator[tuple[str, Any]]:
+    """(key, parsed document) of every node under ``directory`` but the root."""
+    for parent, names, files in os.walk(directory):
+        names.sort()
+        here = Path(parent)
+        if here != directory and METADATA_FILE in files:
+            key = here.relative_to(directory).as_posix()
+            where = os.fspath(here / METADATA_FILE)
+            yield key, loads((here / METADATA_FILE).read_bytes(), where)
+
+
+def _copy(document: Any) -> Any:
+    """A node's document as the root holds it (zarr-python's layout: groups get an empty
+    consolidated entry of their own)."""
+    if isinstance(document, dict) and document.get("node_type") == "group":
+        copy = {key: value for key, value in document.items() if key != "node_type"}
+        copy[CONSOLIDATED] = _entry({})
+        copy["node_type"] = "group"
+        return copy
+    return document
+
+
+def consolidated_documents(root: Any, where: str) -> dict[str, Any] | None:
+    """The documents a root document holds (by key), None if it holds none; FormatError if
+    the entry is malformed.
+
+    Examples
+    --------
+    >>> consolidated_documents({"zarr_format": 3, "node_type": "group"}, "zarr.json") is None
+    True
+    >>> entry = {"kind": "inline", "must_understand": False, "metadata": {"a": {}}}
+    >>> consolidated_documents({"consolidated_metadata": entry}, "zarr.json")
+    {'a': {}}
+    """
+    if not isinstance(root, dict) or root.get(CONSOLIDATED) is None:
+        return None
+    entry = root[CONSOLIDATED]
+    if not isinstance(entry, dict) or entry.get("kind") != "inline":
+        msg = f"{where}: {CONSOLIDATED} must be an object of kind 'inline', found {entry!r:.200}"
+        raise FormatError(msg)
+    documents = entry.get("metadata")
+    if not isinstance(documents, dict) or not all(
+        isinstance(key, str) and key and isinstance(value, dict) for key, value in documents.items()
+    ):
+        msg = f"{where}: {CONSOLIDATED}.metadata must map node paths to documents"
+        raise FormatError(msg)
+    return documents
+
+
+def chunk_keys(prefix: str, document: Any, where: str) -> list[str]:
+    """The keys of every chunk (or shard) of the array whose document is ``document``.
+
+    Examples
+    --------
+    >>> from cytepool.io.zarr.metadata import ArrayMetadata
+    >>> doc = {"zarr_format": 3, "node_type": "array", "shape": [3], "data_type": "int8",
+    ...     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+    ...     "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+    ...     "codecs": [{"name": "bytes"}]}
+    >>> chunk_keys("a", doc, "a/zarr.json")
+    ['a/c/0', 'a/c/1']
+    """
+    meta = ArrayMetadata.from_json(document, where)
+    grid = [
+        -(-size // chunk)
+        for size, chunk in zip(meta.shape, meta.chunk_grid.chunk_shape, strict=True)
+    ]
+    encode = meta.chunk_key_encoding.encode
+    return [f"{prefix}/{encode(tuple(int(c) for c in coords))}" for coords in np.ndindex(*grid)]
+
+
+@dataclass(frozen=True)
+class ConsolidatedStore:
+    """A store read through the metadata its root document holds (see the module docs)."""
+
+    inner: Store
+    root: dict[str, Any] = field(repr=False)
+    documents: dict[str, Any] = field(repr=False)
+    version: Version = field(repr=False)
+    trust: bool = field(default=False, repr=False)
+    """Whether handles take the root's version as current without asking the inner store
+    (the inner handle then checks it itself, as a remote handle does)."""
+
+    def open(self) -> ConsolidatedHandle:
+        """Open the inner store, read through the documents."""
+        return ConsolidatedHandle(self, self.inner.open())
+
+    def where(self, key: str) -> str:
+        """The inner store's name of ``key``."""
+        return self.inner.where(key)
+
+
+class ConsolidatedHandle:
+    """A handle answering zarr.json from the root document's copy (see the module docs)."""
+
+    def __init__(self, store: ConsolidatedStore, inner: StoreHandle):
+        self._store, self._inner = store, inner
+        self._texts: dict[str, bytes] = {}
+
+    @property
+    def store(self) -> ConsolidatedStore:
+        """The consolidated store."""
+        return self._store
+
+    @property
+    def inner(self) -> StoreHandle:
+        """The handle of the store under it."""
+        return self._inner
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle was closed."""
+        return self._inner.closed
+
+    def where(self, key: str) -> str:
+        """The inner store's name of ``key``."""
+        return self._inner.where(key)
+
+    def _node(self, key: str) -> str | None:
+        """The node whose document ``key`` is, or None if ``key`` is no metadata document."""
+        if key == METADATA_FILE:
+            return ""
+        head, _, tail = key.rpartition("/")
+        return head if tail == METADATA_FILE else None
+
+    def _text(self, node: str) -> bytes | None:
+        if node == "":
+            return dumps(self._store.root).encode("ascii")
+        document = self._store.documents.get(node)
+        return None if document is None else dumps(document).encode("ascii")
+
+    def get(self, key: str, *, limit: int) -> Blob | None:
+        """A document from the copy, anything else from the store under it."""
+        node = self._node(key)
+        if node is None:
+            return self._inner.get(key, limit=limit)
+        text = self._text(node)
+        if text is None:
+            return None
+        if len(text) > limit:
+            raise TooLargeError(self.where(key), len(text), limit)
+        return Blob(text, self._store.version)
+
+    def get_range(self, key: str, start: int, length: int) -> Part | None:
+        """A byte range from the store under it."""
+        return self._inner.get_range(key, start, length)
+
+    def list(self, prefix: str) -> list[str]:
+        """The names under ``prefix`` in the store under it."""
+        return self._inner.list(prefix)
+
+    def version(self, key: str) -> Version | None:
+        """A document's version is the root document's current version."""
+        node = self._node(key)
+        if node is None:
+            return self._inner.version(key)
+        if node and node not in self._store.documents:
+            return None
+        if self._store.trust:
+            return self._store.version
+        return self._inner.version(METADATA_FILE)
+
+    def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
+        """Fetch ahead through the store under it, if it fetches ahead."""
+        prefetch = getattr(self._inner, "prefetch", None)
+        if prefetch is not None:
+            prefetch(keys, limit=limit)
+
+    def verify(self) -> None:
+        """Verify the store under it."""
+        self._inner.verify()
+
+    def close(self) -> None:
+        """Close the handle under it."""
+        self._inner.close()
+
+
+def read_through(
+    handle: StoreHandle, document: dict[str, Any], documents: dict[str, Any], version: Version
+) -> ConsolidatedHandle:
+    """``handle`` (whose root document, of ``version``, is ``document``) read through the
+    documents it holds; a handle that can watch the root (a remote one) checks its version
+    with a request sent now, alongside the next ones."""
+    watch = getattr(handle, "watch", None)
+    if watch is not None:
+        watch(version)
+    store = ConsolidatedStore(handle.store, document, documents, version, trust=watch is not None)
+    return ConsolidatedHandle(store, handle)
+
+
+def fetch_ahead(
+    handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str], *, limit: int
+) -> None:
+    """Ask a handle that fetches ahead (a remote one) for every chunk of the arrays at or
+    under ``nodes``, each refused beyond ``limit`` bytes (its reader checks its own bound)."""
+    prefetch = getattr(handle, "prefetch", None)
+    if prefetch is None:
+        return
+    roots = tuple(nodes)
+    keys: list[str] = []
+    for key, document in documents.items():
+        under = key in roots or key.startswith(tuple(f"{root}/" for root in roots))
+        if under and document.get("node_type") == "array":
+            keys.extend(chunk_keys(key, document, handle.where(f"{key}/{METADATA_FILE}")))
+    prefetch(keys, limit=limit)

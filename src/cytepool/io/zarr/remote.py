@@ -1,0 +1,732 @@
+"""Remote stores: Zarr hierarchies read over HTTP(S), S3, Google Cloud Storage and Azure.
+
+:class:`RemoteStore` is the :class:`~cytepool.io.zarr.store.Store` of a URL
+(``http://``, ``https://``, ``s3://``, ``gs://``, ``az://``). Its objects are fetched with
+`obstore <https://developmentseed.org/obstore/>`_ (the optional extra ``cytepool[remote]``),
+imported only when a URL is opened. obstore was chosen over fsspec because it is one
+dependency-free wheel for every scheme, retries 5xx answers, resets and timeouts with backoff,
+resumes a truncated body with a range checked against the first answer's ETag (it never returns
+a short or mixed body), supports conditional requests, and keeps credentials out of its reprs;
+zarr-python's ``ObjectStore`` uses it too.
+
+Requests run on one private event loop thread (so reads work inside Jupyter's running loop),
+at most ``max_in_flight`` of a handle at a time (16 by default). A handle fetches ahead the
+chunks a read will ask for (:meth:`RemoteHandle.prefetch`), keeping at most twice that many
+fetched and not yet decoded, so memory is the result plus a bounded number of chunks.
+
+A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
+``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
+:meth:`RemoteHandle.verify` raises :class:`~cytepool.errors.StoreChangedError` if the answer
+says the document changed. Faults become errors: a missing object reads as absent (a chunk is
+then the fill value; a missing metadata document or table part is a FormatError raised by the
+reader), a short body is a FormatError, a server that keeps failing beyond the retries is a
+:class:`~cytepool.errors.RemoteStoreError`. Credentials (``storage_options`` and any
+``user:password@`` of a URL) never appear in messages or reprs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import collections
+import dataclasses
+import datetime
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from cytepool.errors import (
+    FormatError,
+    InputError,
+    InputTypeError,
+    RemoteStoreError,
+    StoreChangedError,
+)
+from cytepool.io.zarr.store import Blob, LocalStore, Part, Store, TooLargeError
+
+__all__ = [
+    "DEFAULT_IN_FLIGHT",
+    "SCHEMES",
+    "ETag",
+    "RemoteHandle",
+    "RemoteStore",
+    "is_url",
+    "locate",
+    "refuse_url",
+]
+
+SCHEMES = ("http", "https", "s3", "gs", "az")
+"""The URL schemes of remote stores."""
+
+DEFAULT_IN_FLIGHT = 16
+"""Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``."""
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_MOST_IN_FLIGHT = 1024
+_INSTALL = "install the extra with: pip install 'cytepool[remote]'"
+_CONFIG = {
+    "s3": frozenset(
+        {
+            "endpoint",
+            "region",
+            "access_key_id",
+            "secret_access_key",
+            "session_token",
+            "virtual_hosted_style_request",
+            "request_payer",
+            "skip_signature",
+            "unsigned_payload",
+            "checksum_algorithm",
+        }
+    ),
+    "gs": frozenset(
+        {
+            "service_account",
+            "service_account_key",
+            "application_credentials",
+            "bearer_token",
+            "base_url",
+            "skip_signature",
+        }
+    ),
+    "az": frozenset(
+        {
+            "account_name",
+            "account_key",
+            "sas_key",
+            "token",
+            "client_id",
+            "client_secret",
+            "tenant_id",
+            "use_emulator",
+            "endpoint",
+            "container_name",
+            "skip_signature",
+            "use_fabric_endpoint",
+        }
+    ),
+}
+_PREFIXES = {"s3": "aws_", "gs": "google_", "az": "azure_"}
+_CLIENT = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "default_headers",
+        "http1_only",
+        "http2_only",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "timeout",
+        "user_agent",
+    }
+)
+_OWN = frozenset({"max_in_flight", "max_retries", "retry_timeout", "anonymous"})
+_CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "120s"}
+_RETRY_DEFAULTS = {"max_retries": 4, "retry_timeout": 30.0}
+
+T = TypeVar("T")
+
+
+def is_url(path: object) -> bool:
+    """Whether ``path`` is a string that starts with a URL scheme (``s3://...``).
+
+    Examples
+    --------
+    >>> is_url("s3://bucket/x.cube.zarr"), is_url("x.cube.zarr"), is_url(3)
+    (True, False, False)
+    """
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store:
+    """The store at ``path``: a :class:`RemoteStore` for a URL (``storage_options`` go to its
+    client), else a :class:`~cytepool.io.zarr.store.LocalStore`.
+
+    Examples
+    --------
+    >>> locate("s3://bucket/x.cube.zarr"), locate("x.cube.zarr")
+    (RemoteStore(url='s3://bucket/x.cube.zarr'), LocalStore(path=PosixPath('x.cube.zarr')))
+    """
+    if is_url(path):
+        return RemoteStore(path, storage_options or {})
+    if storage_options:
+        msg = f"storage_options apply to URLs only; {path!r} is a local path"
+        raise InputError(msg)
+    if not isinstance(path, str | os.PathLike):
+        msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
+        raise InputTypeError(msg)
+    return LocalStore(Path(path))
+
+
+def refuse_url(path: object, what: str) -> None:
+    """InputError if ``path`` is a URL: cytepool writes local directories only.
+
+    Examples
+    --------
+    >>> refuse_url("s3://bucket/x.cube.zarr", "a cube file")
+    Traceback (most recent call last):
+    ...
+    cytepool.errors.InputError: cannot write a cube file to the URL 's3://bucket/x.cube.zarr': ...
+    """
+    if is_url(path):
+        msg = (
+            f"cannot write {what} to the URL {path!r}: cytepool writes local directories only;"
+            " write it locally, then upload the directory with a sync tool (aws s3 sync, gcloud"
+            " storage rsync, azcopy sync, rclone) and read it back by URL"
+        )
+        raise InputError(msg)
+
+
+def import_obstore() -> Any:
+    """obstore, or ImportError naming the extra that installs it."""
+    try:
+        import obstore
+    except ImportError as error:
+        msg = f"reading a store by URL needs obstore: {_INSTALL}"
+        raise ImportError(msg) from error
+    return obstore
+
+
+# ---------------------------------------------------------------------------------------------
+# The event loop thread
+
+
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """The private event loop of remote requests, on a daemon thread started when first used."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="cytepool-remote", daemon=True)
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def _forget_loop() -> None:
+    """A forked child has no loop thread: start a new one when needed."""
+    global _loop, _loop_lock
+    _loop, _loop_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop)
+
+
+def _submit(coroutine: Awaitable[T]) -> Future[T]:
+    return asyncio.run_coroutine_threadsafe(coroutine, _event_loop())  # type: ignore[arg-type]
+
+
+def _run(coroutine: Awaitable[T]) -> T:
+    return _submit(coroutine).result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass(frozen=True)
+class _Options:
+    """``storage_options`` split into obstore's config, client options and retries."""
+
+    config: dict[str, Any]
+    client: dict[str, Any]
+    retry: dict[str, Any]
+    max_in_flight: int
+
+
+def _split_options(scheme: str, options: Mapping[str, Any], url: str) -> _Options:
+    """Check ``storage_options`` and sort them, before obstore sees any (a client option
+    given to obstore as a config key makes it panic)."""
+    if not isinstance(options, Mapping):
+        msg = f"storage_options must be a mapping, not {type(options).__name__}"
+        raise InputTypeError(msg)
+    config: dict[str, Any] = {}
+    client: dict[str, Any] = dict(_CLIENT_DEFAULTS)
+    if scheme == "http":  # the URL asks for plain HTTP
+        client["allow_http"] = True
+    known = _CONFIG.get(scheme, frozenset())
+    for key, value in options.items():
+        if not isinstance(key, str):
+            msg = f"storage_options keys must be strings, found {key!r}"
+            raise InputTypeError(msg)
+        if key in _CLIENT:
+            client[key] = value
+        elif key in known or (scheme in _PREFIXES and key.startswith(_PREFIXES[scheme])):
+            config[key] = value
+        elif key not in _OWN:
+            allowed = sorted(known | _CLIENT | _OWN)
+            msg = (
+                f"storage_options has the unknown key {key!r} for a {scheme}:// store {url}; "
+                f"the keys known are {', '.join(allowed)}"
+            )
+            raise InputError(msg)
+    if options.get("anonymous"):
+        if scheme not in _CONFIG:
+            msg = f"storage_options 'anonymous' applies to s3, gs and az stores, not {url}"
+            raise InputError(msg)
+        config["skip_signature"] = True
+    return _Options(config, client, _retry(options), _in_flight(options))
+
+
+def _positive(options: Mapping[str, Any], key: str, default: Any, kind: type) -> Any:
+    value: Any = options.get(key, default)
+    allowed = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, allowed) or value < 0:
+        msg = f"storage_options[{key!r}] must be a non-negative number, found {value!r}"
+        raise InputError(msg)
+    return value
+
+
+def _retry(options: Mapping[str, Any]) -> dict[str, Any]:
+    retries = _positive(options, "max_retries", _RETRY_DEFAULTS["max_retries"], int)
+    seconds = _positive(options, "retry_timeout", _RETRY_DEFAULTS["retry_timeout"], float)
+    return {
+        "max_retries": int(retries),
+        "retry_timeout": datetime.timedelta(seconds=float(seconds)),
+        "backoff": {
+            "init_backoff": datetime.timedelta(milliseconds=100),
+            "max_backoff": datetime.timedelta(seconds=5),
+            "base": 2,
+        },
+    }
+
+
+def _in_flight(options: Mapping[str, Any]) -> int:
+    value = options.get("max_in_flight", DEFAULT_IN_FLIGHT)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MOST_IN_FLIGHT:
+        msg = (
+            f"storage_options['max_in_flight'] must be an integer from 1 to {_MOST_IN_FLIGHT}, "
+            f"found {value!r}"
+        )
+        raise InputError(msg)
+    return value
+
+
+def _strip_userinfo(url: str) -> tuple[str, str | None]:
+    """The URL without ``user:password@``, and a basic Authorization header made of them."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    header = "Basic " + base64.b64encode(token.encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=netloc)), header
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions
+
+
+@dataclass(frozen=True)
+class ETag:
+    """The version of a remote object: its ETag if the server sends one, else its size and
+    Last-Modified time.
+
+    Examples
+    --------
+    >>> ETag('"a"', 3, None).matches(ETag('"a"', 3, None))
+    True
+    >>> ETag(None, 3, "t1").matches(ETag(None, 3, "t2"))
+    False
+    """
+
+    e_tag: str | None
+    size: int
+    last_modified: Any
+
+    def matches(self, other: Any) -> bool:
+        """Same ETag, or without ETags the same size and Last-Modified time."""
+        if not isinstance(other, ETag):
+            return False
+        if self.e_tag is not None or other.e_tag is not None:
+            return self.e_tag == other.e_tag
+        return (self.size, self.last_modified) == (other.size, other.last_modified)
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> ETag:
+        """The version in obstore's object metadata."""
+        return cls(meta.get("e_tag"), int(meta["size"]), meta.get("last_modified"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+
+
+@dataclass(frozen=True)
+class RemoteStore:
+    """A store at a URL, read with obstore (see the module documentation).
+
+    ``storage_options`` go to obstore: its configuration keys for the scheme (``endpoint``,
+    ``region``, ``access_key_id``, ``secret_access_key``, ... for S3; ``service_account_key``,
+    ... for GCS; ``account_name``, ``sas_key``, ... for Azure), its client options
+    (``allow_http``, ``timeout``, ``connect_timeout``, ``default_headers``, ...), and
+    cytepool's own: ``anonymous`` (unsigned requests), ``max_retries`` (4), ``retry_timeout``
+    (30 seconds) and ``max_in_flight`` (16). Unknown keys raise ValueError.
+
+    Examples
+    --------
+    >>> store = RemoteStore("s3://bucket/x.cube.zarr", {"secret_access_key": "hidden"})
+    >>> store.where("zarr.json"), "hidden" in repr(store)
+    ('s3://bucket/x.cube.zarr/zarr.json', False)
+    """
+
+    url: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    expected: ETag | None = field(default=None, repr=False)
+    """The version of the root zarr.json a handle checks (with a HEAD sent as it opens)."""
+
+    def __post_init__(self) -> None:
+        if not is_url(self.url):
+            msg = f"a remote store needs a URL such as s3://bucket/path, found {self.url!r}"
+            raise InputError(msg)
+        scheme = self.url.split("://", 1)[0].lower()
+        if scheme not in SCHEMES:
+            msg = f"URLs with the scheme {scheme}:// are not supported; use one of " + ", ".join(
+                f"{name}://" for name in SCHEMES
+            )
+            raise InputError(msg)
+        url, authorization = _strip_userinfo(self.url.rstrip("/"))
+        options = dict(self.storage_options)
+        if authorization is not None:
+            headers = dict(options.get("default_headers") or {})
+            headers.setdefault("Authorization", authorization)
+            options["default_headers"] = headers
+        _split_options(scheme, options, url)  # checked now, before any request
+        object.__setattr__(self, "url", url)
+        object.__setattr__(self, "storage_options", options)
+
+    @property
+    def scheme(self) -> str:
+        """The URL's scheme, in lower case."""
+        return self.url.split("://", 1)[0].lower()
+
+    def where(self, key: str) -> str:
+        """The URL of ``key``, for messages."""
+        return f"{self.url}/{key}" if key else self.url
+
+    def expecting(self, version: ETag | None) -> RemoteStore:
+        """This store, whose handles check that the root zarr.json still has ``version``."""
+        return RemoteStore(self.url, self.storage_options, version)
+
+    def open(self) -> RemoteHandle:
+        """A handle for one read (ImportError without obstore)."""
+        return RemoteHandle(self)
+
+    def client(self) -> tuple[Any, int]:
+        """obstore's store for this URL, and the most requests in flight."""
+        return _client(self.url, _freeze(self.storage_options))
+
+
+def _freeze(options: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((key, _hashable(value)) for key, value in options.items()))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return ("mapping", _freeze(value))
+    return value
+
+
+_clients: dict[tuple[str, Any], tuple[Any, int]] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(url: str, frozen: tuple[tuple[str, Any], ...]) -> tuple[Any, int]:
+    """One obstore store per URL and options (its connection pool is reused across reads)."""
+    with _clients_lock:
+        made = _clients.get((url, frozen))
+    if made is not None:
+        return made
+    obstore = import_obstore()
+    from obstore.store import HTTPStore, from_url
+
+    scheme = url.split("://", 1)[0].lower()
+    options = {key: _thaw(value) for key, value in frozen}
+    split = _split_options(scheme, options, url)
+    if scheme in ("http", "https"):
+        made_store: Any = HTTPStore.from_url(
+            url,
+            client_options=split.client,  # type: ignore[arg-type]
+            retry_config=split.retry,  # type: ignore[arg-type]
+        )
+    else:
+        made_store = from_url(  # type: ignore[call-overload]
+            url, config=split.config, client_options=split.client, retry_config=split.retry
+        )
+    del obstore
+    with _clients_lock:
+        made = _clients.setdefault((url, frozen), (made_store, split.max_in_flight))
+    return made
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "mapping":
+        return {key: _thaw(item) for key, item in value[1]}
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of an obstore message (the rest is a debug dump with server text)."""
+    text = str(error).strip().splitlines()
+    return text[0][:500] if text else type(error).__name__
+
+
+def _changed(error: BaseException) -> bool:
+    from obstore.exceptions import PreconditionError
+
+    return isinstance(error, PreconditionError) or "precondition" in str(error).lower()
+
+
+def _failure(error: BaseException, where: str) -> Exception:
+    """The cytepool error of an obstore failure at ``where``."""
+    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+
+    if _changed(error):
+        msg = f"{where} changed while it was being read; open it again"
+        return StoreChangedError(msg)
+    if isinstance(error, PermissionDeniedError | UnauthenticatedError):
+        msg = (
+            f"{where} cannot be read: access denied ({_first_line(error)}); give credentials "
+            "in storage_options, or anonymous=True for a public bucket"
+        )
+        return PermissionError(msg)
+    msg = (
+        f"{where} could not be read: {_first_line(error)}; check the URL and the network, or "
+        "raise storage_options max_retries/retry_timeout/timeout"
+    )
+    return RemoteStoreError(msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# The handle
+
+
+class RemoteHandle:
+    """A remote store opened for one read (see the module documentation)."""
+
+    def __init__(self, store: RemoteStore):
+        self._store = store
+        self._client, self._in_flight = store.client()
+        self._semaphore: asyncio.Semaphore | None = None
+        self._closed = False
+        self._pending: dict[str, Future[tuple[bytes, ETag] | None]] = {}
+        self._queue: collections.deque[str] = collections.deque()
+        self._prefetch_limit = 0
+        self._lock = threading.Lock()
+        self._check: Future[ETag | None] | None = None
+        if store.expected is not None:
+            self.watch(store.expected)
+
+    def __repr__(self) -> str:
+        return f"<RemoteHandle {self._store.url!r}>"
+
+    @property
+    def store(self) -> RemoteStore:
+        """The store this handle opened."""
+        return self._store
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle was closed."""
+        return self._closed
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests this handle has in flight at a time."""
+        return self._in_flight
+
+    def where(self, key: str) -> str:
+        """The URL of ``key``, for messages."""
+        return self._store.where(key)
+
+    async def _limited(self, coroutine: Awaitable[T]) -> T:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self._in_flight)
+        async with self._semaphore:
+            return await coroutine
+
+    async def _call(self, key: str, make: Callable[[], Awaitable[T]]) -> T | None:
+        """Await an obstore call; None if the object is absent, cytepool errors otherwise."""
+        from obstore.exceptions import BaseError
+
+        try:
+            return await make()
+        except FileNotFoundError:
+            return None
+        except BaseError as error:
+            raise _failure(error, self.where(key)) from None
+
+    async def _get(self, key: str, limit: int) -> tuple[bytes, ETag] | None:
+        import obstore
+
+        result = await self._call(key, lambda: obstore.get_async(self._client, key))
+        if result is None:
+            return None
+        version = ETag.from_meta(result.meta)
+        if version.size > limit:
+            raise TooLargeError(self.where(key), version.size, limit)
+        body = await self._call(key, result.bytes_async)
+        data = bytes(body) if body is not None else b""
+        if len(data) != version.size:
+            msg = (
+                f"{self.where(key)} came back short: {len(data)} bytes of the {version.size} "
+                "the server announced (a truncated answer); read it again"
+            )
+            raise FormatError(msg)
+        return data, version
+
+    async def _head(self, key: str, expected: ETag | None = None) -> ETag | None:
+        import obstore
+
+        options: dict[str, Any] = {"head": True}
+        if expected is not None and expected.e_tag is not None:
+            options["if_match"] = expected.e_tag
+        result = await self._call(
+            key,
+            lambda: obstore.get_async(self._client, key, options=options),  # type: ignore[arg-type]
+        )
+        return None if result is None else ETag.from_meta(result.meta)
+
+    def get(self, key: str, *, limit: int) -> Blob | None:
+        """The whole object at ``key`` (None if absent); TooLargeError beyond ``limit``."""
+        future = self._take(key)
+        if future is None:
+            got = _run(self._limited(self._get(key, limit)))
+        else:
+            got = future.result()
+            if got is not None and len(got[0]) > limit:
+                raise TooLargeError(self.where(key), len(got[0]), limit)
+        return None if got is None else Blob(got[0], got[1])
+
+    def get_range(self, key: str, start: int, length: int) -> Part | None:
+        """``length`` bytes from ``start`` (the last ``-start`` if negative); None if absent."""
+        return _run(self._limited(self._get_range(key, start, length)))
+
+    async def _get_range(self, key: str, start: int, length: int) -> Part | None:
+        import obstore
+
+        if length <= 0:
+            meta = await self._head(key)
+            return None if meta is None else Part(b"", meta.size)
+        rng: Any = {"suffix": -start} if start < 0 else (start, start + length)
+        try:
+            result = await self._call(
+                key, lambda: obstore.get_async(self._client, key, options={"range": rng})
+            )
+        except RemoteStoreError:
+            meta = await self._head(key)  # a start past the end is answered 416
+            if meta is None or start < meta.size:
+                raise
+            return Part(b"", meta.size)
+        if result is None:
+            return None
+        body = await self._call(key, result.bytes_async)
+        data = bytes(body) if body is not None else b""
+        first, end = result.range
+        if len(data) != end - first:
+            msg = f"{self.where(key)} came back short: {len(data)} bytes of {end - first}"
+            raise FormatError(msg)
+        return Part(data, int(result.meta["size"]))
+
+    def list(self, prefix: str) -> list[str]:
+        """The names directly under ``prefix``; [] where the server cannot list (plain HTTP)."""
+        try:
+            return _run(self._limited(self._list(prefix)))
+        except RemoteStoreError:
+            return []
+
+    async def _list(self, prefix: str) -> builtins.list[str]:
+        import obstore
+
+        listed = await self._call(
+            prefix, lambda: obstore.list_with_delimiter_async(self._client, prefix or None)
+        )
+        if listed is None:
+            return []
+        names = [entry["path"] for entry in listed["objects"]] + list(listed["common_prefixes"])
+        return sorted({name.rstrip("/").rpartition("/")[2] for name in names})
+
+    def version(self, key: str) -> ETag | None:
+        """The version of the object at ``key`` (one HEAD), or None if it is absent."""
+        return _run(self._limited(self._head(key)))
+
+    def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
+        """Start fetching the objects at ``keys``, in order, for ``get`` to take.
+
+        At most ``2 * max_in_flight`` are fetched and not yet taken; each ``get`` of one of
+        them starts the next. Objects larger than ``limit`` fail when taken.
+        """
+        with self._lock:
+            self._prefetch_limit = limit
+            self._queue.extend(key for key in keys if key not in self._pending)
+            self._fill()
+
+    def _fill(self) -> None:
+        while self._queue and len(self._pending) < 2 * self._in_flight:
+            key = self._queue.popleft()
+            if key not in self._pending:
+                coroutine = self._limited(self._get(key, self._prefetch_limit))
+                self._pending[key] = _submit(coroutine)
+
+    def _take(self, key: str) -> Future[tuple[bytes, ETag] | None] | None:
+        with self._lock:
+            future = self._pending.pop(key, None)
+            self._fill()
+        return future
+
+    def watch(self, version: ETag) -> None:
+        """Check the root zarr.json against ``version`` now (a HEAD with If-Match sent at
+        once, alongside later requests); :meth:`verify` waits for the answer."""
+        self._store = self._store.expecting(version)
+        self._check = _submit(self._limited(self._head("zarr.json", version)))
+
+    def verify(self) -> None:
+        """Raise StoreChangedError if the root zarr.json is no longer the expected version."""
+        expected = self._store.expected
+        if expected is None:
+            return
+        check = self._check
+        if check is None:
+            check = _submit(self._limited(self._head("zarr.json", expected)))
+        self._check = None
+        try:
+            current = check.result()
+        except StoreChangedError:  # If-Match failed
+            current = dataclasses.replace(expected, e_tag=None)
+        if current is None or not expected.matches(current):
+            state = "is gone" if current is None else "is another version"
+            msg = f"{self.where('zarr.json')} {state}: the store changed since it was opened"
+            raise StoreChangedError(msg)
+
+    def close(self) -> None:
+        """Cancel what was fetched ahead and not taken."""
+        with self._lock:
+            self._queue.clear()
+            pending, self._pending = list(self._pending.values()), {}
+        for future in pending:
+            future.cancel()
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
+        self._closed = True

@@ -1,0 +1,288 @@
+"""Cube files, tables and arrays read by URL from the real HTTP and S3 test servers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("obstore")
+
+from remote_servers import TEST_SECRET, peak_in_flight, round_trips
+
+from cytepool import Cube
+from cytepool.errors import (
+    FormatError,
+    RemoteStoreError,
+    StoreChangedError,
+)
+from cytepool.io import read_cube, read_table, write_cube, write_table
+from cytepool.io.zarr import open_array, read_group_attributes
+from cytepool.io.zarr.remote import RemoteStore
+from factories import make_cube
+
+N_GROUPS, N_SAMPLES, N_FEATURES = 4, 6, 3000
+LATENCY = 0.15  # seconds per request: requests sent together overlap on the server's clock
+
+
+def _cube() -> Cube:
+    rng = np.random.default_rng(7)
+    cells = rng.integers(1, 9, size=(N_GROUPS, N_SAMPLES))
+    counts = rng.integers(0, 40, size=(N_GROUPS, N_SAMPLES, N_FEATURES)).astype(np.int32)
+    return make_cube(
+        {"counts": counts},
+        ids={
+            "samples": [f"s{i}" for i in range(N_SAMPLES)],
+            "groups": [f"type {i}" for i in range(N_GROUPS)],
+            "features": [f"ENSG{i:05d}" for i in range(N_FEATURES)],
+        },
+        samples={"donor": [f"d{i % 3}" for i in range(N_SAMPLES)]},
+        features={"symbol": [f"G{i}" for i in range(N_FEATURES)]},
+        cells=cells,
+    )
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cube file whose layer has several chunks per group (chunks of 6 × 1024 features)."""
+    import cytepool.io.cubes as cubes
+
+    path = tmp_path_factory.mktemp("remote") / "x.cube.zarr"
+    saved = cubes._CHUNK_BYTES
+    cubes._CHUNK_BYTES = N_SAMPLES * 1024 * 4
+    try:
+        write_cube(_cube(), path)
+    finally:
+        cubes._CHUNK_BYTES = saved
+    return path
+
+
+def _same(remote: Cube, local: Path) -> None:
+    expected = read_cube(local)
+    assert remote.fingerprint == expected.fingerprint
+    assert np.array_equal(remote.to_numpy("counts"), expected.to_numpy("counts"))
+    assert remote.samples.equals(expected.samples)
+    assert remote.features.equals(expected.features)
+
+
+def test_read_cube_over_http_and_s3_equals_local(local: Path, serve_http, serve_s3) -> None:
+    http = serve_http(local)
+    _same(read_cube(http.url), local)
+    s3 = serve_s3(local)
+    _same(read_cube(s3.url, storage_options=s3.storage_options), local)
+
+
+def test_anonymous_s3_reads_a_public_bucket(local: Path, serve_s3) -> None:
+    s3 = serve_s3(local, public=True)
+    options = {k: v for k, v in s3.storage_options.items() if "key" not in k}
+    _same(read_cube(s3.url, storage_options={**options, "anonymous": True}), local)
+
+
+def test_round_trips_and_requests(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    http.fault("*", latency=LATENCY)
+    cube = read_cube(http.url)
+    opened = http.requests()
+    assert round_trips(opened) <= 3
+    assert len(opened) == len({(r.path, r.range, r.method) for r in opened})  # nothing twice
+    http.clear()
+    features = [f"ENSG{i:05d}" for i in range(0, N_FEATURES, 60)]  # 50 genes over 3 chunks
+    block = cube.select(groups=["type 2"], features=features).to_numpy("counts")
+    selected = http.requests()
+    assert round_trips(selected) == 1
+    chunks = [r for r in selected if "/layers/counts/c/" in r.path]
+    assert sorted(r.path.rsplit("/", 1)[1] for r in chunks) == ["0", "1", "2"]
+    assert all("/c/2/" in r.path for r in chunks)  # only the group's chunks
+    expected = read_cube(local).select(groups=["type 2"], features=features).to_numpy("counts")
+    assert np.array_equal(block, expected)
+
+
+@pytest.mark.parametrize(("limit", "expected"), [(None, 16), (3, 3)])
+def test_requests_in_flight_are_bounded(
+    tmp_path: Path, serve_http, limit: int | None, expected: int
+) -> None:
+    values = np.arange(40 * 8, dtype=np.int64).reshape(40, 8)
+    from cytepool.io.zarr import write_array
+
+    write_array(tmp_path / "a", values, chunks=(1, 8), compression=None)
+    http = serve_http(tmp_path / "a")
+    http.fault("*", latency=LATENCY)
+    options = {} if limit is None else {"max_in_flight": limit}
+    array = open_array(http.url, storage_options=options)
+    http.clear()
+    assert np.array_equal(array[...], values)
+    chunks = [r for r in http.requests() if "/c/" in r.path]
+    assert len(chunks) == 40
+    assert peak_in_flight(chunks) == expected
+
+
+def test_table_array_and_group_by_url(tmp_path: Path, serve_http, serve_s3) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"n": [1, 2, 3]}, index=pd.Index(["a", "b", "c"], name="id"))
+    write_table(frame, tmp_path / "t")
+    for served in (serve_http(tmp_path / "t"), serve_s3(tmp_path / "t")):
+        options = getattr(served, "storage_options", {})
+        pd.testing.assert_frame_equal(read_table(served.url, storage_options=options), frame)
+        assert read_group_attributes(served.url, storage_options=options)["_index"] == "id"
+        n = open_array(served.url + "/n", storage_options=options)
+        assert n[...].tolist() == [1, 2, 3]
+
+
+def test_retries_then_success_and_bounded_failure(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    http.fault("zarr.json", errors=2)
+    assert read_cube(http.url).shape == (N_GROUPS, N_SAMPLES, N_FEATURES)
+    http.fault("zarr.json", errors=50)
+    with pytest.raises(RemoteStoreError, match=r"zarr\.json could not be read.*max_retries"):
+        read_cube(http.url, storage_options={"max_retries": 1})
+
+
+def test_truncated_and_reset_answers_never_give_wrong_data(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    http.fault("layers/*/c/*", truncate=1)
+    http.fault("samples/*", resets=1)
+    _same(read_cube(http.url), local)
+
+
+@pytest.mark.parametrize("part", ["samples/donor/c/0", "cells/c/0/0"])
+def test_missing_table_part_is_a_format_error(local: Path, tmp_path: Path, serve_http, part: str):
+    copy = tmp_path / "x.cube.zarr"
+    shutil.copytree(local, copy)
+    (copy / part).unlink()
+    with pytest.raises(FormatError, match="corrupt"):
+        read_cube(serve_http(copy).url)
+
+
+def test_missing_root_is_a_format_error(serve_http, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "other").write_text("x")
+    with pytest.raises(FormatError, match="no Zarr group metadata"):
+        read_cube(serve_http(tmp_path / "empty").url)
+
+
+def test_replaced_store_raises_store_changed(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    cube = read_cube(http.url)
+    root = json.loads((local / "zarr.json").read_text())
+    root["attributes"]["metadata"] = {"edited": True}
+    http.replace("zarr.json", json.dumps(root).encode())
+    with pytest.raises(StoreChangedError, match=r"zarr\.json is another version"):
+        cube.select(groups=["type 1"]).to_numpy("counts")
+
+
+def test_changed_while_opening_raises_store_changed(local: Path, serve_http, tmp_path) -> None:
+    http = serve_http(local)
+    newer = tmp_path / "newer.json"
+    root = json.loads((local / "zarr.json").read_text())
+    root["attributes"]["metadata"] = {"edited": True}
+    newer.write_text(json.dumps(root))
+    http.fault("zarr.json", replace_after=1, replace_with=str(newer))  # after the first GET
+    with pytest.raises(StoreChangedError, match="changed while it was being read"):
+        read_cube(http.url)
+
+
+def test_credentials_never_shown(local: Path, serve_s3) -> None:
+    s3 = serve_s3(local)
+    options = s3.storage_options
+    store = RemoteStore(s3.url, options)
+    assert TEST_SECRET not in repr(store)
+    assert TEST_SECRET not in repr(store.open())
+    refused = {**options, "endpoint": "http://127.0.0.1:9", "max_retries": 0}
+    with pytest.raises(RemoteStoreError) as info:
+        read_cube(s3.url, storage_options=refused)
+    with pytest.raises(FormatError) as missing:
+        read_cube(s3.url + "-missing", storage_options=options)
+    for error in (info.value, missing.value):
+        assert TEST_SECRET not in str(error)
+        assert TEST_SECRET not in repr(error)
+    cube = read_cube(s3.url, storage_options=options)
+    assert TEST_SECRET not in repr(cube.layers["counts"])
+
+
+def test_password_in_an_http_url_becomes_a_header(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    url = http.url.replace("http://", "http://user:hunter2@")
+    store = RemoteStore(url)
+    assert "hunter2" not in repr(store)
+    assert "hunter2" not in store.where("zarr.json")
+    assert read_cube(url).shape == (N_GROUPS, N_SAMPLES, N_FEATURES)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"allow_http": True, "nonsense": 1}, "unknown key 'nonsense'"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"anonymous": True}, "anonymous"),
+    ],
+)
+def test_storage_options_checked(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        read_cube("https://example.invalid/x.cube.zarr", storage_options=options)
+
+
+def test_storage_options_refused_for_local_paths(local: Path) -> None:
+    with pytest.raises(ValueError, match="storage_options apply to URLs only"):
+        read_cube(local, storage_options={"region": "x"})
+
+
+def test_without_obstore_a_url_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cytepool.io.zarr.remote as remote
+
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if it were not installed
+    monkeypatch.setattr(remote, "_clients", {})
+    with pytest.raises(ImportError, match=r"cytepool\[remote\]"):
+        read_cube("https://example.invalid/x.cube.zarr")
+
+
+def test_zarr_python_opens_the_consolidated_cube(local: Path) -> None:
+    import zarr
+
+    root = json.loads((local / "zarr.json").read_text())
+    entry = root["consolidated_metadata"]
+    assert list(root) == ["attributes", "zarr_format", "consolidated_metadata", "node_type"]
+    assert entry["kind"] == "inline"
+    assert entry["must_understand"] is False
+    for key, document in entry["metadata"].items():  # copies of the nodes' own documents
+        own = json.loads((local / key / "zarr.json").read_text())
+        if own["node_type"] == "group":
+            assert document.pop("consolidated_metadata")["metadata"] == {}
+        assert document == own
+    group = zarr.open_consolidated(local, zarr_format=3)
+    assert group.metadata.consolidated_metadata is not None
+    counts = group["layers/counts"]
+    expected = read_cube(local).to_numpy("counts")
+    assert np.array_equal(counts[...], expected)
+    assert dict(group.attrs) == root["attributes"]
+    plain = zarr.open_group(local, mode="r", use_consolidated=False)
+    assert np.array_equal(plain["layers/counts"][...], expected)
+
+
+def test_consolidated_entry_changes_no_digest(local: Path, tmp_path: Path) -> None:
+    """The copy is metadata about metadata: fingerprint and attributes are those of a cube
+    without it, which still reads."""
+    with_copy = read_cube(local)
+    copy = tmp_path / "old.cube.zarr"
+    shutil.copytree(local, copy)
+    root = json.loads((copy / "zarr.json").read_text())
+    del root["consolidated_metadata"]
+    (copy / "zarr.json").write_text(json.dumps(root))
+    without = read_cube(copy)
+    assert without.fingerprint == with_copy.fingerprint == _cube().fingerprint
+    assert np.array_equal(without.to_numpy("counts"), with_copy.to_numpy("counts"))
+
+
+def test_anndata_reads_the_tables_of_a_consolidated_cube(local: Path) -> None:
+    import anndata
+    import zarr
+
+    group = zarr.open_group(local, mode="r")
+    samples = anndata.io.read_elem(group["samples"])
+    assert list(samples.index) == [f"s{i}" for i in range(N_SAMPLES)]
