@@ -281,6 +281,9 @@ def test_filter_profiles_empties_profiles_lazily(cube: Cube) -> None:
     assert np.isnan(np.asarray(kept.mean())[~keep]).all()
     assert kept.provenance[-1].operation == "filter_profiles"
     assert kept.provenance[-1].parameters == {"min_cells": 30, "min_counts": 200, "layer": "counts"}
+    numpy_numbers = cube.filter_profiles(min_cells=np.int64(30), min_counts=np.float32(200))
+    assert numpy_numbers.provenance[-1].parameters["min_cells"] == 30
+    np.testing.assert_array_equal(numpy_numbers.cells, kept.cells)
     unchanged = cube.filter_profiles(min_cells=0, min_counts=0)
     assert unchanged.fingerprint == cube.fingerprint
 

@@ -70,7 +70,8 @@ def _number(value: Any, name: str, operation: str, *, upper: float | None = None
 
 def _restamp(parts: CubeParts, new: CubeParts, operation: str, params: Mapping[str, Any]):
     """``new`` with the provenance of ``parts`` and one record of ``operation``."""
-    record = stamp(operation, params, (parts.known_fingerprint(),))
+    plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in params.items()}
+    record = stamp(operation, plain, (parts.known_fingerprint(),))
     return new.with_provenance((*parts.provenance, record))
 
 
