@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from cytepool import _combine, _derive
+from cytepool import _combine, _derive, _filters, _stats
 from cytepool._parts import CubeParts
 from cytepool._records import AXES, Axis, Normalization, Provenance, json_copy, stamp
+from cytepool._stats import Statistic
 from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["Cube", "Normalization", "Provenance", "add", "concat"]
@@ -390,6 +391,139 @@ class Cube:
                [2, 3]])
         """
         return cube_of(_derive.pool_samples(self._parts, by))
+
+    # ----------------------------------------------------------------------- statistics
+
+    def mean(self, layer: str = "counts") -> Statistic:
+        """The mean per cell of every profile, ``layer / cells``: a lazy float64
+        :class:`~cytepool._stats.Statistic` of the cube's shape, NaN where a profile has 0
+        cells. KeyError (:class:`~cytepool.errors.UnknownIdError`) for an unknown layer.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import pandas as pd
+        >>> from cytepool import Cube
+        >>> cube = Cube(
+        ...     {"counts": np.array([[[3, 0], [0, 0]]]), "squares": np.array([[[5, 0], [0, 0]]])},
+        ...     samples=pd.DataFrame({"sample_id": ["s1", "s2"]}),
+        ...     groups=pd.DataFrame({"group_id": ["T"]}),
+        ...     features=pd.DataFrame({"feature_id": ["a", "b"]}),
+        ...     cells=[[2, 0]],
+        ... )
+        >>> cube.mean().profiles("T"), cube.variance().profiles("T")[0]
+        (array([[1.5, 0. ],
+               [nan, nan]]), array([0.5, 0. ]))
+        """
+        return _stats.mean(self._parts, layer)
+
+    def variance(
+        self, layer: str = "counts", ddof: int = 1, *, squares: str | None = None
+    ) -> Statistic:
+        """The variance over the cells of every profile, as a lazy float64 layer.
+
+        ``(n Σx² − (Σx)²) / (n (n − ddof))`` from ``layer`` (Σx), its sums of squares (Σx²:
+        ``"squares"`` for ``"counts"``, else name the layer) and the cells (n); NaN where
+        ``n <= ddof``. See "Statistics and filters" for its numerical limits, :meth:`mean`
+        for an example; KeyError (:class:`~cytepool.errors.UnknownIdError`) for a missing layer.
+        """
+        return _stats.variance(self._parts, layer, ddof, squares)
+
+    def fraction_detected(self) -> Statistic:
+        """The fraction of cells in which each feature is > 0, ``detected / cells``: a lazy
+        float64 :class:`~cytepool._stats.Statistic`, NaN where a profile has 0 cells; KeyError
+        (:class:`~cytepool.errors.UnknownIdError`) without a ``"detected"`` layer.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import pandas as pd
+        >>> from cytepool import Cube
+        >>> cube = Cube(
+        ...     {"detected": np.array([[[4, 1]]])},
+        ...     samples=pd.DataFrame({"sample_id": ["s1"]}),
+        ...     groups=pd.DataFrame({"group_id": ["T"]}),
+        ...     features=pd.DataFrame({"feature_id": ["a", "b"]}),
+        ...     cells=[[8]],
+        ... )
+        >>> cube.fraction_detected()[0]
+        array([[0.5  , 0.125]])
+        """
+        return _stats.fraction_detected(self._parts)
+
+    # ----------------------------------------------------------------------- filters
+
+    def filter_profiles(
+        self, min_cells: float = 10, min_counts: float = 1000, *, layer: str = "counts"
+    ) -> Cube:
+        """Empty the profiles with < ``min_cells`` cells or < ``min_counts`` counts in total
+        over the features of ``layer`` (decoupler's ``pp.filter_samples``). The axes stay; a
+        profile filtered out gets 0 cells and 0 in every layer (lazily), so sums, statistics
+        and :func:`~cytepool.io.anndata.to_anndata` leave it out.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import cytepool
+        >>> labels = {"sample_labels": list("aaab"), "group_labels": list("TTTT")}
+        >>> cube = cytepool.from_cells(np.array([[400, 0], [300, 1], [0, 900], [5, 5]]), **labels)
+        >>> cube.filter_profiles(min_cells=2, min_counts=1000).cells.tolist()
+        [[3, 0]]
+        """
+        return cube_of(_filters.filter_profiles(self._parts, min_cells, min_counts, layer))
+
+    def filter_features(
+        self,
+        min_count: float = 10,
+        min_total_count: float = 15,
+        large_n: float = 10,
+        min_prop: float = 0.7,
+        group: str | None = None,
+        layer: str = "counts",
+    ) -> Cube:
+        """Keep the features expressed enough for DE: edgeR's ``filterByExpr`` (decoupler's
+        ``pp.filter_by_expr``) on each group's non-empty profiles, ``group`` naming a samples
+        column (the design) or None. The features that pass in any group are kept: select
+        one group first to filter it on its own.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import cytepool
+        >>> counts = np.random.default_rng(0).poisson([20, 0.01], (60, 2))  # gene "1" is rare
+        >>> labels = {"sample_labels": np.repeat(list("abc"), 20), "group_labels": ["T"] * 60}
+        >>> list(cytepool.from_cells(counts, **labels).filter_features().features.index)
+        ['0']
+        """
+        return cube_of(
+            _filters.filter_features(
+                self._parts,
+                min_count=min_count,
+                min_total_count=min_total_count,
+                large_n=large_n,
+                min_prop=min_prop,
+                group=group,
+                layer=layer,
+            )
+        )
+
+    def filter_by_prop(self, min_prop: float = 0.1, min_samples: float = 2) -> Cube:
+        """Keep the features detected in >= ``min_prop`` of the cells of >= ``min_samples``
+        profiles: decoupler's ``pp.filter_by_prop`` on each group's non-empty profiles, from
+        the layer ``"detected"``; the cube keeps the features that pass in any group.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import cytepool
+        >>> labels = {"sample_labels": list("aabb"), "group_labels": list("TTTT")}
+        >>> cube = cytepool.from_cells(np.eye(4, 2), **labels, layers=("counts", "detected"))
+        >>> list(cube.filter_by_prop(min_prop=0.5, min_samples=1).features.index)
+        ['0', '1']
+        >>> list(cube.filter_by_prop(min_prop=0.5, min_samples=2).features.index)
+        []
+        """
+        return cube_of(_filters.filter_by_prop(self._parts, min_prop, min_samples))
 
 
 def cube_of(parts: CubeParts) -> Cube:

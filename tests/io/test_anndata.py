@@ -654,13 +654,16 @@ def test_to_anndata_other_layer_and_name_clashes() -> None:
     cube = rich_cube()
     pseudobulk = to_anndata(cube, layer="detected")
     assert pseudobulk.X.dtype == np.uint32
-    assert [name for name in pseudobulk.layers if name is not None] == ["counts"]  # 0.13: None=X
+    names = [name for name in pseudobulk.layers if name is not None]  # anndata 0.13: None is X
+    assert names == ["counts", "psbulk_props"]
     assert from_pseudobulk(pseudobulk).fingerprint == cube.fingerprint
     with pytest.raises(KeyError, match="no layer 'spliced'"):
         to_anndata(cube, layer="spliced")
     clash = cytepool.Cube(
         {"counts": np.ones((1, 1, 1), dtype=np.int64)},
-        samples=pd.DataFrame({"sample_id": ["s"], "n_cells": [7], "kind": ["x"]}),
+        samples=pd.DataFrame(
+            {"sample_id": ["s"], "n_cells": [7], "psbulk_counts": [1.0], "kind": ["x"]}
+        ),
         groups=pd.DataFrame({"group_id": ["g"], "kind": ["y"]}),
         features=pd.DataFrame({"feature_id": ["f"]}),
         cells=np.array([[1]]),
@@ -670,7 +673,10 @@ def test_to_anndata_other_layer_and_name_clashes() -> None:
         "sample_id",
         "group_id",
         "n_cells",
+        "psbulk_cells",
+        "psbulk_counts",
         "sample_n_cells",
+        "sample_psbulk_counts",
         "kind",
         "group_kind",
     ]

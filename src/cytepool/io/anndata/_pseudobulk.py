@@ -40,6 +40,10 @@ from cytepool.io.anndata._record import (
 )
 
 _CELLS_COLUMNS = ("n_cells", "psbulk_cells")
+_COUNTS_COLUMN = "psbulk_counts"
+PROPS_LAYER = "psbulk_props"
+"""decoupler's layer of the fraction of cells in which a feature is detected, per profile."""
+_WHOLE = 0.01  # props x cells this close to a whole number is a number of detecting cells
 _INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64"})
 
 
@@ -64,10 +68,16 @@ def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) ->
     -------
     anndata.AnnData
         ``obs``: ``sample_id``, ``group_id`` (categoricals in cube order), ``n_cells``, then
-        the sample covariates and the group covariates (a name already taken gets the prefix
-        ``sample_`` or ``group_``); ``var``: the feature table; ``uns["cytepool"]``: the
-        normalization, metadata, provenance and what :func:`from_pseudobulk` needs to
-        rebuild the cube exactly (see the module documentation).
+        decoupler's ``psbulk_cells`` (the same numbers) and ``psbulk_counts`` (each
+        profile's total over the features of ``"counts"``, or of ``layer`` without it, as
+        float64), then the sample covariates and the group covariates (a name already taken
+        gets the prefix ``sample_`` or ``group_``); ``var``: the feature table;
+        ``.layers``: the other layers and, when the cube has ``"detected"``, decoupler's
+        ``psbulk_props`` (``detected / cells``, float64; 0 for an empty profile), so that
+        decoupler's ``pp.filter_samples``, ``pp.filter_by_expr``, ``pp.filter_by_prop`` and
+        plots run on it unchanged; ``uns["cytepool"]``: the normalization, metadata,
+        provenance and what :func:`from_pseudobulk` needs to rebuild the cube exactly (see
+        the module documentation).
 
     Raises
     ------
@@ -88,11 +98,11 @@ def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) ->
     ...     cells=np.array([[4, 6], [0, 2]]),
     ... )
     >>> adata = to_anndata(cube)
-    >>> adata.obs
-         sample_id group_id  n_cells condition
-    s1_B        s1        B        4      ctrl
-    s2_B        s2        B        6      stim
-    s2_T        s2        T        2      stim
+    >>> adata.obs[["sample_id", "group_id", "n_cells", "psbulk_counts", "condition"]]
+         sample_id group_id  n_cells  psbulk_counts condition
+    s1_B        s1        B        4            3.0      ctrl
+    s2_B        s2        B        6            7.0      stim
+    s2_T        s2        T        2            2.0      stim
     >>> adata.X
     array([[3, 0],
            [2, 5],
@@ -108,12 +118,17 @@ def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) ->
     group_rows, sample_rows = np.nonzero(cells > 0 if drop_empty else np.ones_like(cells, bool))
     tables = cube_tables(cube)
     values = {name: profile_rows(cube, name, group_rows, sample_rows) for name in names}
-    obs = profile_obs(tables, group_rows, sample_rows, cells[group_rows, sample_rows])
+    profile_cells = cells[group_rows, sample_rows]
+    counts = _totals(values["counts" if "counts" in values else layer])
+    obs = profile_obs(tables, group_rows, sample_rows, profile_cells, counts)
+    extra = {}
+    if "detected" in values and PROPS_LAYER not in values:
+        extra[PROPS_LAYER] = _props(values["detected"], profile_cells)
     adata = ad.AnnData(
         X=values.pop(layer),
         obs=obs,
         var=writable(tables["features"]),
-        layers=values,
+        layers={**values, **extra},
     )
     adata.uns[RECORD_KEY] = make_record(cube, tables, layer, cells)
     return adata
@@ -145,8 +160,11 @@ def from_pseudobulk(
     from ``var`` (columns added to it are kept).
 
     Without a record, the layer is ``"counts"``: integer dtypes are kept, floats that are
-    all whole numbers become int64, other floats float64. Sample and group covariates are
-    found as in :func:`from_anndata`.
+    all whole numbers become int64, other floats float64. decoupler's ``psbulk_props``
+    layer (the fraction of cells detecting each feature) becomes the layer ``"detected"``,
+    ``psbulk_props x cells`` rounded to whole numbers (a value more than 0.01 from one is an
+    error). Sample and group covariates are found as in :func:`from_anndata`; the columns
+    of cell numbers and ``psbulk_counts`` are never covariates.
 
     Parameters
     ----------
@@ -197,6 +215,8 @@ def from_pseudobulk(
         for name in record["layers"]:
             if name != record["layer"] and name in adata.layers and name != layer:
                 sums[name] = _pseudobulk_matrix(adata, name, where)
+    elif PROPS_LAYER in adata.layers and layer != PROPS_LAYER:
+        sums[PROPS_LAYER] = _pseudobulk_matrix(adata, PROPS_LAYER, where)
     return _from_profiles(
         as_pandas_frame(adata.obs),
         sums,
@@ -457,9 +477,11 @@ def _from_profiles(
             (sample_ids, group_ids),
             covariates,
             f"{where}.obs",
-            exclude=(_cells_column(obs, cells_key, where),),
+            exclude=(_cells_column(obs, cells_key, where), *_CELLS_COLUMNS, _COUNTS_COLUMN),
         )
         layers = {"counts": _foreign_layer(sums[None], where)}
+        if PROPS_LAYER in sums:
+            layers["detected"] = _detected(sums[PROPS_LAYER], cells, where)
         parts = _Parts(tables[0], tables[1], layers, None, {}, None)
     else:
         parts = _recorded_parts(record, sums, sample_ids, group_ids, cells, where)
@@ -633,6 +655,35 @@ def _as_dtype(values: np.ndarray, dtype: str, where: str) -> np.ndarray:
             msg = f"{where} holds values outside the range of {dtype}"
             raise InputError(msg)
     return values.astype(target)
+
+
+def _totals(rows: np.ndarray) -> np.ndarray:
+    """Each profile's total in float64: decoupler's ``psbulk_counts``, as in filter_profiles."""
+    return np.asarray(rows, dtype=np.float64).sum(axis=1)
+
+
+def _props(detected: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """``detected / cells`` per profile row, float64; 0 for a profile of 0 cells (decoupler's)."""
+    n = np.asarray(cells, dtype=np.float64)[:, None]
+    out = np.zeros(detected.shape, dtype=np.float64)
+    np.divide(detected, n, out=out, where=n > 0, casting="unsafe")
+    return out
+
+
+def _detected(props: np.ndarray, cells: np.ndarray, where: str) -> np.ndarray:
+    """The numbers of detecting cells from decoupler's ``psbulk_props``, exactly, or InputError."""
+    values = np.asarray(props, dtype=np.float64) * cells.astype(np.float64)[:, None]
+    whole = np.rint(values)
+    off = np.abs(values - whole) > _WHOLE
+    if off.any():
+        row, column = (int(k) for k in np.argwhere(off)[0])
+        msg = (
+            f"{where}.layers[{PROPS_LAYER!r}] x cells is not a number of cells (row {row}, "
+            f"column {column}: {props[row, column]!r} x {cells[row]} = {values[row, column]}); "
+            f"expected decoupler's fractions of cells: delete the layer to read the rest"
+        )
+        raise InputError(msg)
+    return whole.astype(np.int64)
 
 
 def _whole_numbers(column: pd.Series, where: str) -> np.ndarray:

@@ -58,7 +58,9 @@ def profile_obs(
     group_rows: np.ndarray,
     sample_rows: np.ndarray,
     cells: np.ndarray,
+    counts: np.ndarray,
 ) -> pd.DataFrame:
+    """obs of to_anndata: ids, cells (ours and decoupler's name), total counts, covariates."""
     import pandas as pd
 
     sample_ids, group_ids = tables["samples"].index, tables["groups"].index
@@ -67,6 +69,8 @@ def profile_obs(
             "sample_id": pd.Categorical.from_codes(sample_rows, categories=sample_ids),
             "group_id": pd.Categorical.from_codes(group_rows, categories=group_ids),
             "n_cells": cells.astype(np.int64),
+            "psbulk_cells": cells.astype(np.int64),
+            "psbulk_counts": np.asarray(counts, dtype=np.float64),
         }
     )
     for axis, rows in (("sample", sample_rows), ("group", group_rows)):
