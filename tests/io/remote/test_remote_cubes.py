@@ -286,3 +286,26 @@ def test_anndata_reads_the_tables_of_a_consolidated_cube(local: Path) -> None:
     group = zarr.open_group(local, mode="r")
     samples = anndata.io.read_elem(group["samples"])
     assert list(samples.index) == [f"s{i}" for i in range(N_SAMPLES)]
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_urls_are_kept_as_given_in_paths_reprs_and_messages(
+    local: Path, serve_http, serve_s3, kind: str
+) -> None:
+    served = serve_http(local) if kind == "http" else serve_s3(local)
+    options = getattr(served, "storage_options", {})
+    url = served.url + "/cells"
+    array = open_array(url, storage_options=options)
+    assert array.path == url
+    assert repr(array).startswith(f"<ZarrArray {url!r}")
+    document = json.loads((local / "cells" / "zarr.json").read_text())
+    document["attributes"] = {"edited": True}
+    served.replace("cells/zarr.json", json.dumps(document).encode())
+    with pytest.raises(StoreChangedError, match=f"the Zarr array {url} changed"):
+        array[...]
+
+
+def test_local_array_paths_stay_paths(local: Path) -> None:
+    array = open_array(local / "cells")
+    assert array.path == local / "cells"
+    assert isinstance(array.path, Path)

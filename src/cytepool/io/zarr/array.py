@@ -25,6 +25,7 @@ from cytepool.io.zarr.codecs import (
     ZstdCodec,
     import_zstd,
 )
+from cytepool.io.zarr.fetching import fetch_shards_ahead
 from cytepool.io.zarr.indexing import Selection, parse_selection
 from cytepool.io.zarr.metadata import (
     METADATA_FILE,
@@ -127,9 +128,10 @@ class ZarrArray:
         return {**self.__dict__, "_handle": None}
 
     @property
-    def path(self) -> Path:
-        """The array's directory."""
-        return Path(self._store.where(self._key))
+    def path(self) -> Path | str:
+        """The array's directory (a Path), or its URL (a str, as given) in a remote store."""
+        where = self._store.where(self._key)
+        return Path(where) if isinstance(self._store, LocalStore) else where
 
     @property
     def store(self) -> Store:
@@ -258,9 +260,12 @@ def _fetch_ahead(
     handle: StoreHandle, reader: Reader, array: ZarrArray, selection: Selection
 ) -> None:
     """Ask a handle that fetches ahead (a remote one) for the chunks the read will take, in
-    the order it takes them (sharded arrays read their shard indexes first: not ahead)."""
+    the order it takes them (for a sharded array: its shard indexes, then inner chunks)."""
     prefetch = getattr(handle, "prefetch", None)
-    if prefetch is None or reader.shard is not None:
+    if prefetch is None:
+        return
+    if reader.shard is not None:
+        fetch_shards_ahead(handle, reader, selection)
         return
     encode = array._metadata.chunk_key_encoding.encode
     keys = (

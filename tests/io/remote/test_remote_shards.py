@@ -1,0 +1,110 @@
+"""Sharded arrays written by zarr-python, read by URL: the index of each shard touched in one
+round, then only the inner chunks needed, neighbours coalesced (counted on the real servers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("obstore")
+
+from remote_servers import round_trips
+
+from cytepool.io.zarr import open_array
+from cytepool.io.zarr.fetching import COALESCE_GAP, Range, coalesce
+
+LATENCY = 0.15  # seconds per request: requests sent together overlap on the server's clock
+
+
+def _write_sharded(path: Path, values: np.ndarray[Any, Any], chunks: Any, shards: Any) -> None:
+    import zarr
+
+    array = zarr.create_array(
+        str(path), shape=values.shape, dtype=values.dtype, chunks=chunks, shards=shards,
+        compressors=None, zarr_format=3,
+    )  # fmt: skip
+    array[...] = values
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray[Any, Any]]:
+    """8 x 4000 int32 in shards of 4 x 2000, inner chunks of 1 x 100 (400 bytes each)."""
+    values = np.arange(8 * 4000, dtype=np.int32).reshape(8, 4000) + 1
+    values[6] = 0  # row 6 is the fill value: zarr-python stores none of its inner chunks
+    path = tmp_path_factory.mktemp("shards") / "small"
+    _write_sharded(path, values, (1, 100), (4, 2000))
+    return path, values
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray[Any, Any]]:
+    """1 x 98304 float64 in one shard, inner chunks of 1 x 8192 (64 KiB each, uncompressed)."""
+    values = np.random.default_rng(3).random((1, 12 * 8192))
+    path = tmp_path_factory.mktemp("shards") / "wide"
+    _write_sharded(path, values, (1, 8192), (1, 12 * 8192))
+    return path, values
+
+
+def _served(kind: str, directory: Path, serve_http: Any, serve_s3: Any) -> tuple[Any, dict]:
+    served = serve_http(directory) if kind == "http" else serve_s3(directory)
+    return served, getattr(served, "storage_options", {})
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_index_round_then_coalesced_inner_chunks(
+    small: tuple[Path, np.ndarray[Any, Any]], serve_http: Any, serve_s3: Any, kind: str
+) -> None:
+    path, values = small
+    served, options = _served(kind, path, serve_http, serve_s3)
+    array = open_array(served.url, storage_options=options)
+    served.fault("*", latency=LATENCY)
+    served.clear()
+    rows, columns = [1, 5, 6], np.arange(150, 3950, 7)  # 2 x 2 shards, row 6 not stored
+    got = array.oindex[rows, columns]
+    assert np.array_equal(got, values[np.ix_(rows, columns)])
+    log = served.requests()
+    shards = [r for r in log if "/c/" in r.path]
+    indexes = [r for r in shards if r.range is not None and r.range.startswith("bytes=-")]
+    inner = [r for r in shards if r not in indexes]
+    assert len(indexes) == 4  # one suffix request per shard touched
+    assert len({r.path for r in indexes}) == 4
+    assert len(inner) == 4  # each shard's chunks of rows 1 and 5: one coalesced request
+    assert round_trips([r for r in log if r.method == "GET"]) == 2
+
+
+def test_ranges_further_apart_than_the_gap_are_separate_requests(
+    wide: tuple[Path, np.ndarray[Any, Any]], serve_http: Any
+) -> None:
+    path, values = wide
+    served = serve_http(path)
+    array = open_array(served.url)
+    served.clear()
+    columns = [5, 8192 + 5, 4 * 8192 + 1, 11 * 8192]  # chunks 0, 1 (neighbours), 4, 11
+    assert np.array_equal(array.oindex[0, columns], values[0, columns])
+    inner = [r for r in served.requests() if "/c/" in r.path and not r.range.startswith("bytes=-")]
+    assert len(inner) == 3
+    assert sum(r.sent for r in inner) == 4 * 8 * 8192  # no gap read: they are > 64 KiB apart
+
+
+def test_whole_sharded_array_equals_zarr_python(
+    small: tuple[Path, np.ndarray[Any, Any]], serve_http: Any
+) -> None:
+    import zarr
+
+    path, values = small
+    served = serve_http(path)
+    assert np.array_equal(open_array(served.url)[...], zarr.open_array(str(path))[...])
+    assert np.array_equal(open_array(served.url)[...], values)
+
+
+def test_coalesce_keeps_order_and_bounds() -> None:
+    ranges = [Range("b", 0, 8), Range("a", 100, 4), Range("a", 0, 4), Range("a", -16, 16)]
+    spans = coalesce(ranges, gap=200, most=1000)
+    assert [(s.key, s.start, s.stop) for s in spans] == [("b", 0, 8), ("a", 0, 104), ("a", -16, 0)]
+    apart = coalesce([Range("a", 0, 4), Range("a", 4 + COALESCE_GAP + 1, 4)])
+    assert len(apart) == 2
+    capped = coalesce([Range("a", 0, 600), Range("a", 600, 600)], gap=10, most=1000)
+    assert [(s.start, s.stop) for s in capped] == [(0, 600), (600, 1200)]
