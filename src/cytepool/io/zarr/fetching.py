@@ -88,11 +88,14 @@ def coalesce(ranges: Iterable[Range], gap: int = COALESCE_GAP, most: int = MAX_S
         current: Span | None = None
         for item in sorted(items, key=lambda r: (r.start, r.length)):
             end = item.start + item.length
-            if current is not None and item.start - current.stop <= gap:
-                if max(end, current.stop) - current.start <= most:
-                    current.stop = max(current.stop, end)
-                    current.members.append(item)
-                    continue
+            if (
+                current is not None
+                and item.start - current.stop <= gap
+                and max(end, current.stop) - current.start <= most
+            ):
+                current.stop = max(current.stop, end)
+                current.members.append(item)
+                continue
             current = Span(key, item.start, end, [item])
             spans.append(current)
     spans.sort(key=lambda span: min(order[m] for m in span.members))
