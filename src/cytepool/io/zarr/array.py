@@ -265,7 +265,9 @@ def _fetch_ahead(
     if prefetch is None:
         return
     if reader.shard is not None:
-        fetch_shards_ahead(handle, reader, selection)
+        inner = getattr(handle, "inner", handle)  # a consolidated handle's remote one
+        if hasattr(inner, "prefetch_ranges"):
+            fetch_shards_ahead(handle, reader, selection)
         return
     encode = array._metadata.chunk_key_encoding.encode
     keys = (
