@@ -226,8 +226,9 @@ class CubeParts:
         if isinstance(lay, ArrayLayer) and lay.eager:
             return lay.array
         out = np.empty(self.shape, dtype=lay.dtype)
-        for g in range(self.shape[0]):
-            out[g] = self.read(layer, g)
+        with lay.reading(range(self.shape[0])):  # a remote store fetches every group's chunks
+            for g in range(self.shape[0]):
+                out[g] = self.read(layer, g)
         return out
 
     def digests(self, compute: bool = True) -> _fp.Digests:

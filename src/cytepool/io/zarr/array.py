@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -201,6 +202,39 @@ class ZarrArray:
         """
         return _OIndex(self)
 
+    @contextlib.contextmanager
+    def reading(self, keys: Sequence[Any] = ()) -> Iterator[ZarrArray]:
+        """Read several times through one opening of the store, the chunks of the ``oindex``
+        selections ``keys`` fetched ahead (a remote store fetches them concurrently, all of
+        them in one stream of requests rather than one round per read).
+
+        Reads of this array in this thread, inside the ``with`` block, share one store handle;
+        the store is checked when the block starts and verified when it ends, as for one read.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> tmp = pathlib.Path(tempfile.mkdtemp())
+        >>> write_array(tmp / "a", np.arange(12).reshape(3, 4), chunks=(1, 4))
+        >>> a = open_array(tmp / "a")
+        >>> with a.reading([(0, slice(None)), (2, [1, 3])]):
+        ...     a.oindex[0, :].tolist(), a.oindex[2, [1, 3]].tolist()
+        ([0, 1, 2, 3], [9, 11])
+        """
+        sessions = _sessions()
+        if id(self) in sessions:  # nested: the outer block's handle
+            yield self
+            return
+        with array_handle(self) as handle:
+            sessions[id(self)] = handle
+            try:
+                for key in keys:
+                    selection = parse_selection(key, self.shape, orthogonal=True)
+                    _fetch_ahead(handle, Reader(handle, self._key, self._metadata), self, selection)
+                yield self
+            finally:
+                del sessions[id(self)]
+
     def __getitem__(self, key: Any) -> Any:
         """Read what integers, slices and an ellipsis select (numpy basic indexing)."""
         return self._read(parse_selection(key, self.shape, orthogonal=False))
@@ -248,12 +282,25 @@ def array_handle(array: ZarrArray) -> Iterator[StoreHandle]:
     zarr.json checked against its stamp, and the store verified when the read ends.
     """
     bound = array._handle
+    if bound is None or bound.closed:
+        bound = _sessions().get(id(array))
     if bound is not None and not bound.closed:
         yield bound
         return
     with reading(array._store.open()) as handle:
         _check_stamp(array, handle)
         yield handle
+
+
+_local = threading.local()
+
+
+def _sessions() -> dict[int, StoreHandle]:
+    """The handles of this thread's :meth:`ZarrArray.reading` blocks, by array."""
+    sessions: dict[int, StoreHandle] | None = getattr(_local, "sessions", None)
+    if sessions is None:
+        sessions = _local.sessions = {}
+    return sessions
 
 
 def _fetch_ahead(
