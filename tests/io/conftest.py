@@ -14,3 +14,14 @@ def special(request: pytest.FixtureRequest) -> str:
     if not hasattr(os, "mkfifo"):
         pytest.skip("FIFOs and sockets are POSIX")
     return str(request.param)
+
+
+@pytest.fixture(params=["libdeflate", "stdlib"])
+def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each gzip decoder a read may use: libdeflate (the fast extra, in the test extra too) and,
+    forced with CYTEPOOL_ZARR_FAST=0, the standard library's zlib alone (subprocesses too)."""
+    if request.param == "libdeflate":
+        import deflate  # noqa: F401  (installed with cytepool[test]: a failure, not a skip)
+
+    monkeypatch.setenv("CYTEPOOL_ZARR_FAST", "1" if request.param == "libdeflate" else "0")
+    return str(request.param)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias, c
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, UnsupportedFeatureError
-from cytepool.io.zarr import _vlen
+from cytepool.io.zarr import _fast, _vlen
 from cytepool.io.zarr.fields import (
     check_config_keys,
     fail,
@@ -488,6 +488,13 @@ class CodecChain:
         except _TooLongError as error:
             problem = f"the {error} data decodes to more bytes than a valid chunk holds"
             raise _corrupt(where, problem) from None
+
+    def decode_exact(self, data: Bytes, size: int) -> bytearray | None:
+        """The ``size`` bytes ``data`` decodes to, through the optional fast inflate, or None:
+        decode with :meth:`decode_stream` (see :mod:`cytepool.io.zarr._fast`)."""
+        if len(self.compressors) == 1 and isinstance(self.compressors[0], GzipCodec):
+            return _fast.gunzip(data, size)
+        return None
 
     def encode(self, chunk: np.ndarray[Any, Any]) -> bytes:
         """Encode a chunk (bytes or vlen-utf8, then each compressor)."""

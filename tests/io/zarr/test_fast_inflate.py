@@ -1,0 +1,143 @@
+"""The optional fast inflate (libdeflate, cytepool[fast]) against the standard library's zlib.
+
+Every chunk below is read twice, with libdeflate allowed and with CYTEPOOL_ZARR_FAST=0: the
+results, or the error types and messages, must be the same. :func:`gunzip` itself must take the
+shortcut only for one complete member with nothing after it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cytepool.io.zarr._reading as reading_module
+from cytepool.errors import InputError
+from cytepool.io.zarr import open_array, write_array
+from cytepool.io.zarr._fast import ENV_FAST, fast_inflate, gunzip
+
+N = 4096  # int32 values a chunk holds
+VALUES = np.random.default_rng(1).integers(0, 50, N, dtype="<i4")
+RAW = VALUES.tobytes()
+MEMBER = zlib.compress(RAW, 4, wbits=31)
+TRAILER = MEMBER[-8:]
+
+
+def _bomb() -> bytes:
+    return zlib.compress(bytes(64 * len(RAW)), 9, wbits=31)
+
+
+VALID = {
+    "one member": MEMBER,
+    "level 0 (stored blocks)": zlib.compress(RAW, 0, wbits=31),
+    "python gzip with mtime": gzip.compress(RAW, mtime=1),
+    "header with a file name": b"\x1f\x8b\x08\x08\0\0\0\0\0\xffname\0" + MEMBER[10:],
+    "two members": zlib.compress(RAW[:100], 4, wbits=31) + zlib.compress(RAW[100:], 4, wbits=31),
+    "an empty member after": MEMBER + zlib.compress(b"", 4, wbits=31),
+}
+INVALID = {
+    "the same member twice": MEMBER + MEMBER,
+    "its trailer again": MEMBER + TRAILER,
+    "bytes, then its trailer again": MEMBER + b"xx" + TRAILER,
+    "trailing garbage": MEMBER + b"junk",
+    "truncated": MEMBER[:-3],
+    "truncated trailer": MEMBER[:-8],
+    "decodes short": zlib.compress(RAW[:-4], 4, wbits=31),
+    "decodes long": zlib.compress(RAW + b"\0\0\0\0", 4, wbits=31),
+    "bomb": _bomb(),
+    "bad CRC": MEMBER[:-8] + bytes([MEMBER[-8] ^ 1]) + MEMBER[-7:],
+    "bad size": MEMBER[:-4] + bytes([MEMBER[-4] ^ 1]) + MEMBER[-3:],
+    "zlib, not gzip": zlib.compress(RAW, 4),
+    "empty": b"",
+}
+
+
+def _array(path: Path, chunk: bytes) -> Path:
+    doc = {
+        "shape": [2 * N],
+        "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [N]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "gzip", "configuration": {"level": 4}},
+        ],
+        "attributes": {},
+        "zarr_format": 3,
+        "node_type": "array",
+    }
+    (path / "c").mkdir(parents=True)
+    (path / "zarr.json").write_text(json.dumps(doc))
+    (path / "c" / "0").write_bytes(chunk)
+    (path / "c" / "1").write_bytes(MEMBER)
+    return path
+
+
+def _outcome(path: Path, monkeypatch: pytest.MonkeyPatch, fast: str) -> Any:
+    monkeypatch.setenv(ENV_FAST, fast)
+    try:
+        return open_array(path)[...].tobytes()
+    except Exception as error:
+        return type(error), str(error)
+
+
+@pytest.mark.parametrize("case", [*VALID, *INVALID])
+def test_same_results_and_errors_with_and_without_libdeflate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    path = _array(tmp_path / "a", {**VALID, **INVALID}[case])
+    fast, slow = (_outcome(path, monkeypatch, value) for value in ("1", "0"))
+    assert fast == slow
+    if case in VALID:
+        assert fast == RAW * 2
+    else:
+        assert isinstance(fast, tuple)
+        assert issubclass(fast[0], ValueError)
+        assert str(path / "c" / "0") in fast[1]
+
+
+@pytest.mark.parametrize("case", list(VALID)[:4])
+def test_the_shortcut_takes_one_complete_member(case: str) -> None:
+    assert fast_inflate() is not None  # installed with the test extra
+    assert gunzip(VALID[case], len(RAW)) == RAW
+    assert gunzip(bytearray(VALID[case]), len(RAW)) == RAW
+
+
+@pytest.mark.parametrize("case", [*list(VALID)[4:], *INVALID])
+def test_the_shortcut_leaves_anything_else_to_zlib(case: str) -> None:
+    assert gunzip({**VALID, **INVALID}[case], len(RAW)) is None
+
+
+def test_the_shortcut_needs_bytes_and_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gunzip(memoryview(MEMBER), len(RAW)) is None
+    assert gunzip(MEMBER, 0) is None
+    monkeypatch.setenv(ENV_FAST, "0")
+    assert fast_inflate() is None
+    assert gunzip(MEMBER, len(RAW)) is None
+    monkeypatch.setenv(ENV_FAST, "yes")
+    with pytest.raises(InputError, match=f"{ENV_FAST} must be 0 or 1, found 'yes'"):
+        gunzip(MEMBER, len(RAW))
+
+
+def test_libdeflate_decodes_a_whole_chunk_into_a_buffer_of_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_FAST, "1")
+    data = np.random.default_rng(0).random(400_000)
+    write_array(tmp_path / "a", data, chunks=(400_000,), compression="gzip", level=1)
+    pieces: list[int] = []
+    original = reading_module._FlatSink.write
+
+    def spy(self: Any, piece: bytes) -> None:
+        pieces.append(len(piece))
+        original(self, piece)
+
+    monkeypatch.setattr(reading_module._FlatSink, "write", spy)
+    assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
+    assert pieces == [data.nbytes]  # one step, no more than the chunk holds
