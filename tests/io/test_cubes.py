@@ -406,7 +406,7 @@ def test_lazy_sum_overflow_fails_write(tmp_path: Path, stored: Path, cube: Cube)
     assert leftovers(stored) == []
 
 
-def test_write_reads_one_group_at_a_time(tmp_path: Path) -> None:
+def test_write_reads_one_group_at_a_time(tmp_path: Path, inflate: str) -> None:
     n_groups, n_samples, n_features = 4, 64, 16384
     rng = np.random.default_rng(3)
     values = rng.integers(0, 1000, size=(n_groups, n_samples, n_features), dtype=np.int32)
@@ -420,8 +420,11 @@ def test_write_reads_one_group_at_a_time(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     # One group of one layer, a chunk being encoded (a copy and its bytes), and small parts;
-    # never a second group (the whole layer is 16 MiB).
-    assert peak < group_bytes + 3 * 2**20 + 1.5 * 2**20, (peak / 2**20, group_bytes / 2**20)
+    # never a second group (the whole layer is 16 MiB). libdeflate also inflates each gzip
+    # chunk of the lazy layer (here a whole group, 4 MiB) into a buffer of its size.
+    decoded = group_bytes if inflate == "libdeflate" else 0
+    bound = group_bytes + decoded + 3 * 2**20 + 1.5 * 2**20
+    assert peak < bound, (peak / 2**20, group_bytes / 2**20)
     np.testing.assert_array_equal(read_cube(tmp_path / "a.cube.zarr").to_numpy("counts"), values)
 
 

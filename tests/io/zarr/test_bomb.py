@@ -252,7 +252,9 @@ def test_1024_members_or_frames_are_read(tmp_path: Path, kind: str, inflate: str
 
 
 @pytest.mark.parametrize("kind", ["gzip", "zstd"])
-def test_more_than_1024_members_or_frames_are_refused(tmp_path: Path, kind: str, inflate: str) -> None:
+def test_more_than_1024_members_or_frames_are_refused(
+    tmp_path: Path, kind: str, inflate: str
+) -> None:
     chunk, _ = _members(1025, kind)
     name = _store(tmp_path, kind, [GZIP if kind == "gzip" else ZSTD], chunk, 1025)
     array = open_array(tmp_path / name)

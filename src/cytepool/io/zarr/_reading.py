@@ -193,12 +193,21 @@ class Reader:
         ``on_rows(start, stop)`` on a decoding thread as soon as rows ``start:stop`` are in."""
         grid = self.chunk_shape if self.shard is None else self._shard_shape
         rows = None if on_rows is None else _RowsDone(self.meta.shape, grid, on_rows)
+
+        def read_chunk(piece: ChunkPiece) -> None:
+            self._read_file_chunk(piece, work)
+            if rows is not None:
+                rows.done(piece.coords[0])
+
+        def read_shard(shard: tuple[tuple[int, ...], Iterator[tuple[int, ChunkPiece]]]) -> None:
+            self._read_shard(shard[0], shard[1], work)
+            if rows is not None:
+                rows.done(shard[0][0])
+
         if self.shard is None:
-            pieces = selection.pieces(self.chunk_shape)
-            for_each(lambda piece: self._read_file_chunk(piece, work, rows), pieces)
+            for_each(read_chunk, selection.pieces(self.chunk_shape))
         else:
-            shards = selection.shards(self._shard_shape, self.chunk_shape)
-            for_each(lambda shard: self._read_shard(shard[0], shard[1], work, rows), shards)
+            for_each(read_shard, selection.shards(self._shard_shape, self.chunk_shape))
         if rows is not None:
             rows.without_chunks()
 
@@ -228,29 +237,14 @@ class Reader:
             raise _corrupt(error.where, problem) from None
         return None if blob is None else _Source(blob.data, self.handle.where(key))
 
-    def _read_file_chunk(
-        self, piece: ChunkPiece, work: np.ndarray[Any, Any], rows: _RowsDone | None
-    ) -> None:
+    def _read_file_chunk(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
         source = self._get(self._chunk_key(piece.coords))
         if source is None:
             self._fill(piece, work)
         else:
             self._decode(source, piece, work)
-        if rows is not None:
-            rows.done(piece.coords[0])
 
     def _read_shard(
-        self,
-        coords: tuple[int, ...],
-        items: Iterator[tuple[int, ChunkPiece]],
-        work: np.ndarray[Any, Any],
-        rows: _RowsDone | None,
-    ) -> None:
-        self._read_shard_chunks(coords, items, work)
-        if rows is not None:
-            rows.done(coords[0])
-
-    def _read_shard_chunks(
         self,
         coords: tuple[int, ...],
         items: Iterator[tuple[int, ChunkPiece]],
@@ -310,6 +304,8 @@ class Reader:
         return work[(*piece.out_sel, Ellipsis)]
 
     def _scratch(self) -> np.ndarray[Any, Any]:
+        """A chunk buffer of the calling thread, for this one chunk (it is reused later)."""
+        assert self.stored is not None  # internal invariant: strings use no chunk buffer
         return _thread_buffer(self.nbytes).view(self.stored).reshape(self.chunk_shape)
 
     def _copy(self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
