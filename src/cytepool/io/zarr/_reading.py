@@ -321,6 +321,9 @@ class Reader:
     def _decode_bytes(self, source: _Source, sink: Any) -> None:
         n = sink.size
         self._check_encoded_size(source)
+        if isinstance(sink, _FlatSink) and self.chain.decode_into(source.data, sink.bytes):
+            sink.pos = n
+            return
         whole = self.chain.decode_exact(source.data, n)
         if whole is not None:
             sink.write(whole)
