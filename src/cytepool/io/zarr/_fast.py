@@ -36,7 +36,7 @@ from typing import Any
 
 from cytepool.errors import InputError
 
-__all__ = ["ENV_FAST", "fast_inflate", "fast_zstd", "gunzip", "unzstd_into"]
+__all__ = ["ENV_FAST", "describe", "fast_inflate", "fast_zstd", "gunzip", "unzstd_into"]
 
 ENV_FAST = "CYTEPOOL_ZARR_FAST"
 _TRAILER = 8
@@ -81,6 +81,30 @@ def fast_zstd() -> types.ModuleType | None:
     True
     """
     return _zstandard() if _enabled() else None
+
+
+def describe() -> str:
+    """Which fast decoders reads use, for benchmark reports.
+
+    Examples
+    --------
+    >>> describe().startswith("fast decoders")
+    True
+    """
+    if not _enabled():
+        return f"fast decoders off ({ENV_FAST}=0)"
+    parts = []
+    for module, name, codec in (
+        (_libdeflate(), "deflate", "gzip"),
+        (_zstandard(), "zstandard", "zstd"),
+    ):
+        version = getattr(module, "__version__", "") if module is not None else None
+        parts.append(
+            f"{codec}: {name} {version}".rstrip()
+            if version is not None
+            else f"{codec}: standard library"
+        )
+    return "fast decoders (" + ", ".join(parts) + ")"
 
 
 def fast_inflate() -> types.ModuleType | None:
