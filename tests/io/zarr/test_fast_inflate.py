@@ -199,25 +199,39 @@ def test_the_zstd_shortcut_keeps_the_window_bound(monkeypatch: pytest.MonkeyPatc
     assert not unzstd_into(FRAME, out, 2**23)
 
 
-def test_zstandard_decodes_a_whole_chunk_straight_into_the_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("shape", "chunks", "sink", "in_one_step"),
+    [
+        ((400_000,), (400_000,), "_FlatSink", []),  # decoded in place: nothing to write
+        ((4, 200_000), (4, 100_000), "_RowSink", [3_200_000] * 2),  # rows of the result
+    ],
+)
+def test_zstandard_decodes_a_whole_chunk_in_one_step(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    sink: str,
+    in_one_step: list[int],
 ) -> None:
     monkeypatch.setenv(ENV_FAST, "1")
-    data = np.random.default_rng(0).random(400_000)
-    write_array(tmp_path / "a", data, chunks=(400_000,), compression="zstd", level=1)
+    data = np.random.default_rng(0).random(shape)
+    write_array(tmp_path / "a", data, chunks=chunks, compression="zstd", level=1)
     pieces: list[int] = []
-    original = reading_module._FlatSink.write
+    original = getattr(reading_module, sink).write
 
     def spy(self: Any, piece: bytes) -> None:
         pieces.append(len(piece))
         original(self, piece)
 
-    monkeypatch.setattr(reading_module._FlatSink, "write", spy)
+    monkeypatch.setattr(getattr(reading_module, sink), "write", spy)
     assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
-    assert pieces == []  # no pieces: decoded in place
+    assert pieces == in_one_step
+    pieces.clear()
     monkeypatch.setenv(ENV_FAST, "0")
     assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
-    assert len(pieces) > 1
+    assert max(pieces) <= 256 * 1024
+    assert sum(pieces) == data.nbytes
 
 
 def test_libdeflate_decodes_a_whole_chunk_into_a_buffer_of_its_size(

@@ -77,7 +77,7 @@ into its place in the result (or the thread's chunk buffer); either is taken onl
 member or frame of exactly the chunk's size with nothing after it, and anything else is decoded
 again as above, so results and errors do not depend on the extra (``CYTEPOOL_ZARR_FAST=0``
 switches it off). Decoding threads keep their
-chunk buffer (up to 64 MiB) from one read to the next. A chunk compressed twice is decoded as a
+chunk buffer (up to 16 MiB) from one read to the next. A chunk compressed twice is decoded as a
 stream through both steps. Selections take integers and
 slices, and, through ZarrArray.oindex, integer arrays and boolean masks along any axes.
 

@@ -34,7 +34,7 @@ from cytepool.io.zarr.store import StoreHandle, TooLargeError, join
 
 __all__ = ["Reader"]
 
-_KEEP_BYTES = 64 * 2**20
+_KEEP_BYTES = 16 * 2**20
 """Chunk buffers up to this size stay with their decoding thread for later reads."""
 
 _buffers = threading.local()  # each thread's chunk buffer, kept across reads
@@ -321,17 +321,28 @@ class Reader:
     def _decode_bytes(self, source: _Source, sink: Any) -> None:
         n = sink.size
         self._check_encoded_size(source)
-        if isinstance(sink, _FlatSink) and self.chain.decode_into(source.data, sink.bytes):
-            sink.pos = n
-            return
-        whole = self.chain.decode_exact(source.data, n)
-        if whole is not None:
-            sink.write(whole)
+        if self._decode_whole(source, sink):
             return
         for out in self.chain.decode_stream(source.pieces(), n, source.where):
             sink.write(out)
         if sink.pos != n:
             raise _corrupt(source.where, f"it decodes to {sink.pos} bytes, expected {n}")
+
+    def _decode_whole(self, source: _Source, sink: Any) -> bool:
+        """Whether a fast decoder (cytepool[fast]) took the chunk and decoded it in one step:
+        zstd straight into a flat sink (else into the thread's buffer), gzip into a new one."""
+        flat = isinstance(sink, _FlatSink)
+        target = sink.bytes if flat else _thread_buffer(sink.size)
+        whole: Any = None if flat else target
+        if not self.chain.decode_into(source.data, target):
+            whole = self.chain.decode_exact(source.data, sink.size)
+            if whole is None:
+                return False
+        if whole is None:
+            sink.pos = sink.size
+        else:
+            sink.write(whole)
+        return True
 
     def _check_encoded_size(self, source: _Source) -> None:
         if source.size > self.max_encoded:
