@@ -55,6 +55,12 @@ VERIFIED_VS_UNVERIFIED = 1.15  # issue 16: verification that costs almost nothin
 OPEN_SELECT_VS_ZARR = 1.0  # issue 16: opening is cheap
 
 
+def describe_fast() -> str:
+    from cytepool.io.zarr._fast import describe
+
+    return describe()
+
+
 def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
     """A cube with negative-binomial int32 counts and a detected layer."""
     import pandas as pd
@@ -499,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
         f"int32 layers counts + detected ({mib(2 * np.prod(shape) * 4)} in memory), chunks "
         f"{chunks}; medians of {repeats} runs ({4 * repeats} for selections), contenders "
         f"alternating; {platform.python_version()}, {platform.machine()}, {os.cpu_count()} "
-        f"CPUs, 1-minute load average {min(loads):.1f}–{max(loads):.1f}, warm page cache; CPU "
+        f"CPUs, {describe_fast()}, "
+        f"1-minute load average {min(loads):.1f}–{max(loads):.1f}, warm page cache; CPU "
         "time summed over the process's threads.\n"
     )
     print(rows_table(rows, " cube file | zarr arrays |"))

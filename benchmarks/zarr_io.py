@@ -413,6 +413,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def describe_fast() -> str:
+    from cytepool.io.zarr._fast import describe
+
+    return describe()
+
+
 def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
@@ -447,7 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"Python {platform.python_version()}, numpy {np.__version__}, tensorstore "
         f"{version('tensorstore')}, zarr-python {zarr.__version__}, {os.cpu_count()} CPUs, "
-        f"{platform.machine()}; 1-minute load average {min(loads):.1f}–{max(loads):.1f}; "
+        f"{platform.machine()}; {describe_fast()}; "
+        f"1-minute load average {min(loads):.1f}–{max(loads):.1f}; "
         f"medians of {args.repeats} repeats ({4 * args.repeats} for {SELECTION}), contenders "
         "alternating; tensorstore: default context (shared concurrency, no chunk cache), a fresh "
         "one per read and write, writes without fsync\n"

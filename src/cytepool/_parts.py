@@ -226,6 +226,13 @@ class CubeParts:
         if isinstance(lay, ArrayLayer) and lay.eager:
             return lay.array
         out = np.empty(self.shape, dtype=lay.dtype)
+        if isinstance(lay, ArrayLayer) and lay.cells is self.cells:
+            found = lay.read_all(out)  # verified on the decoding threads
+            if found is not None:
+                known = self.group_digests[layer]
+                for g, digest in enumerate(found):
+                    known[g] = known[g] or digest
+                return out
         with lay.reading(range(self.shape[0])):  # a remote store fetches every group's chunks
             for g in range(self.shape[0]):
                 out[g] = self.read(layer, g)

@@ -419,18 +419,58 @@ class ArrayLayer(LazyLayer):
         block = np.asarray(self._fetch(group, samples, features))
         if block.dtype != self.dtype:
             block = block.astype(self.dtype)
-        gid = self.group_ids[group] if self.group_ids is not None else f"#{group}"
-        if samples is None and features is None and self.digests is not None:
-            expected = self.digests[group]
-            if expected is not None:
-                found = group_digest(self.dtype, block)
-                if found != expected:
-                    msg = (
-                        f"layer {self.name!r}, group {gid!r}: the values do not match their "
-                        f"stored digest (expected {expected[:16]}..., found {found[:16]}...); "
-                        "the store is corrupt or was modified"
-                    )
-                    raise FormatError(msg)
+        whole = samples is None and features is None
+        expected = self.digests[group] if whole and self.digests is not None else None
+        if expected is not None:
+            self._verify(group, block, expected)
+        self._check(group, block, samples, features)
+        return block
+
+    def read_all(self, out: np.ndarray[Any, Any]) -> list[str] | None:
+        """Read every group into ``out`` (C-contiguous, the layer's shape and data type),
+        checked and verified on the threads that decode the array, each group as soon as its
+        chunks are in; the digest of every group, or None (and ``out`` untouched) if the array
+        cannot be read that way (then read group by group).
+        """
+        read_into = getattr(self.array, "read_into", None)
+        if read_into is None or self.checked or self.array.dtype != self.dtype:
+            return None
+        digests: list[str] = [""] * self.shape[0]
+
+        def accept(start: int, stop: int) -> None:
+            for group in range(start, stop):
+                block = out[group]
+                known = None if self.digests is None else self.digests[group]
+                digests[group] = self._verify(group, block, known)
+                self._check(group, block, None, None)
+
+        read_into(out, on_rows=accept)
+        return digests
+
+    def _group_id(self, group: int) -> str:
+        return self.group_ids[group] if self.group_ids is not None else f"#{group}"
+
+    def _verify(self, group: int, block: np.ndarray[Any, Any], expected: str | None) -> str:
+        """The digest of a whole group's block; FormatError if it is not ``expected``."""
+        found = group_digest(self.dtype, block)
+        if expected is not None and found != expected:
+            msg = (
+                f"layer {self.name!r}, group {self._group_id(group)!r}: the values do not match"
+                f" their stored digest (expected {expected[:16]}..., found {found[:16]}...);"
+                " the store is corrupt or was modified"
+            )
+            raise FormatError(msg)
+        return found
+
+    def _check(
+        self,
+        group: int,
+        block: np.ndarray[Any, Any],
+        samples: Index | None,
+        features: Index | None,
+    ) -> None:
+        """Check a block's values, unless they were checked already."""
+        gid = self._group_id(group)
         if not self.checked:
             cells = None
             if self.cells is not None:
@@ -446,7 +486,6 @@ class ArrayLayer(LazyLayer):
                 features=features,
                 cells=cells,
             )
-        return block
 
 
 # --------------------------------------------------------------------------- derived

@@ -14,3 +14,16 @@ def special(request: pytest.FixtureRequest) -> str:
     if not hasattr(os, "mkfifo"):
         pytest.skip("FIFOs and sockets are POSIX")
     return str(request.param)
+
+
+@pytest.fixture(params=["fast", "stdlib"])
+def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each set of decoders a read may use: the fast extra (libdeflate for gzip, zstandard for
+    zstd; in the test extra too) and, forced with CYTEPOOL_ZARR_FAST=0, the standard library's
+    zlib and the zstd module alone (in subprocesses too)."""
+    if request.param == "fast":
+        import deflate  # noqa: F401  (installed with cytepool[test]: a failure, not a skip)
+        import zstandard  # noqa: F401
+
+    monkeypatch.setenv("CYTEPOOL_ZARR_FAST", "1" if request.param == "fast" else "0")
+    return str(request.param)

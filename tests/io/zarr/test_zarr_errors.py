@@ -271,14 +271,14 @@ GOOD = numbers(1, 2, 3, 4)
     ],
 )
 def test_corrupt_numeric_chunks(
-    tmp_path: Path, codecs: list[Any], data: bytes, problem: str
+    tmp_path: Path, codecs: list[Any], data: bytes, problem: str, inflate: str
 ) -> None:
     path = make(tmp_path / "a", array_doc(codecs=codecs), {"c/0": data})
     with raises_naming(FormatError, problem, path / "c/0"):
         open_array(path)[...]
 
 
-def test_checksums_are_verified(tmp_path: Path) -> None:
+def test_checksums_are_verified(tmp_path: Path, inflate: str) -> None:
     member = bytearray(zlib.compress(GOOD, 1, wbits=31))
     member[-8] ^= 1  # CRC32
     path = make(tmp_path / "g", array_doc(codecs=[LE, GZIP]), {"c/0": bytes(member)})

@@ -11,8 +11,9 @@ same element.
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,11 @@ from cytepool.io.zarr.sharding import read_shard_index
 from cytepool.io.zarr.store import StoreHandle, TooLargeError, join
 
 __all__ = ["Reader"]
+
+_KEEP_BYTES = 16 * 2**20
+"""Chunk buffers up to this size stay with their decoding thread for later reads."""
+
+_buffers = threading.local()  # each thread's chunk buffer, kept across reads
 
 
 class _Source:
@@ -89,6 +95,41 @@ class _RowSink:
         self.pos += len(data)
 
 
+def _thread_buffer(nbytes: int) -> np.ndarray[Any, Any]:
+    """``nbytes`` bytes of the calling thread's chunk buffer (reused by every later read, which
+    saves faulting in fresh pages per chunk), or fresh bytes beyond :data:`_KEEP_BYTES`."""
+    if nbytes > _KEEP_BYTES:
+        return np.empty(nbytes, dtype=np.uint8)
+    buffer: np.ndarray[Any, Any] | None = getattr(_buffers, "scratch", None)
+    if buffer is None or len(buffer) < nbytes:
+        buffer = _buffers.scratch = np.empty(nbytes, dtype=np.uint8)
+    return buffer[:nbytes]
+
+
+class _RowsDone:
+    """Calls ``callback(start, stop)`` once every chunk of rows ``start:stop`` (along the first
+    axis) of a whole read has been decoded, on the thread that decoded the last of them."""
+
+    def __init__(self, shape: Sequence[int], chunks: Sequence[int], callback: Callable[..., Any]):
+        self.rows, self.step, self.callback = shape[0], chunks[0], callback
+        self.per_row = math.prod(-(-n // c) for n, c in zip(shape[1:], chunks[1:], strict=True))
+        self.left = [self.per_row] * -(-self.rows // self.step)
+        self.lock = threading.Lock()
+
+    def done(self, index: int) -> None:
+        with self.lock:
+            self.left[index] -= 1
+            last = self.left[index] == 0
+        if last:
+            start = index * self.step
+            self.callback(start, min(start + self.step, self.rows))
+
+    def without_chunks(self) -> None:
+        """Rows that have no chunks at all (another axis has length 0) are done at once."""
+        if self.per_row == 0 and self.rows:
+            self.callback(0, self.rows)
+
+
 def _sink(target: np.ndarray[Any, Any]) -> Any:
     """A sink that decodes straight into ``target``, or None if its layout does not allow it."""
     if target.flags.c_contiguous:
@@ -137,19 +178,38 @@ class Reader:
             if isinstance(array_bytes, BytesCodec)
             else None
         )
-        self.local = threading.local()  # each decoding thread's chunk buffer
 
     @property
     def _shard_shape(self) -> tuple[int, ...]:
         return self.meta.chunk_grid.chunk_shape
 
-    def read(self, selection: Selection, work: np.ndarray[Any, Any]) -> None:
+    def read(
+        self,
+        selection: Selection,
+        work: np.ndarray[Any, Any],
+        on_rows: Callable[[int, int], object] | None = None,
+    ) -> None:
+        """Decode the selected chunks into ``work``; with ``on_rows`` (a whole read only), call
+        ``on_rows(start, stop)`` on a decoding thread as soon as rows ``start:stop`` are in."""
+        grid = self.chunk_shape if self.shard is None else self._shard_shape
+        rows = None if on_rows is None else _RowsDone(self.meta.shape, grid, on_rows)
+
+        def read_chunk(piece: ChunkPiece) -> None:
+            self._read_file_chunk(piece, work)
+            if rows is not None:
+                rows.done(piece.coords[0])
+
+        def read_shard(shard: tuple[tuple[int, ...], Iterator[tuple[int, ChunkPiece]]]) -> None:
+            self._read_shard(shard[0], shard[1], work)
+            if rows is not None:
+                rows.done(shard[0][0])
+
         if self.shard is None:
-            pieces = selection.pieces(self.chunk_shape)
-            for_each(lambda piece: self._read_file_chunk(piece, work), pieces)
+            for_each(read_chunk, selection.pieces(self.chunk_shape))
         else:
-            shards = selection.shards(self._shard_shape, self.chunk_shape)
-            for_each(lambda shard: self._read_shard(shard[0], shard[1], work), shards)
+            for_each(read_shard, selection.shards(self._shard_shape, self.chunk_shape))
+        if rows is not None:
+            rows.without_chunks()
 
     def _chunk_key(self, coords: Sequence[int]) -> str:
         return join(self.key, self.meta.chunk_key_encoding.encode(coords))
@@ -222,10 +282,11 @@ class Reader:
             return
         direct = self._direct_view(piece, work)
         sink = None if direct is None else _sink(direct)
+        target = direct
         if sink is None:
             direct = None
-            sink = _FlatSink(self._scratch())
-        target = self._scratch() if direct is None else direct
+            target = self._scratch()
+            sink = _FlatSink(target)
         self._decode_bytes(source, sink)
         if target.dtype.kind == "b":
             self._check_bools(target, source.where)
@@ -243,10 +304,9 @@ class Reader:
         return work[(*piece.out_sel, Ellipsis)]
 
     def _scratch(self) -> np.ndarray[Any, Any]:
-        scratch = getattr(self.local, "scratch", None)
-        if scratch is None:
-            scratch = self.local.scratch = np.empty(self.chunk_shape, dtype=self.stored)
-        return scratch
+        """A chunk buffer of the calling thread, for this one chunk (it is reused later)."""
+        assert self.stored is not None  # internal invariant: strings use no chunk buffer
+        return _thread_buffer(self.nbytes).view(self.stored).reshape(self.chunk_shape)
 
     def _copy(self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
         """Copy an uncompressed chunk from the bytes read into place."""
@@ -261,10 +321,28 @@ class Reader:
     def _decode_bytes(self, source: _Source, sink: Any) -> None:
         n = sink.size
         self._check_encoded_size(source)
+        if self._decode_whole(source, sink):
+            return
         for out in self.chain.decode_stream(source.pieces(), n, source.where):
             sink.write(out)
         if sink.pos != n:
             raise _corrupt(source.where, f"it decodes to {sink.pos} bytes, expected {n}")
+
+    def _decode_whole(self, source: _Source, sink: Any) -> bool:
+        """Whether a fast decoder (cytepool[fast]) took the chunk and decoded it in one step:
+        zstd straight into a flat sink (else into the thread's buffer), gzip into a new one."""
+        flat = isinstance(sink, _FlatSink)
+        target = sink.bytes if flat else _thread_buffer(sink.size)
+        whole: Any = None if flat else target
+        if not self.chain.decode_into(source.data, target):
+            whole = self.chain.decode_exact(source.data, sink.size)
+            if whole is None:
+                return False
+        if whole is None:
+            sink.pos = sink.size
+        else:
+            sink.write(whole)
+        return True
 
     def _check_encoded_size(self, source: _Source) -> None:
         if source.size > self.max_encoded:

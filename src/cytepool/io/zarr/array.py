@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,66 @@ class ZarrArray:
             f"<ZarrArray {self._store.where(self._key)!r} shape={self.shape} chunks={self.chunks}"
             f" dtype={self.dtype}>"
         )
+
+    def read_into(
+        self,
+        out: np.ndarray[Any, Any],
+        *,
+        on_rows: Callable[[int, int], object] | None = None,
+    ) -> None:
+        """Read the whole array into ``out``, and hand over rows as they arrive.
+
+        Parameters
+        ----------
+        out
+            A writeable C-contiguous array of the array's shape and data type (native byte
+            order); chunks are decoded straight into it where they can be.
+        on_rows
+            Called as ``on_rows(start, stop)`` once every chunk of ``out[start:stop]`` (along
+            the first axis) is in place, on the thread that decoded the last of them, while
+            other threads go on decoding (work such as hashing a block overlaps the decoding).
+            Each row is handed over exactly once; if a call raises, the read stops and the first
+            failure in chunk order is raised.
+
+        Raises
+        ------
+        InputTypeError
+            If ``out`` is not such an array, or the array is 0-d or holds strings.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> tmp = pathlib.Path(tempfile.mkdtemp())
+        >>> write_array(tmp / "a", np.arange(12).reshape(3, 4), chunks=(2, 2))
+        >>> out, seen = np.empty((3, 4), dtype="int64"), []
+        >>> open_array(tmp / "a").read_into(out, on_rows=lambda a, b: seen.append((a, b)))
+        >>> out[2].tolist(), sorted(seen)
+        ([8, 9, 10, 11], [(0, 2), (2, 3)])
+        """
+        self._check_out(out)
+        selection = parse_selection(..., self.shape, orthogonal=False)
+        with array_handle(self) as handle:
+            reader = Reader(handle, self._key, self._metadata)
+            _fetch_ahead(handle, reader, self, selection)  # a remote store: one stream of requests
+            reader.read(selection, out, on_rows)
+
+    def _check_out(self, out: Any) -> None:
+        fits = (
+            isinstance(out, np.ndarray)
+            and out.shape == self.shape
+            and out.dtype == self.dtype
+            and out.dtype.isnative
+            and out.flags.c_contiguous
+            and out.flags.writeable
+        )
+        if not fits or not self.shape or self._metadata.data_type.is_string:
+            found = f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}"
+            msg = (
+                f"read_into: expected a writeable C-contiguous numpy array of shape {self.shape}"
+                f" and data type {self.dtype} (not 0-d, not strings), found {found};"
+                " read with array[...] instead"
+            )
+            raise InputTypeError(msg)
 
     def _read(self, selection: Selection, *, objects: bool = False) -> Any:
         with array_handle(self) as handle:

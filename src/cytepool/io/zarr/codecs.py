@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias, c
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, UnsupportedFeatureError
-from cytepool.io.zarr import _vlen
+from cytepool.io.zarr import _fast, _vlen
 from cytepool.io.zarr.fields import (
     check_config_keys,
     fail,
@@ -410,11 +410,14 @@ class ZstdCodec:
             raise _corrupt(where, f"invalid zstd data: {error}") from error
 
 
-def _unzstd(zstd: Any, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
+def _window_log(limit: int) -> int:
     # The window a frame may ask for: the output size, but at least the 8 MiB that RFC 8878
     # asks every decoder to support (streaming writers use up to that without a content size).
-    window_log = min(max(_MIN_WINDOW_LOG, (limit - 1).bit_length()), _MAX_WINDOW_LOG)
-    options = {zstd.DecompressionParameter.window_log_max: window_log}
+    return min(max(_MIN_WINDOW_LOG, (limit - 1).bit_length()), _MAX_WINDOW_LOG)
+
+
+def _unzstd(zstd: Any, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
+    options = {zstd.DecompressionParameter.window_log_max: _window_log(limit)}
 
     def more(decoder: Any, out: bytes, want: int) -> bytes | None:
         return None if decoder.eof or decoder.needs_input or not out else b""
@@ -488,6 +491,20 @@ class CodecChain:
         except _TooLongError as error:
             problem = f"the {error} data decodes to more bytes than a valid chunk holds"
             raise _corrupt(where, problem) from None
+
+    def decode_exact(self, data: Bytes, size: int) -> bytearray | None:
+        """The ``size`` bytes ``data`` decodes to, through the optional fast inflate, or None:
+        decode with :meth:`decode_stream` (see :mod:`cytepool.io.zarr._fast`)."""
+        if len(self.compressors) == 1 and isinstance(self.compressors[0], GzipCodec):
+            return _fast.gunzip(data, size)
+        return None
+
+    def decode_into(self, data: Bytes, out: np.ndarray[Any, Any]) -> bool:
+        """Whether ``data`` was decoded into all of ``out`` (bytes) in one step by the optional
+        fast zstd decoder; if not, decode with :meth:`decode_stream`."""
+        if len(self.compressors) == 1 and isinstance(self.compressors[0], ZstdCodec):
+            return _fast.unzstd_into(data, out, 2 ** _window_log(len(out)))
+        return False
 
     def encode(self, chunk: np.ndarray[Any, Any]) -> bytes:
         """Encode a chunk (bytes or vlen-utf8, then each compressor)."""

@@ -1,0 +1,252 @@
+"""The optional fast decoders (cytepool[fast]: libdeflate for gzip, zstandard for zstd) against
+the standard library's zlib and the zstd module.
+
+Every chunk below is read twice, with the fast decoders allowed and with CYTEPOOL_ZARR_FAST=0:
+the results, or the error types and messages, must be the same. :func:`gunzip` and
+:func:`unzstd_into` themselves must take the shortcut only for one complete member or frame
+with nothing after it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cytepool.io.zarr._reading as reading_module
+from cytepool.errors import InputError
+from cytepool.io.zarr import open_array, write_array
+from cytepool.io.zarr._fast import ENV_FAST, fast_inflate, fast_zstd, gunzip, unzstd_into
+from cytepool.io.zarr.codecs import import_zstd
+
+N = 4096  # int32 values a chunk holds
+VALUES = np.random.default_rng(1).integers(0, 50, N, dtype="<i4")
+RAW = VALUES.tobytes()
+MEMBER = zlib.compress(RAW, 4, wbits=31)
+TRAILER = MEMBER[-8:]
+
+
+def _bomb() -> bytes:
+    return zlib.compress(bytes(64 * len(RAW)), 9, wbits=31)
+
+
+VALID = {
+    "one member": MEMBER,
+    "level 0 (stored blocks)": zlib.compress(RAW, 0, wbits=31),
+    "python gzip with mtime": gzip.compress(RAW, mtime=1),
+    "header with a file name": b"\x1f\x8b\x08\x08\0\0\0\0\0\xffname\0" + MEMBER[10:],
+    "two members": zlib.compress(RAW[:100], 4, wbits=31) + zlib.compress(RAW[100:], 4, wbits=31),
+    "an empty member after": MEMBER + zlib.compress(b"", 4, wbits=31),
+}
+INVALID = {
+    "the same member twice": MEMBER + MEMBER,
+    "its trailer again": MEMBER + TRAILER,
+    "bytes, then its trailer again": MEMBER + b"xx" + TRAILER,
+    "trailing garbage": MEMBER + b"junk",
+    "truncated": MEMBER[:-3],
+    "truncated trailer": MEMBER[:-8],
+    "decodes short": zlib.compress(RAW[:-4], 4, wbits=31),
+    "decodes long": zlib.compress(RAW + b"\0\0\0\0", 4, wbits=31),
+    "bomb": _bomb(),
+    "bad CRC": MEMBER[:-8] + bytes([MEMBER[-8] ^ 1]) + MEMBER[-7:],
+    "bad size": MEMBER[:-4] + bytes([MEMBER[-4] ^ 1]) + MEMBER[-3:],
+    "zlib, not gzip": zlib.compress(RAW, 4),
+    "empty": b"",
+}
+
+
+ZSTD = import_zstd()
+CHECKSUM = {ZSTD.CompressionParameter.checksum_flag: 1}
+FRAME = ZSTD.compress(RAW, options=CHECKSUM)
+
+
+def _streamed(data: bytes) -> bytes:
+    """A frame without a content size, as a streaming writer makes it."""
+    compressor = ZSTD.ZstdCompressor()
+    return compressor.compress(data) + compressor.flush()
+
+
+def _skippable(data: bytes) -> bytes:
+    return b"\x50\x2a\x4d\x18" + len(data).to_bytes(4, "little") + data
+
+
+ZSTD_VALID = {
+    "one frame with a checksum": FRAME,
+    "one frame without": ZSTD.compress(RAW),
+    "level 19": ZSTD.compress(RAW, 19),
+    "two frames": ZSTD.compress(RAW[:100]) + ZSTD.compress(RAW[100:]),
+    "an empty frame after": FRAME + ZSTD.compress(b""),
+    "no content size": _streamed(RAW),
+    "a skippable frame after": FRAME + _skippable(b"abcd"),  # the zstd module skips it
+}
+ZSTD_INVALID = {
+    "the same frame twice": FRAME + FRAME,
+    "trailing garbage": FRAME + b"junk",
+    "truncated": FRAME[:-3],
+    "truncated checksum": FRAME[:-4],
+    "decodes short": ZSTD.compress(RAW[:-4]),
+    "decodes long": ZSTD.compress(RAW + b"\0\0\0\0"),
+    "bomb": ZSTD.compress(bytes(64 * len(RAW))),
+    "bad checksum": FRAME[:-1] + bytes([FRAME[-1] ^ 1]),
+    "gzip, not zstd": MEMBER,
+    "empty": b"",
+}
+
+
+def _array(path: Path, chunk: bytes, codec: str = "gzip") -> Path:
+    doc = {
+        "shape": [2 * N],
+        "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [N]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": codec, "configuration": {"level": 4}},
+        ],
+        "attributes": {},
+        "zarr_format": 3,
+        "node_type": "array",
+    }
+    (path / "c").mkdir(parents=True)
+    (path / "zarr.json").write_text(json.dumps(doc))
+    (path / "c" / "0").write_bytes(chunk)
+    (path / "c" / "1").write_bytes(MEMBER if codec == "gzip" else FRAME)
+    return path
+
+
+def _outcome(path: Path, monkeypatch: pytest.MonkeyPatch, fast: str) -> Any:
+    monkeypatch.setenv(ENV_FAST, fast)
+    try:
+        return open_array(path)[...].tobytes()
+    except Exception as error:
+        return type(error), str(error)
+
+
+CASES = [
+    *(("gzip", case, case in VALID) for case in [*VALID, *INVALID]),
+    *(("zstd", case, case in ZSTD_VALID) for case in [*ZSTD_VALID, *ZSTD_INVALID]),
+]
+
+
+@pytest.mark.parametrize(("codec", "case", "valid"), CASES)
+def test_same_results_and_errors_with_and_without_the_fast_decoders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, case: str, valid: bool
+) -> None:
+    cases = {**VALID, **INVALID} if codec == "gzip" else {**ZSTD_VALID, **ZSTD_INVALID}
+    path = _array(tmp_path / "a", cases[case], codec)
+    fast, slow = (_outcome(path, monkeypatch, value) for value in ("1", "0"))
+    assert fast == slow
+    if valid:
+        assert fast == RAW * 2
+    else:
+        assert isinstance(fast, tuple)
+        assert issubclass(fast[0], ValueError)
+        assert str(path / "c" / "0") in fast[1]
+
+
+@pytest.mark.parametrize("case", list(VALID)[:4])
+def test_the_shortcut_takes_one_complete_member(case: str) -> None:
+    assert fast_inflate() is not None  # installed with the test extra
+    assert gunzip(VALID[case], len(RAW)) == RAW
+    assert gunzip(bytearray(VALID[case]), len(RAW)) == RAW
+
+
+@pytest.mark.parametrize("case", [*list(VALID)[4:], *INVALID])
+def test_the_shortcut_leaves_anything_else_to_zlib(case: str) -> None:
+    assert gunzip({**VALID, **INVALID}[case], len(RAW)) is None
+
+
+def test_the_shortcut_needs_bytes_and_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gunzip(memoryview(MEMBER), len(RAW)) is None
+    assert gunzip(MEMBER, 0) is None
+    monkeypatch.setenv(ENV_FAST, "0")
+    assert fast_inflate() is None
+    assert gunzip(MEMBER, len(RAW)) is None
+    monkeypatch.setenv(ENV_FAST, "yes")
+    with pytest.raises(InputError, match=f"{ENV_FAST} must be 0 or 1, found 'yes'"):
+        gunzip(MEMBER, len(RAW))
+
+
+@pytest.mark.parametrize("case", list(ZSTD_VALID)[:3])
+def test_the_zstd_shortcut_takes_one_frame_of_the_chunk_size(case: str) -> None:
+    assert fast_zstd() is not None  # installed with the test extra
+    out = np.zeros(len(RAW), dtype=np.uint8)
+    assert unzstd_into(ZSTD_VALID[case], out, 2**23)
+    assert out.tobytes() == RAW
+    out[:] = 0
+    assert unzstd_into(bytearray(ZSTD_VALID[case]), memoryview(out), 2**23)
+    assert out.tobytes() == RAW
+
+
+@pytest.mark.parametrize("case", [*list(ZSTD_VALID)[3:], *ZSTD_INVALID])
+def test_the_zstd_shortcut_leaves_anything_else_to_the_zstd_module(case: str) -> None:
+    out = np.zeros(len(RAW), dtype=np.uint8)
+    assert not unzstd_into({**ZSTD_VALID, **ZSTD_INVALID}[case], out, 2**23)
+
+
+def test_the_zstd_shortcut_keeps_the_window_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = np.zeros(len(RAW), dtype=np.uint8)
+    assert not unzstd_into(FRAME, out, len(RAW) // 2)  # the frame's window is the chunk size
+    assert not unzstd_into(memoryview(FRAME), out, 2**23)
+    monkeypatch.setenv(ENV_FAST, "0")
+    assert fast_zstd() is None
+    assert not unzstd_into(FRAME, out, 2**23)
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "sink", "in_one_step"),
+    [
+        ((400_000,), (400_000,), "_FlatSink", []),  # decoded in place: nothing to write
+        ((4, 200_000), (4, 100_000), "_RowSink", [3_200_000] * 2),  # rows of the result
+    ],
+)
+def test_zstandard_decodes_a_whole_chunk_in_one_step(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    sink: str,
+    in_one_step: list[int],
+) -> None:
+    monkeypatch.setenv(ENV_FAST, "1")
+    data = np.random.default_rng(0).random(shape)
+    write_array(tmp_path / "a", data, chunks=chunks, compression="zstd", level=1)
+    pieces: list[int] = []
+    original = getattr(reading_module, sink).write
+
+    def spy(self: Any, piece: bytes) -> None:
+        pieces.append(len(piece))
+        original(self, piece)
+
+    monkeypatch.setattr(getattr(reading_module, sink), "write", spy)
+    assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
+    assert pieces == in_one_step
+    pieces.clear()
+    monkeypatch.setenv(ENV_FAST, "0")
+    assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
+    assert max(pieces) <= 256 * 1024
+    assert sum(pieces) == data.nbytes
+
+
+def test_libdeflate_decodes_a_whole_chunk_into_a_buffer_of_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_FAST, "1")
+    data = np.random.default_rng(0).random(400_000)
+    write_array(tmp_path / "a", data, chunks=(400_000,), compression="gzip", level=1)
+    pieces: list[int] = []
+    original = reading_module._FlatSink.write
+
+    def spy(self: Any, piece: bytes) -> None:
+        pieces.append(len(piece))
+        original(self, piece)
+
+    monkeypatch.setattr(reading_module._FlatSink, "write", spy)
+    assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
+    assert pieces == [data.nbytes]  # one step, no more than the chunk holds
