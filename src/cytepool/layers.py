@@ -396,7 +396,7 @@ class ArrayLayer(LazyLayer):
             return contextlib.nullcontext()
         samples = None if is_full(samples, self.shape[1]) else samples
         features = None if is_full(features, self.shape[2]) else features
-        return reading([(g, _as_key(samples), _as_key(features)) for g in groups])  # type: ignore[no-any-return]
+        return reading([(g, _as_key(samples), _as_key(features)) for g in groups])
 
     def _fetch(self, group: int, samples: Index | None, features: Index | None) -> Any:
         arr = self.array
