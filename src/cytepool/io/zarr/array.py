@@ -209,7 +209,9 @@ class ZarrArray:
         them in one stream of requests rather than one round per read).
 
         Reads of this array in this thread, inside the ``with`` block, share one store handle;
-        the store is checked when the block starts and verified when it ends, as for one read.
+        the store is checked when the block starts and verified when it ends, as for one read:
+        if it was replaced meanwhile the block raises StoreChangedError, and nothing read inside
+        it may be trusted (a read inside the block is not verified on its own).
 
         Examples
         --------
