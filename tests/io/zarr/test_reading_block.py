@@ -35,11 +35,12 @@ def _swap(path: Path, values: np.ndarray, *, remove: bool = True) -> None:
 
 def test_reads_in_a_block_come_from_the_store_it_opened(array_path: Path) -> None:
     array = open_array(array_path)
-    with pytest.raises(StoreChangedError, match="replaced while it was being read"):  # noqa: PT012
-        with array.reading([(0, slice(None), [1, 3]), (2, slice(None), slice(None))]):
-            first = array.oindex[0, :, [1, 3]]
-            _swap(array_path, VALUES + 100, remove=False)
-            last = array[2]  # still the store the block opened
+    keys = [(0, slice(None), [1, 3]), (2, slice(None), slice(None))]
+    changed = pytest.raises(StoreChangedError, match="replaced while it was being read")
+    with changed, array.reading(keys):
+        first = array.oindex[0, :, [1, 3]]
+        _swap(array_path, VALUES + 100, remove=False)
+        last = array[2]  # still the store the block opened
     assert np.array_equal(first, VALUES[0][:, [1, 3]])
     assert np.array_equal(last, VALUES[2])
     assert np.array_equal(open_array(array_path)[2], VALUES[2] + 100)
@@ -47,10 +48,10 @@ def test_reads_in_a_block_come_from_the_store_it_opened(array_path: Path) -> Non
 
 def test_a_store_removed_inside_a_block_raises_when_the_block_ends(array_path: Path) -> None:
     array = open_array(array_path)
-    with pytest.raises(StoreChangedError, match="replaced while it was being read"):  # noqa: PT012
-        with array.reading():
-            _swap(array_path, VALUES + 100)  # the old store's chunks are gone: fill values
-            array[2]
+    changed = pytest.raises(StoreChangedError, match="replaced while it was being read")
+    with changed, array.reading():
+        _swap(array_path, VALUES + 100)  # the old store's chunks are gone: fill values
+        array[2]
 
 
 def test_outside_a_block_each_read_opens_the_store(array_path: Path) -> None:
