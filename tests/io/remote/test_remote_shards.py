@@ -108,3 +108,26 @@ def test_coalesce_keeps_order_and_bounds() -> None:
     assert len(apart) == 2
     capped = coalesce([Range("a", 0, 600), Range("a", 600, 600)], gap=10, most=1000)
     assert [(s.start, s.stop) for s in capped] == [(0, 600), (600, 1200)]
+
+
+def test_missing_and_corrupt_shards_over_http(
+    small: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path, serve_http: Any
+) -> None:
+    import shutil
+
+    from cytepool.errors import FormatError
+
+    path, values = small
+    copy = tmp_path / "small"
+    shutil.copytree(path, copy)
+    (copy / "c" / "0" / "1").unlink()  # rows 0-3, columns 2000-3999: the fill value
+    shard = copy / "c" / "1" / "0"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # the index checksum no longer matches
+    shard.write_bytes(bytes(data))
+    array = open_array(serve_http(copy).url)
+    expected = values[:4].copy()
+    expected[:, 2000:] = 0
+    assert np.array_equal(array[:4], expected)
+    with pytest.raises(FormatError, match=r"corrupt shard .*c/1/0.*CRC-32C"):
+        array[4:]
