@@ -511,7 +511,7 @@ def test_dense_counts_must_be_2d() -> None:
 )
 def test_layers_are_checked(layers: Any, error: type[Exception]) -> None:
     with pytest.raises(
-        error, match=r"layers: expected distinct names among \['counts', 'detected'\]"
+        error, match=r"layers: expected distinct names among \['counts', 'detected', 'squares'\]"
     ):
         from_cells(np.eye(1), sample_labels=["a"], group_labels=["g"], layers=layers)
 

@@ -29,11 +29,11 @@ from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool.cube import Cube
-from cytepool.errors import InputError, InputTypeError, NotCountsWarning
+from cytepool.errors import InputError, InputTypeError, NotCountsWarning, SumOverflowError
 
 __all__ = ["LAYERS", "from_cells"]
 
-LAYERS = ("counts", "detected")
+LAYERS = ("counts", "detected", "squares")
 """The layers :func:`from_cells` can make."""
 
 # Data types the kernel reads (bool is read as uint8).
@@ -49,6 +49,8 @@ Block = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]
 _Line = tuple[Block, int, tuple[int, int], bool]
 # The key of partial sums under which the first value that is not a whole number is noted
 _FRACTION = "first fraction"
+# The layers pooled besides the sums, in the kernels' order
+_EXTRA = ("detected", "squares")
 
 
 def from_cells(
@@ -181,7 +183,11 @@ def from_cells(
     if len(shape) == 2:  # else known once pooled (row blocks)
         tables["features"] = _feature_table(features, shape[1], backend)
     profiles = group_codes * n_samples + sample_codes
-    kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, "detected" in wanted)
+    extra = tuple(name for name in _EXTRA if name in wanted)
+    try:
+        kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, extra)
+    except _Overflow as error:
+        raise _overflow_error(error.profile, group_ids, sample_ids) from None
     if fraction is not None and "counts" in wanted and not allow_float:
         _warn_not_counts(*fraction)
     if "features" not in tables:
@@ -307,7 +313,7 @@ class _Sums:
         n_groups: int,
         n_samples: int,
         n_features: int,
-        detected: bool,
+        extra: tuple[str, ...],
         offset: tuple[int, int] = (0, 0),
         start: dict[str, np.ndarray[Any, Any]] | None = None,
     ):
@@ -320,9 +326,9 @@ class _Sums:
         self.totals = start["counts"]
         # the first value that is not a whole number below 2**31: (row, column, value)
         self.fraction: tuple[int, int, float] | None = _fraction_of(start)
-        self.detected = start.get("detected", np.zeros((n_profiles, 0), dtype=np.int64))
-        if detected and self.detected.shape[1] != n_features:
-            self.detected = np.zeros((n_profiles, n_features), dtype=np.int64)
+        dtype = self.totals.dtype
+        self.detected = _start(start, "detected", "detected" in extra, n_features, np.int64)
+        self.squares = _start(start, "squares", "squares" in extra, n_features, dtype)
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -383,25 +389,65 @@ class _Sums:
 
         while tasks:
             integers = self.totals.dtype.kind == "i"
-            status = _run_tasks(
-                kernel, (*args, self.totals, self.detected, resume, integers), tasks
-            )
+            sums = (self.totals, self.detected, self.squares)
+            status = _run_tasks(kernel, (*args, sums, resume, integers), tasks)
             for task, code in zip(tasks, status, strict=True):
+                if code == kernels.OVERFLOW:
+                    raise _Overflow(self.overflowed())
                 if code not in (kernels.DONE, kernels.NOT_INTEGER):
                     _raise_invalid(*line(task))
             tasks = [task for task, code in zip(tasks, status, strict=True) if code]
             if tasks:
                 self.fraction = self.fraction or _first_fraction(*line(tasks[0]))
                 self.totals = self.totals.astype(np.float64)
+                self.squares = self.squares.astype(np.float64)
+
+    def overflowed(self) -> int:
+        """The first profile with a sum of squares that wrapped around (turned negative)."""
+        return int(np.argmax((self.squares < 0).any(axis=1)))
 
     def arrays(self) -> dict[str, np.ndarray[Any, Any]]:
-        """The sums, ``(n_profiles, n_features)``: counts, and detected if wanted."""
+        """The sums, ``(n_profiles, n_features)``: counts, and detected and squares if wanted."""
         arrays = {"counts": self.totals}
         if self.detected.shape[1] == self.n_features:
             arrays["detected"] = self.detected
+        if self.squares.shape[1] == self.n_features:
+            arrays["squares"] = self.squares
         if self.fraction is not None:
             arrays[_FRACTION] = np.array(self.fraction, dtype=np.float64)
         return arrays
+
+
+def _start(
+    start: Mapping[str, np.ndarray[Any, Any]],
+    name: str,
+    wanted: bool,
+    n_features: int,
+    dtype: Any,
+) -> np.ndarray[Any, Any]:
+    """The running sums of an extra layer: those in ``start``, zeros, or no columns."""
+    if name in start:
+        return start[name]
+    return np.zeros((len(start["counts"]), n_features if wanted else 0), dtype=dtype)
+
+
+class _Overflow(Exception):  # noqa: N818 - internal: becomes a SumOverflowError with the ids
+    """A sum of squares of a profile does not fit int64 (or is infinite)."""
+
+    def __init__(self, profile: int) -> None:
+        super().__init__(profile)
+        self.profile = profile
+
+
+def _overflow_error(profile: int, group_ids: list[str], sample_ids: list[str]) -> OverflowError:
+    group, sample = divmod(profile, len(sample_ids))
+    msg = (
+        f"layer 'squares': a sum of squares of group {group_ids[group]!r} in sample "
+        f"{sample_ids[sample]!r} does not fit its data type (int64: at most 2**63 - 1; "
+        "float64: finite); expected smaller sums: pool without 'squares', or fewer cells "
+        "or smaller values per profile"
+    )
+    return SumOverflowError(msg)
 
 
 def _run_tasks(kernel: Any, args: tuple[Any, ...], tasks: list[int]) -> list[int]:
@@ -463,17 +509,17 @@ def _fraction_of(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int, 
 
 
 def _pool(
-    counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
+    counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
 ) -> tuple[str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None]:
     """Pool ``counts`` (any supported input) into layers; also a name for its kind, and the
     first value that is not a whole number below 2**31 with its row and column, if any."""
     n_cells = profiles.size
     fmt = _sparse_format(counts)
     if _is_dask(counts):
-        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, detected)
+        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
-        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], detected)
+        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], extra)
         _add_block(sums, counts, 0, _words.matrix())
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
@@ -483,16 +529,21 @@ def _pool(
         )
         raise InputTypeError(msg)
     else:
-        sums = _pool_blocks(counts, profiles, n_groups, n_samples, detected)
+        sums = _pool_blocks(counts, profiles, n_groups, n_samples, extra)
         kind, arrays = "row blocks", sums.arrays()
     fraction = _fraction_of(arrays)
     arrays.pop(_FRACTION, None)
+    squares = arrays.get("squares")
+    if squares is not None and squares.dtype.kind == "f":  # v * v is inf for v > ~1.3e154
+        infinite = ~np.isfinite(squares).all(axis=1)
+        if infinite.any():
+            raise _Overflow(int(np.argmax(infinite)))
     shape = (n_groups, n_samples, arrays["counts"].shape[1])
     return kind, {name: array.reshape(shape) for name, array in arrays.items()}, fraction
 
 
 def _pool_blocks(
-    blocks: Iterable[Any], profiles: Any, n_groups: int, n_samples: int, detected: bool
+    blocks: Iterable[Any], profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
 ) -> _Sums:
     sums: _Sums | None = None
     first = 0
@@ -503,7 +554,7 @@ def _pool_blocks(
             msg += f"{type(block).__name__}{getattr(block, 'shape', '')}"
             raise InputTypeError(msg)
         if sums is None:
-            sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected)
+            sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra)
         if block.shape[1] != sums.n_features:
             msg = f"{what}: expected {sums.n_features} columns like the first, found {block.shape}"
             raise InputError(msg)
@@ -569,7 +620,7 @@ def _require_dask() -> Any:
 
 
 def _pool_dask(
-    counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
+    counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Pool a dask array: chains of blocks into partial sums, then a tree of additions.
 
@@ -600,7 +651,7 @@ def _pool_dask(
             for i in range(first, stop):
                 where = (rows[i], columns[j])
                 block_profiles = profiles[rows[i] : rows[i + 1]]
-                args = (block_profiles, (n_groups, n_samples), detected, where)
+                args = (block_profiles, (n_groups, n_samples), extra, where)
                 partial = pool(partial, blocks[i, j], *args)
             chains.append(partial)
         trees.append(_tree(dask.delayed(_add_partials), chains))
@@ -625,7 +676,7 @@ def _pool_chunk(
     block: Any,
     profiles: Any,
     axes: tuple[int, int],
-    detected: bool,
+    extra: tuple[str, ...],
     offset: tuple[int, int],
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Add one block of a dask array to the partial sums of its chain (a dask task).
@@ -639,7 +690,7 @@ def _pool_chunk(
             f"found {type(block).__name__}"
         )
         raise InputTypeError(msg)
-    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected, offset, partial)
+    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra, offset, partial)
     _add_block(sums, block, 0, "counts")
     return sums.arrays()
 
@@ -656,9 +707,18 @@ def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarr
                 total.setdefault(name, values)
             elif np.result_type(total[name], values) == total[name].dtype:
                 np.add(total[name], values, out=total[name])
+                _check_wrap(total[name], values)
             else:
                 total[name] = total[name] + values
     return total
+
+
+def _check_wrap(total: np.ndarray[Any, Any], added: np.ndarray[Any, Any]) -> None:
+    """Raise _Overflow if an int64 sum of values >= 0 wrapped (it is then below the value added)."""
+    if total.dtype.kind == "i":
+        wrapped = (total < added).any(axis=1)
+        if wrapped.any():
+            raise _Overflow(int(np.argmax(wrapped)))
 
 
 def _tree(add: Any, parts: list[Any]) -> Any:
