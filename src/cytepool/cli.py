@@ -182,7 +182,8 @@ _EXAMPLES = {
 
           cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type
           cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type \\
-              --layer counts --sample-covariates condition,age --group-covariates '' --detected
+              --layer counts --sample-covariates condition,age --group-covariates '' \\
+              --layers counts,detected,squares
 
         Without --sample-covariates, every obs column that is constant within each sample
         becomes a sample covariate; the command prints the columns kept and those dropped,
@@ -274,10 +275,19 @@ def _add_pool(commands: Any) -> None:
         help="obs columns to keep as group covariates, as --sample-covariates (default: every "
         "other column constant within each group)",
     )
-    pool.add_argument(
+    made = pool.add_mutually_exclusive_group()
+    made.add_argument(
+        "--layers",
+        metavar="NAMES",
+        type=_layer_names,
+        help="the layers to make, comma-separated, pooled in one pass: counts (sums of the "
+        "values), detected (the number of cells with a nonzero value), squares (sums of the "
+        "squared values, for variances) (default: counts)",
+    )
+    made.add_argument(
         "--detected",
         action="store_true",
-        help="also make the layer 'detected': the number of cells with a nonzero value",
+        help="also make the layer 'detected': the same as --layers counts,detected",
     )
     pool.add_argument(
         "--compression",
@@ -293,6 +303,17 @@ def _add_pool(commands: Any) -> None:
 def _names(text: str) -> list[str]:
     """The column names of a comma-separated list ('' names none)."""
     return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _layer_names(text: str) -> tuple[str, ...]:
+    """The layer names of --layers: distinct, each one from_cells makes."""
+    from cytepool.pooling import LAYERS
+
+    names = tuple(_names(text))
+    if not names or len(set(names)) != len(names) or not set(names) <= set(LAYERS):
+        msg = f"expected distinct names among {', '.join(LAYERS)}, found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
 
 
 def _level_help() -> str:
@@ -380,7 +401,7 @@ def _pool(args: argparse.Namespace) -> None:
         use_raw=args.raw,
         samples=args.sample_covariates,
         groups=args.group_covariates,
-        layers=("counts", "detected") if args.detected else ("counts",),
+        layers=args.layers or (("counts", "detected") if args.detected else ("counts",)),
         allow_float=args.allow_float,
         progress=False if args.no_progress else None,
     )

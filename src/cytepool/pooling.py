@@ -106,8 +106,12 @@ def from_cells(
         (such as ``adata.var_names``). Without it, the ids are the column positions,
         ``"0"``, ``"1"``, ...
     layers
-        The layers to make: ``"counts"`` (sums of the values) and ``"detected"`` (the number
-        of cells with a nonzero value, int64), in the order given.
+        The layers to make, in the order given, all pooled in the same pass over the
+        nonzeros: ``"counts"`` (sums of the values), ``"detected"`` (the number of cells with
+        a nonzero value, int64) and ``"squares"`` (sums of the squared values, x², from which
+        a variance per profile can be recovered). ``"squares"`` has the data type of
+        ``"counts"``: int64 for whole numbers, exactly, else float64; like every layer it is
+        a sum over cells, so it stays exact when groups are merged or samples pooled.
     allow_float
         Values that are not whole numbers are meant (such as ambient-corrected counts or
         normalized values, summed on purpose): pool them into a float64 layer without a
@@ -136,6 +140,9 @@ def from_cells(
     ImportError
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
+    OverflowError
+        When a sum of squares does not fit int64 (or is infinite in float64): a
+        :class:`~cytepool.errors.SumOverflowError` naming the layer, group and sample.
     ValueError
         For a missing label (the message counts them), labels that do not match their texts
         one to one (naming two of them), labels and counts of different lengths, a value
