@@ -14,7 +14,6 @@ import scipy.sparse as sp
 import cytepool
 from cytepool import from_cells
 from cytepool.errors import SumOverflowError
-
 from test_pooling import INPUTS
 
 ALL = ("counts", "detected", "squares")

@@ -257,10 +257,10 @@ def scatter_columns(
                     fits &= total >= 0
         else:
             for k in range(values.shape[0]):
-                p, v = profiles[np.uint64(rows[k])], np.float64(values[k])
-                out[p, j] += v
+                p, x = profiles[np.uint64(rows[k])], np.float64(values[k])
+                out[p, j] += x
                 if square:
-                    squares[p, j] += v * v
+                    squares[p, j] += x * x
         if not fits:
             resume[task] = j
             return OVERFLOW

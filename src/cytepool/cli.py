@@ -10,13 +10,15 @@ Commands (each has ``--help``, with examples)::
 The command speaks its own language: an error is one line on stderr, in the words of its
 flags (``--layer``, not ``layer=``), with paths as they were given, and exit status 1 (2 for
 bad arguments), never a traceback; a warning is one line too. Output cut short by the reader
-(``cytepool info CUBE | head -1``) ends quietly with status 0.
+(``cytepool info CUBE | head -1``) ends quietly with status 0. It starts quickly: this module
+imports the standard library only (``--help`` needs no numpy).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import re
@@ -30,8 +32,6 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
-
-import numpy as np
 
 from cytepool.errors import CytepoolError, InputError, UnknownIdError
 
@@ -147,7 +147,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Help that wraps paragraphs and keeps indented lines (the examples) as they are."""
+    """Help that wraps paragraphs and keeps indented lines (the examples) as they are; a help
+    text may be a function, called only when the help is shown (it may import)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if callable(action.help):
+            action = copy.copy(action)
+            action.help = action.help()
+        return super()._format_action(action)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         blocks = []
@@ -164,6 +171,16 @@ class _Formatter(argparse.HelpFormatter):
                     )
                 )
         return "\n\n".join(blocks)
+
+
+class _Version(argparse.Action):
+    """--version, reading the installed version (importlib.metadata) only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from cytepool._version import __version__
+
+        print(f"cytepool {__version__}")
+        parser.exit()
 
 
 _EXAMPLES = {
@@ -213,15 +230,13 @@ _EXAMPLES = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cytepool._version import __version__
-
     parser = _Parser(
         prog="cytepool",
         description="Pool single cells into pseudobulk cubes; inspect and export cube files.",
         epilog=_EXAMPLES["cytepool"],
         formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"cytepool {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_pool(commands)
     _add_info(commands)
@@ -295,7 +310,7 @@ def _add_pool(commands: Any) -> None:
         default="gzip",
         help="compression of the cube file (default: gzip)",
     )
-    pool.add_argument("--level", type=int, help=_level_help())
+    pool.add_argument("--level", type=int, help=_level_help)
     pool.add_argument("--overwrite", action="store_true", help="replace an existing cube file")
     pool.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
@@ -378,6 +393,8 @@ def _add_demo(commands: Any) -> None:
 
 
 def _pool(args: argparse.Namespace) -> None:
+    import numpy as np
+
     from cytepool.io import write_cube
     from cytepool.io.anndata import from_anndata
     from cytepool.io.zarr import check_compression
@@ -442,6 +459,8 @@ def _info(args: argparse.Namespace) -> None:
 
 
 def _summary(cube: Cube) -> dict[str, Any]:
+    import numpy as np
+
     cells = np.asarray(cube.cells, dtype=np.int64)
     n_groups, n_samples, n_features = cube.shape
     group_ids = _ids(cube.groups, "group_id")
@@ -653,6 +672,7 @@ _DEMO_GROUP = "CD4 T"
 
 def _demo(args: argparse.Namespace) -> None:
     import anndata as ad
+    import numpy as np
 
     from cytepool._demo import CELL_TYPES, simulate_cells
     from cytepool.io import read_cube, write_cube

@@ -438,7 +438,7 @@ def _start(
     return np.zeros((len(start["counts"]), n_features if wanted else 0), dtype=dtype)
 
 
-class _Overflow(Exception):  # noqa: N818 - internal: becomes a SumOverflowError with the ids
+class _Overflow(Exception):  # internal: from_cells raises a SumOverflowError with the ids
     """A sum of squares of a profile does not fit int64 (or is infinite)."""
 
     def __init__(self, profile: int) -> None:
