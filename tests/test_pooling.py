@@ -21,6 +21,8 @@ import cytepool
 from cytepool import from_cells
 from cytepool.errors import NotCountsWarning
 
+pytestmark = pytest.mark.usefixtures("pooling_path")
+
 BOTH = ("counts", "detected")
 
 

@@ -16,6 +16,8 @@ from cytepool import from_cells
 from cytepool.errors import SumOverflowError
 from test_pooling import INPUTS
 
+pytestmark = pytest.mark.usefixtures("pooling_path")
+
 ALL = ("counts", "detected", "squares")
 
 

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from cytepool import _words
+from cytepool import _pool_sums, _words
 from cytepool._assemble import from_parts, provenance_record
 from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool.cube import Cube
-from cytepool.errors import InputError, InputTypeError, NotCountsWarning, SumOverflowError
+from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 
 __all__ = ["LAYERS", "from_cells"]
 
@@ -193,8 +193,8 @@ def from_cells(
     extra = tuple(name for name in _EXTRA if name in wanted)
     try:
         kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, extra)
-    except _Overflow as error:
-        raise _overflow_error(error.profile, group_ids, sample_ids) from None
+    except _pool_sums.Overflow as error:
+        raise _pool_sums.overflow_error(error.args[0], group_ids, sample_ids) from None
     if fraction is not None and "counts" in wanted and not allow_float:
         _warn_not_counts(*fraction)
     if "features" not in tables:
@@ -336,6 +336,8 @@ class _Sums:
         dtype = self.totals.dtype
         self.detected = _start(start, "detected", "detected" in extra, n_features, np.int64)
         self.squares = _start(start, "squares", "squares" in extra, n_features, dtype)
+        # a bound on every sum of squares, while the numpy path adds them unchecked
+        self.squares_bound = float(self.squares.max(initial=0)) if start is not None else 0.0
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -345,6 +347,8 @@ class _Sums:
             return
         indptr = block[2]
         profiles = self.profiles[first : first + len(indptr) - 1]
+        if self._add_small(block, profiles, first, by_row=True):
+            return
         rows, starts = kernels.sort_rows(profiles, self.n_groups * self.n_samples)
         resume = starts[: -1 : self.n_samples].copy()
         groups = np.argsort(-np.diff(resume, append=starts[-1]), kind="stable")  # largest first
@@ -362,6 +366,8 @@ class _Sums:
 
         block = (_data(matrix.data, "counts"), matrix.indices, _indptr(matrix.indptr))
         indptr = block[2]
+        if self._add_small(block, self.profiles[first : first + matrix.shape[0]], first):
+            return
         target = max(int(indptr[-1]) // _COLUMN_TASKS, 1)
         bounds = [0]
         while bounds[-1] < self.n_features:
@@ -400,7 +406,7 @@ class _Sums:
             status = _run_tasks(kernel, (*args, sums, resume, integers), tasks)
             for task, code in zip(tasks, status, strict=True):
                 if code == kernels.OVERFLOW:
-                    raise _Overflow(self.overflowed())
+                    raise _pool_sums.Overflow(self.overflowed())
                 if code not in (kernels.DONE, kernels.NOT_INTEGER):
                     _raise_invalid(*line(task))
             tasks = [task for task, code in zip(tasks, status, strict=True) if code]
@@ -408,6 +414,32 @@ class _Sums:
                 self.fraction = self.fraction or _first_fraction(*line(tasks[0]))
                 self.totals = self.totals.astype(np.float64)
                 self.squares = self.squares.astype(np.float64)
+        self.squares_bound = np.inf if self.squares.shape[1] else 0.0  # numba checks from now
+
+    def _add_small(self, block: Block, profiles: Any, first: int, *, by_row: bool = False) -> bool:
+        """Add a small CSR (``by_row``) or CSC block with numpy; False if it is not small."""
+        values = block[0][: int(block[2][-1])]
+        bound = self.squares_bound
+        if self.squares.shape[1] and self.squares.dtype.kind == "i":  # inf, NaN: not small
+            with np.errstate(over="ignore", invalid="ignore"):
+                bound += float(np.square(values, dtype=np.float64).sum())
+        if not _pool_sums.is_small(values.size, bound):
+            return False
+        n_positions = self.n_features if by_row else len(profiles)
+        while True:
+            integers = self.totals.dtype.kind == "i"
+            sums = (self.totals, self.detected, self.squares)
+            status, line = _pool_sums.scatter(block, by_row, n_positions, profiles, sums, integers)
+            if status == 0:
+                self.squares_bound = bound
+                return True
+            at = (self.offset[0] + first, self.offset[1])
+            at = (at[0] + line, at[1]) if by_row else (at[0], at[1] + line)
+            if status == _pool_sums.INVALID:
+                _raise_invalid(block, line, at, by_row)
+            self.fraction = self.fraction or _first_fraction(block, line, at, by_row)
+            self.totals = self.totals.astype(np.float64)
+            self.squares = self.squares.astype(np.float64)
 
     def overflowed(self) -> int:
         """The first profile with a sum of squares that wrapped around (turned negative)."""
@@ -426,35 +458,12 @@ class _Sums:
 
 
 def _start(
-    start: Mapping[str, np.ndarray[Any, Any]],
-    name: str,
-    wanted: bool,
-    n_features: int,
-    dtype: Any,
+    start: Mapping[str, np.ndarray[Any, Any]], name: str, wanted: bool, n_features: int, dtype: Any
 ) -> np.ndarray[Any, Any]:
     """The running sums of an extra layer: those in ``start``, zeros, or no columns."""
     if name in start:
         return start[name]
     return np.zeros((len(start["counts"]), n_features if wanted else 0), dtype=dtype)
-
-
-class _Overflow(Exception):  # internal: from_cells raises a SumOverflowError with the ids
-    """A sum of squares of a profile does not fit int64 (or is infinite)."""
-
-    def __init__(self, profile: int) -> None:
-        super().__init__(profile)
-        self.profile = profile
-
-
-def _overflow_error(profile: int, group_ids: list[str], sample_ids: list[str]) -> OverflowError:
-    group, sample = divmod(profile, len(sample_ids))
-    msg = (
-        f"layer 'squares': a sum of squares of group {group_ids[group]!r} in sample "
-        f"{sample_ids[sample]!r} does not fit its data type (int64: at most 2**63 - 1; "
-        "float64: finite); expected smaller sums: pool without 'squares', or fewer cells "
-        "or smaller values per profile"
-    )
-    return SumOverflowError(msg)
 
 
 def _run_tasks(kernel: Any, args: tuple[Any, ...], tasks: list[int]) -> list[int]:
@@ -544,7 +553,7 @@ def _pool(
     if squares is not None and squares.dtype.kind == "f":  # v * v is inf for v > ~1.3e154
         infinite = ~np.isfinite(squares).all(axis=1)
         if infinite.any():
-            raise _Overflow(int(np.argmax(infinite)))
+            raise _pool_sums.Overflow(int(np.argmax(infinite)))
     shape = (n_groups, n_samples, arrays["counts"].shape[1])
     return kind, {name: array.reshape(shape) for name, array in arrays.items()}, fraction
 
@@ -714,18 +723,10 @@ def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarr
                 total.setdefault(name, values)
             elif np.result_type(total[name], values) == total[name].dtype:
                 np.add(total[name], values, out=total[name])
-                _check_wrap(total[name], values)
+                _pool_sums.check_wrap(total[name], values)
             else:
                 total[name] = total[name] + values
     return total
-
-
-def _check_wrap(total: np.ndarray[Any, Any], added: np.ndarray[Any, Any]) -> None:
-    """Raise _Overflow if an int64 sum of values >= 0 wrapped (it is then below the value added)."""
-    if total.dtype.kind == "i":
-        wrapped = (total < added).any(axis=1)
-        if wrapped.any():
-            raise _Overflow(int(np.argmax(wrapped)))
 
 
 def _tree(add: Any, parts: list[Any]) -> Any:
