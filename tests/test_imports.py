@@ -122,3 +122,21 @@ def test_info_of_a_small_cube_imports_no_numba_anndata_or_scipy(tmp_path: Any) -
     assert "3 features" in out
     # pandas (and pyarrow, through it) still build the tables of read_cube: see issue 16
     assert not loaded & {"numba", "llvmlite", "anndata", "scipy", "polars"}, sorted(loaded)
+
+
+def test_first_small_from_cells_does_not_start_numba() -> None:
+    code = (
+        "import numpy as np, scipy.sparse as sp, cytepool\n"
+        "x = sp.random(300, 40, density=0.2, format='csr', dtype=np.float32, random_state=0)\n"
+        "x.data[:] = 2\n"
+        "for layers in (('counts',), ('counts', 'detected', 'squares')):\n"
+        "    for counts in (x, x.tocsc(), x.toarray()):\n"
+        "        cube = cytepool.from_cells(counts, sample_labels=np.arange(300) % 3,\n"
+        "                                   group_labels=np.arange(300) % 2, layers=layers)\n"
+        "print('sums', int(cube.to_numpy('counts').sum()), int(x.sum()))\n"
+    )
+    loaded, out = loaded_after(code)
+    _, pooled, total = next(line for line in out.splitlines() if line.startswith("sums")).split()
+    assert pooled == total
+    # pandas builds the id-only tables (their documented backend)
+    assert not loaded & {"numba", "llvmlite", "anndata", "polars"}, sorted(loaded)

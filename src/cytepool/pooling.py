@@ -341,14 +341,14 @@ class _Sums:
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
-        from cytepool import _pool_kernels as kernels
-
         if not self.n_groups:
             return
         indptr = block[2]
         profiles = self.profiles[first : first + len(indptr) - 1]
         if self._add_small(block, profiles, first, by_row=True):
             return
+        from cytepool import _pool_kernels as kernels  # numba: only for large blocks
+
         rows, starts = kernels.sort_rows(profiles, self.n_groups * self.n_samples)
         resume = starts[: -1 : self.n_samples].copy()
         groups = np.argsort(-np.diff(resume, append=starts[-1]), kind="stable")  # largest first
@@ -362,12 +362,12 @@ class _Sums:
 
     def add_columns(self, matrix: Any, first: int) -> None:
         """Add a CSC block of the cells from ``first``, read in place, in tasks of columns."""
-        from cytepool import _pool_kernels as kernels
-
         block = (_data(matrix.data, "counts"), matrix.indices, _indptr(matrix.indptr))
         indptr = block[2]
         if self._add_small(block, self.profiles[first : first + matrix.shape[0]], first):
             return
+        from cytepool import _pool_kernels as kernels  # numba: only for large blocks
+
         target = max(int(indptr[-1]) // _COLUMN_TASKS, 1)
         bounds = [0]
         while bounds[-1] < self.n_features:
