@@ -420,6 +420,8 @@ class _Sums:
         """Add a small CSR (``by_row``) or CSC block with numpy; False if it is not small."""
         values = block[0][: int(block[2][-1])]
         bound = self.squares_bound
+        if values.size > _pool_sums.SMALL_VALUES:
+            return False
         if self.squares.shape[1] and self.squares.dtype.kind == "i":  # inf, NaN: not small
             with np.errstate(over="ignore", invalid="ignore"):
                 bound += float(np.square(values, dtype=np.float64).sum())
