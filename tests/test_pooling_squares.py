@@ -172,3 +172,21 @@ def test_from_anndata_pools_squares(tmp_path: Path, where: str) -> None:
 def test_unknown_layer_lists_squares() -> None:
     with pytest.raises(TypeError, match=re.escape("among ['counts', 'detected', 'squares']")):
         from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, layers="sum")
+
+
+@pytest.mark.parametrize("cells_per_block", [1, 2])
+def test_squares_overflow_across_small_blocks(cells_per_block: int) -> None:
+    # each block is small (numpy); once their squares could wrap, the checked kernels go on
+    x = np.zeros((4, 2), dtype=np.float64)  # float32 holds no 2**31 - 1
+    x[:, 0] = BIG
+    blocks = [sp.csr_matrix(x[i : i + cells_per_block]) for i in range(0, 4, cells_per_block)]
+    labels = {"sample_labels": ["a"] * 4, "group_labels": ["T"] * 4}
+    with pytest.raises(SumOverflowError, match="group 'T' in sample 'a'"):
+        from_cells(blocks, **labels, layers=("squares",))
+    two = from_cells(
+        blocks[: 2 // cells_per_block],
+        sample_labels=["a"] * 2,
+        group_labels=["T"] * 2,
+        layers=("squares",),
+    )
+    assert two.to_numpy("squares")[0, 0, 0] == 2 * BIG**2

@@ -336,8 +336,9 @@ class _Sums:
         dtype = self.totals.dtype
         self.detected = _start(start, "detected", "detected" in extra, n_features, np.int64)
         self.squares = _start(start, "squares", "squares" in extra, n_features, dtype)
-        # a bound on every sum of squares, while the numpy path adds them unchecked
-        self.squares_bound = float(self.squares.max(initial=0)) if start is not None else 0.0
+        # a bound on every sum of squares, while the numpy path adds them unchecked (None:
+        # not known yet, for sums that started from a partial sum)
+        self.squares_bound: float | None = None if start is not None else 0.0
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -419,9 +420,11 @@ class _Sums:
     def _add_small(self, block: Block, profiles: Any, first: int, *, by_row: bool = False) -> bool:
         """Add a small CSR (``by_row``) or CSC block with numpy; False if it is not small."""
         values = block[0][: int(block[2][-1])]
-        bound = self.squares_bound
         if values.size > _pool_sums.SMALL_VALUES:
             return False
+        if self.squares_bound is None:
+            self.squares_bound = float(self.squares.max(initial=0))
+        bound = self.squares_bound
         if self.squares.shape[1] and self.squares.dtype.kind == "i":  # inf, NaN: not small
             with np.errstate(over="ignore", invalid="ignore"):
                 bound += float(np.square(values, dtype=np.float64).sum())
