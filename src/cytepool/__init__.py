@@ -14,16 +14,27 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cytepool._stats import Statistic
     from cytepool._version import __version__
     from cytepool.cube import Cube, Normalization, Provenance, add, concat
     from cytepool.pooling import from_cells
 
-__all__ = ["Cube", "Normalization", "Provenance", "__version__", "add", "concat", "from_cells"]
+__all__ = [
+    "Cube",
+    "Normalization",
+    "Provenance",
+    "Statistic",
+    "__version__",
+    "add",
+    "concat",
+    "from_cells",
+]
 
 _HOMES = {
     "Cube": "cytepool.cube",
     "Normalization": "cytepool.cube",
     "Provenance": "cytepool.cube",
+    "Statistic": "cytepool._stats",
     "add": "cytepool.cube",
     "concat": "cytepool.cube",
     "from_cells": "cytepool.pooling",
