@@ -8,17 +8,19 @@ the table gives the median and the fastest wall-clock time of the whole process:
 * ``python -c "import cytepool"`` and ``python -c "import cytepool.io"``;
 * ``cytepool --help`` and ``cytepool info SMALL.cube.zarr`` (the console script installed next
   to this Python; ``python -m cytepool`` where there is none) on a small cube file;
-* the first ``from_cells`` of a process (a 2,000 cells x 300 genes CSR matrix, float32 whole
-  numbers, numpy string labels), with numba's cache warm (``NUMBA_CACHE_DIR`` a directory that
-  an untimed run filled) and cold (a new empty ``NUMBA_CACHE_DIR`` for every run): the whole
-  process, and inside it the time of ``import cytepool`` and of the first call (numpy and
-  scipy, which the caller has anyway, are imported before either).
+* the first ``from_cells`` of a process (a CSR matrix of float32 whole numbers, 10 % nonzero,
+  numpy string labels): small, 2,000 cells x 300 genes (60,000 values, which from_cells pools
+  with numpy), and larger, 20,000 cells x 1,200 genes (2.4 million values, pooled by the numba
+  kernels) with numba's cache warm (``NUMBA_CACHE_DIR`` a directory that an untimed run
+  filled) and cold (a new empty ``NUMBA_CACHE_DIR`` for every run): the whole process, and
+  inside it the time of ``import cytepool`` and of the first call (numpy and scipy, which the
+  caller has anyway, are imported before either).
 
 It also lists the heavy modules each case imports (numba, pandas, pyarrow, anndata, scipy,
 polars, narwhals, zarr, h5py, dask), from one more run with ``PYTHONPROFILEIMPORTTIME=1``, with
 the cumulative import time of each (the import time of a module imported inside another's is
 part of that one's too), and checks the targets of issue 16: <= 0.3 s wall for ``--help`` and
-``info``, and <= 0.3 s for the first ``from_cells`` with the cache warm.
+``info``, and <= 0.3 s for the first ``from_cells``, small and with the cache warm.
 
 Usage::
 
@@ -57,14 +59,22 @@ HEAVY = (
     "dask",
 )
 TARGET_SECONDS = 0.3
-TARGETS = {"cytepool --help", "cytepool info SMALL.cube.zarr", "first from_cells, cache warm"}
+TARGETS = {
+    "cytepool --help",
+    "cytepool info SMALL.cube.zarr",
+    "first from_cells, small",
+    "first from_cells, cache warm",
+}
+# The first from_cells: a small input (60,000 values, pooled with numpy: no numba), and a larger
+# one (2.4 million values, above cytepool._pool_sums.SMALL_VALUES: the numba kernels).
+SIZES = {"small": (2000, 300), "large": (20000, 1200)}
 
 FIRST_CALL = """
 import json, sys, time
 import numpy as np
 import scipy.sparse as sp
 rng = np.random.default_rng(0)
-n_cells, n_genes = 2000, 300
+n_cells, n_genes = N_CELLS, N_GENES
 x = sp.random(n_cells, n_genes, density=0.1, format="csr", dtype=np.float32, random_state=rng)
 x.data[:] = rng.integers(1, 20, x.data.size)
 samples = np.array([f"s{i % 4}" for i in range(n_cells)])
@@ -188,13 +198,19 @@ def cases(python: str, cube: Path, caches: Path) -> list[Case]:
         fresh = caches / f"cold-{next(counter)}"
         return {"NUMBA_CACHE_DIR": str(fresh)}
 
-    first = [python, "-c", FIRST_CALL, *HEAVY]
+    def first_call(size: str) -> list[str]:
+        n_cells, n_genes = SIZES[size]
+        code = FIRST_CALL.replace("N_CELLS", str(n_cells)).replace("N_GENES", str(n_genes))
+        return [python, "-c", code, *HEAVY]
+
+    first = first_call("large")
     return [
         Case("python -c pass", [python, "-c", "pass"]),
         Case("import cytepool", [python, "-c", "import cytepool"]),
         Case("import cytepool.io", [python, "-c", "import cytepool.io"]),
         Case("cytepool --help", [*cli(), "--help"]),
         Case("cytepool info SMALL.cube.zarr", [*cli(), "info", str(cube)]),
+        Case("first from_cells, small", first_call("small"), reports=True),
         Case(
             "first from_cells, cache warm",
             first,

@@ -12,3 +12,14 @@ def backend(request: pytest.FixtureRequest) -> str:
     """Each table backend, skipped when its package is missing."""
     pytest.importorskip(request.param)
     return str(request.param)
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def pooling_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way from_cells pools a block: the numba kernels, and numpy for small blocks
+    (the default for the small inputs of tests, so "numba" turns that path off)."""
+    from cytepool import _pool_sums
+
+    if request.param == "numba":
+        monkeypatch.setattr(_pool_sums, "SMALL_VALUES", -1)
+    return str(request.param)

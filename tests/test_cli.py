@@ -495,3 +495,43 @@ def test_info_of_a_cube_without_a_covariates_record(
     assert "dropped" not in out
     info = json.loads(run(["info", str(tmp_path / "c.cube.zarr"), "--json"], capsys)[1])
     assert info["dropped"] == {}
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("flags", "layers"),
+    [
+        ([], ["counts"]),
+        (["--detected"], ["counts", "detected"]),
+        (["--layers", "counts,detected,squares"], ["counts", "detected", "squares"]),
+        (["--layers", "squares,counts"], ["squares", "counts"]),
+    ],
+)
+def test_pool_layers(
+    tmp_path: Path, h5ad: Path, flags: list[str], layers: list[str], capsys: Any
+) -> None:
+    cube_path = tmp_path / "cells.cube.zarr"
+    code, _, err = run(pool(h5ad, cube_path, *flags), capsys)
+    assert (code, err) == (0, "")
+    cube = read_cube(cube_path)
+    assert list(cube.layers) == layers
+    expected = from_anndata(
+        ad.read_h5ad(h5ad), sample_key="donor", group_key="cell_type", layers=layers
+    )
+    assert cube.fingerprint == expected.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--layers", "counts,sum"], "expected distinct names among counts, detected, squares"),
+        (["--layers", "counts,counts"], "expected distinct names among"),
+        (["--layers", ""], "expected distinct names among"),
+        (["--layers", "counts", "--detected"], "not allowed with argument"),
+    ],
+)
+def test_pool_layers_usage_errors(flags: list[str], message: str, capsys: Any) -> None:
+    code, _, err = run(pool(Path("in.h5ad"), Path("out.cube.zarr"), *flags), capsys)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert message in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -44,3 +45,98 @@ def test_public_names_are_exported() -> None:
         assert hasattr(cytepool, name), name
     for name in ("read_cube", "write_cube", "read_table", "write_table"):
         assert hasattr(cytepool.io, name), name
+
+
+# What a fresh process may import for each start-up path (issue 16, item 4): none of these
+# heavy libraries unless the path needs it. Checked on sys.modules, not by timing.
+HEAVY = ("numba", "llvmlite", "pandas", "pyarrow", "anndata", "scipy", "polars", "narwhals")
+LIGHT_START = {
+    "import cytepool": ("import cytepool", ()),
+    "cytepool --help": ("from cytepool.cli import main; main(['--help'])", ()),
+    # the help of --level names the default levels of cytepool.io.zarr, which needs numpy
+    "cytepool pool --help": (
+        "from cytepool.cli import main; main(['pool', '--help'])",
+        ("numpy",),
+    ),
+    "cytepool --version": (
+        "from cytepool.cli import main; main(['--version'])",
+        ("importlib.metadata",),
+    ),
+}
+
+
+def loaded_after(code: str) -> tuple[set[str], str]:
+    """The heavy modules (and numpy, importlib.metadata) a fresh process loaded running code."""
+    probe = (
+        "import sys\n"
+        f"{code}\n"
+        f"names = {(*HEAVY, 'numpy', 'importlib.metadata')!r}\n"
+        "print('loaded:' + ','.join(sorted(n for n in names if n in sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.rstrip("\n").splitlines()[-1].removeprefix("loaded:")
+    return {name for name in last.split(",") if name}, done.stdout
+
+
+@pytest.mark.parametrize("case", list(LIGHT_START))
+def test_start_up_imports_no_heavy_library(case: str) -> None:
+    code, allowed = LIGHT_START[case]
+    loaded, _ = loaded_after(code)
+    assert loaded <= {*allowed}, f"{case} imported {sorted(loaded)}"
+
+
+def test_first_attribute_imports_the_name() -> None:
+    loaded, out = loaded_after("import cytepool\nprint(cytepool.Cube.__name__)")
+    assert "Cube" in out
+    assert "numpy" in loaded
+    assert not loaded & {"numba", "pandas", "pyarrow", "anndata", "scipy"}
+    loaded, out = loaded_after("import cytepool\nprint(cytepool.__version__)")
+    assert loaded == {"importlib.metadata"}
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    import cytepool
+    import cytepool.io
+
+    with pytest.raises(AttributeError, match="module 'cytepool' has no attribute 'cube_of'"):
+        _ = cytepool.cube_of  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match=r"module 'cytepool\.io' has no attribute 'read'"):
+        _ = cytepool.io.read  # type: ignore[attr-defined]
+    assert {"Cube", "from_cells", "__version__"} <= set(dir(cytepool))
+    assert {"read_cube", "anndata"} <= set(dir(cytepool.io))
+
+
+def test_info_of_a_small_cube_imports_no_numba_anndata_or_scipy(tmp_path: Any) -> None:
+    code = (
+        "import numpy as np, cytepool\n"
+        "from cytepool.io import write_cube\n"
+        "cube = cytepool.from_cells(np.eye(3, dtype=np.int32), sample_labels=['a', 'b', 'a'],"
+        " group_labels=['T', 'T', 'B'])\n"
+        f"write_cube(cube, {str(tmp_path / 'small.cube.zarr')!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    loaded, out = loaded_after(
+        f"from cytepool.cli import main; main(['info', {str(tmp_path / 'small.cube.zarr')!r}])"
+    )
+    assert "3 features" in out
+    # pandas (and pyarrow, through it) still build the tables of read_cube: see issue 16
+    assert not loaded & {"numba", "llvmlite", "anndata", "scipy", "polars"}, sorted(loaded)
+
+
+def test_first_small_from_cells_does_not_start_numba() -> None:
+    code = (
+        "import numpy as np, scipy.sparse as sp, cytepool\n"
+        "x = sp.random(300, 40, density=0.2, format='csr', dtype=np.float32, random_state=0)\n"
+        "x.data[:] = 2\n"
+        "for layers in (('counts',), ('counts', 'detected', 'squares')):\n"
+        "    for counts in (x, x.tocsc(), x.toarray()):\n"
+        "        cube = cytepool.from_cells(counts, sample_labels=np.arange(300) % 3,\n"
+        "                                   group_labels=np.arange(300) % 2, layers=layers)\n"
+        "print('sums', int(cube.to_numpy('counts').sum()), int(x.sum()))\n"
+    )
+    loaded, out = loaded_after(code)
+    _, pooled, total = next(line for line in out.splitlines() if line.startswith("sums")).split()
+    assert pooled == total
+    # pandas builds the id-only tables (their documented backend)
+    assert not loaded & {"numba", "llvmlite", "anndata", "polars"}, sorted(loaded)

@@ -21,6 +21,8 @@ import cytepool
 from cytepool import from_cells
 from cytepool.errors import NotCountsWarning
 
+pytestmark = pytest.mark.usefixtures("pooling_path")
+
 BOTH = ("counts", "detected")
 
 
@@ -511,7 +513,7 @@ def test_dense_counts_must_be_2d() -> None:
 )
 def test_layers_are_checked(layers: Any, error: type[Exception]) -> None:
     with pytest.raises(
-        error, match=r"layers: expected distinct names among \['counts', 'detected'\]"
+        error, match=r"layers: expected distinct names among \['counts', 'detected', 'squares'\]"
     ):
         from_cells(np.eye(1), sample_labels=["a"], group_labels=["g"], layers=layers)
 

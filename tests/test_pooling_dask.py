@@ -64,6 +64,7 @@ CHUNKINGS = {
 @pytest.mark.parametrize("chunks", list(CHUNKINGS))
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
 @pytest.mark.parametrize("whole", [True, False], ids=["integer", "float"])
+@pytest.mark.usefixtures("pooling_path")
 def test_threaded_equals_in_memory(chunks: str, sparse: bool, whole: bool) -> None:
     x, s, g = data(1, whole=whole)
     counts = da.from_array(x, chunks=CHUNKINGS[chunks])
@@ -86,6 +87,7 @@ def test_dask_labels_and_sync_scheduler() -> None:
     assert cube.fingerprint == from_cells(x, sample_labels=s, group_labels=g).fingerprint
 
 
+@pytest.mark.usefixtures("pooling_path")
 def test_invalid_values_are_located_in_the_whole_array() -> None:
     x = np.ones((10, 6))
     x[7, 4] = -2.0

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -9,7 +13,9 @@ import numpy as np
 if TYPE_CHECKING:
     import anndata
 
-__all__ = ["CELL_TYPES", "simulate_cells"]
+__all__ = ["CELL_TYPES", "prepare_directory", "simulate_cells"]
+
+_MARKER = ".cytepool-demo"  # lists what the demo wrote, so that a rerun may clear it
 
 CELL_TYPES = {  # name: (share of cells, lineage)
     "B": (0.14, "lymphoid"),
@@ -68,3 +74,30 @@ def simulate_cells(n_cells: int, *, seed: int) -> anndata.AnnData:
     counts = scipy.sparse.vstack(blocks, format="csr")
     obs["n_counts"] = np.asarray(counts.sum(axis=1)).ravel()
     return ad.AnnData(X=counts, obs=obs, var=var)
+
+
+def prepare_directory(directory: Path, outputs: Sequence[str]) -> Path:
+    """Make ``directory`` ready for ``outputs``: new, empty, or an earlier demo's (cleared)."""
+    marker = directory / _MARKER
+    if directory.exists() and not directory.is_dir():
+        msg = f"{directory} exists and is not a directory"
+        raise FileExistsError(msg)
+    if directory.is_dir() and any(directory.iterdir()):
+        if not marker.is_file():
+            msg = (
+                f"{directory} is not empty and was not written by `cytepool demo`; "
+                f"name a new or empty directory: cytepool demo DIR"
+            )
+            raise FileExistsError(msg)
+        for name in json.loads(marker.read_text(encoding="utf-8")):
+            _remove(directory / name)
+    directory.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(list(outputs)), encoding="utf-8")
+    return directory
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

@@ -5,7 +5,9 @@ inside the functions that pool. :func:`scatter` adds a block of rows in CSR form
 ``indices``, ``indptr``), its rows sorted by profile (:func:`sort_rows`), one group at a time;
 dense inputs reach it as CSR blocks. :func:`scatter_columns` reads a CSC matrix in place.
 Both check each row (or column) first with :func:`check_row` and stop where a value is not a
-whole number, so the caller can switch the sums to float64 and go on from there.
+whole number, so the caller can switch the sums to float64 and go on from there. Besides the
+sums of the values they add, in the same pass, the number of cells with a nonzero value
+(``detected``) and the sums of the squared values (``squares``), where wanted.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 INTEGER_BOUND = 2**31
 
 # A group's status after scatter; for all but DONE, its resume position is the failing row.
-DONE, NOT_INTEGER, INVALID_VALUE, INVALID_INDEX = 0, 1, 2, 3
+DONE, NOT_INTEGER, INVALID_VALUE, INVALID_INDEX, OVERFLOW = 0, 1, 2, 3, 4
 
 # Flags of check_row.
 _UNSORTED, _NOT_INTEGER, _INVALID_VALUE, _INVALID_INDEX = 1, 2, 4, 8
@@ -74,31 +76,79 @@ def check_row(values: Any, columns: Any, n_columns: int, order: bool) -> int:  #
 
 @numba.njit(cache=True, nogil=True)
 def add_row(
-    total: Any, detected: Any, values: Any, columns: Any, integers: bool, stamp: Any, row: int
-) -> None:  # pragma: no cover - compiled
-    """Add one checked row into a profile's ``total`` (and ``detected``) row.
+    sums: Any, values: Any, columns: Any, integers: bool, stamp: Any, row: int
+) -> bool:  # pragma: no cover - compiled
+    """Add one checked row into a profile's rows ``sums = (total, detected, squares)``.
 
-    Columns are cast to unsigned: check_row has proved them in range, and numba then leaves
-    out its negative-index wraparound. A row whose columns are not strictly increasing may
-    repeat a column; ``stamp`` (the last row counted per column) counts such a cell once.
+    ``detected`` and ``squares`` have no columns when they are not wanted. Each value is
+    read once and added into every wanted row in the same loop. Columns are cast to
+    unsigned: check_row has proved them in range, and numba then leaves out its
+    negative-index wraparound. A row whose columns are not strictly increasing may repeat a
+    column; ``stamp`` (the last row counted per column) then counts such a cell once.
+    Returns False if a sum of squares of whole numbers overflowed int64 (each square is
+    below 2**62, so a sum of them wrapped if and only if it turned negative).
     """
+    total, detected, squares = sums
+    count = detected.shape[0] > 0 and stamp.shape[0] == 0
     if integers:
+        fits = _add_integers(total, detected, squares, values, columns, count)
+    else:
+        fits = _add_floats(total, detected, squares, values, columns, count)
+    if detected.shape[0] > 0 and not count:
         for k in range(values.shape[0]):
-            total[np.uint64(columns[k])] += np.int64(values[k])
+            c = np.uint64(columns[k])
+            if values[k] > 0 and stamp[c] != row:
+                stamp[c] = row
+                detected[c] += 1
+    return fits
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_integers(
+    total: Any, detected: Any, squares: Any, values: Any, columns: Any, count: bool
+) -> bool:  # pragma: no cover - compiled
+    """The loops of :func:`add_row` for whole numbers: one per set of wanted rows."""
+    fits = True
+    if count and squares.shape[0] > 0:
+        for k in range(values.shape[0]):
+            c, v = np.uint64(columns[k]), np.int64(values[k])
+            total[c] += v
+            detected[c] += v > 0
+            square = squares[c] + v * v
+            squares[c] = square
+            fits &= square >= 0
+    elif squares.shape[0] > 0:
+        for k in range(values.shape[0]):
+            c, v = np.uint64(columns[k]), np.int64(values[k])
+            total[c] += v
+            square = squares[c] + v * v
+            squares[c] = square
+            fits &= square >= 0
+    elif count:
+        for k in range(values.shape[0]):
+            c, v = np.uint64(columns[k]), np.int64(values[k])
+            total[c] += v
+            detected[c] += v > 0
     else:
         for k in range(values.shape[0]):
-            total[np.uint64(columns[k])] += values[k]
-    if detected.shape[0] == 0:
-        return
-    if stamp.shape[0] == 0:
-        for k in range(values.shape[0]):
-            detected[np.uint64(columns[k])] += values[k] > 0
-        return
+            total[np.uint64(columns[k])] += np.int64(values[k])
+    return fits
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_floats(
+    total: Any, detected: Any, squares: Any, values: Any, columns: Any, count: bool
+) -> bool:  # pragma: no cover - compiled
+    """The loop of :func:`add_row` for other values, in float64."""
+    square = squares.shape[0] > 0
     for k in range(values.shape[0]):
-        c = np.uint64(columns[k])
-        if values[k] > 0 and stamp[c] != row:
-            stamp[c] = row
-            detected[c] += 1
+        c, v = np.uint64(columns[k]), np.float64(values[k])
+        total[c] += v
+        if count:
+            detected[c] += v > 0
+        if square:
+            squares[c] += v * v
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -120,22 +170,23 @@ def scatter(
     indptr: Any,
     rows: Any,
     starts: Any,
-    out: Any,
-    detected: Any,
+    sums: Any,
     resume: Any,
     integers: bool,
     group: int,
 ) -> int:  # pragma: no cover - compiled
     """Add the rows of one group's profiles into their output rows; return the status.
 
-    ``out`` and ``detected`` are ``(n_profiles, n_features)``, profile ``p = group *
-    n_samples + sample``; ``detected`` has no columns when it is not wanted.
-    ``resume[group]`` is the position in ``rows`` where the group starts, and is set to
-    where it stopped. The status is DONE, NOT_INTEGER (with ``integers``: a value that is no
-    whole number below INTEGER_BOUND), INVALID_VALUE (negative, infinite or NaN) or
-    INVALID_INDEX (a column out of range); the row at ``resume[group]`` was then not added.
-    Releases the GIL: groups run in threads.
+    ``sums`` is ``(total, detected, squares)``, each ``(n_profiles, n_features)``, profile
+    ``p = group * n_samples + sample``; ``detected`` and ``squares`` have no columns when
+    they are not wanted. ``resume[group]`` is the position in ``rows`` where the group
+    starts, and is set to where it stopped. The status is DONE, NOT_INTEGER (with
+    ``integers``: a value that is no whole number below INTEGER_BOUND), INVALID_VALUE
+    (negative, infinite or NaN), INVALID_INDEX (a column out of range) or OVERFLOW (a sum of
+    squares no longer fits int64); the row at ``resume[group]`` was then not added (for
+    OVERFLOW: not wholly). Releases the GIL: groups run in threads.
     """
+    out, detected, squares = sums
     n_samples = (starts.shape[0] - 1) // resume.shape[0]
     n_columns = out.shape[1]
     count = detected.shape[1] > 0
@@ -143,8 +194,7 @@ def scatter(
     first = resume[group]
     resume[group] = starts[(group + 1) * n_samples]
     for p in range(group * n_samples, (group + 1) * n_samples):
-        total = out[p]
-        found = detected[p]
+        row_sums = (out[p], detected[p], squares[p])
         for i in range(max(starts[p], first), starts[p + 1]):
             r = rows[i]
             values = data[indptr[r] : indptr[r + 1]]
@@ -156,7 +206,9 @@ def scatter(
                 return status
             if count and flags & _UNSORTED and stamp.shape[0] == 0:
                 stamp = np.full(n_columns, -1, np.int64)
-            add_row(total, found, values, cols, integers, stamp, r)
+            if not add_row(row_sums, values, cols, integers, stamp, r):
+                resume[group] = i
+                return OVERFLOW
     return DONE
 
 
@@ -167,8 +219,7 @@ def scatter_columns(
     indptr: Any,
     profiles: Any,
     bounds: Any,
-    out: Any,
-    detected: Any,
+    sums: Any,
     resume: Any,
     integers: bool,
     task: int,
@@ -180,8 +231,10 @@ def scatter_columns(
     columns go by. ``resume[task]`` is set to the column where the task stopped; the status
     is as for :func:`scatter`, the column at ``resume[task]`` then not added.
     """
+    out, detected, squares = sums
     n_rows = profiles.shape[0]
     count = detected.shape[1] > 0
+    square = squares.shape[1] > 0
     stamp = np.full(0, -1, np.int64)
     first = resume[task]
     resume[task] = bounds[task + 1]
@@ -193,12 +246,24 @@ def scatter_columns(
         if status != DONE:
             resume[task] = j
             return status
+        fits = True
         if integers:
             for k in range(values.shape[0]):
-                out[profiles[np.uint64(rows[k])], j] += np.int64(values[k])
+                p, v = profiles[np.uint64(rows[k])], np.int64(values[k])
+                out[p, j] += v
+                if square:
+                    total = squares[p, j] + v * v
+                    squares[p, j] = total
+                    fits &= total >= 0
         else:
             for k in range(values.shape[0]):
-                out[profiles[np.uint64(rows[k])], j] += values[k]
+                p, x = profiles[np.uint64(rows[k])], np.float64(values[k])
+                out[p, j] += x
+                if square:
+                    squares[p, j] += x * x
+        if not fits:
+            resume[task] = j
+            return OVERFLOW
         if not count:
             continue
         if flags & _UNSORTED and stamp.shape[0] == 0:

@@ -10,13 +10,15 @@ Commands (each has ``--help``, with examples)::
 The command speaks its own language: an error is one line on stderr, in the words of its
 flags (``--layer``, not ``layer=``), with paths as they were given, and exit status 1 (2 for
 bad arguments), never a traceback; a warning is one line too. Output cut short by the reader
-(``cytepool info CUBE | head -1``) ends quietly with status 0.
+(``cytepool info CUBE | head -1``) ends quietly with status 0. It starts quickly: this module
+imports the standard library only (``--help`` needs no numpy).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import re
@@ -31,8 +33,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
-
 from cytepool.errors import CytepoolError, InputError, UnknownIdError
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-_DEMO_MARKER = ".cytepool-demo"
 _ZARR_JSON = "zarr.json"
 _DEMO_SEED = 20240611
 
@@ -147,7 +146,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Help that wraps paragraphs and keeps indented lines (the examples) as they are."""
+    """Help that wraps paragraphs and keeps indented lines (the examples) as they are; a help
+    text may be a function, called only when the help is shown (it may import)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if callable(action.help):
+            action = copy.copy(action)
+            action.help = action.help()
+        return super()._format_action(action)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         blocks = []
@@ -166,6 +172,16 @@ class _Formatter(argparse.HelpFormatter):
         return "\n\n".join(blocks)
 
 
+class _Version(argparse.Action):
+    """--version, reading the installed version (importlib.metadata) only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from cytepool._version import __version__
+
+        print(f"cytepool {__version__}")
+        parser.exit()
+
+
 _EXAMPLES = {
     "cytepool": """
         examples:
@@ -182,7 +198,8 @@ _EXAMPLES = {
 
           cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type
           cytepool pool cells.h5ad cells.cube.zarr --sample-key donor --group-key cell_type \\
-              --layer counts --sample-covariates condition,age --group-covariates '' --detected
+              --layer counts --sample-covariates condition,age --group-covariates '' \\
+              --layers counts,detected,squares
           cytepool pool cells.h5mu protein.cube.zarr --sample-key donor --group-key cell_type \\
               --modality prot
 
@@ -214,15 +231,13 @@ _EXAMPLES = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    from cytepool._version import __version__
-
     parser = _Parser(
         prog="cytepool",
         description="Pool single cells into pseudobulk cubes; inspect and export cube files.",
         epilog=_EXAMPLES["cytepool"],
         formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"cytepool {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_pool(commands)
     _add_info(commands)
@@ -283,10 +298,19 @@ def _add_pool(commands: Any) -> None:
         help="obs columns to keep as group covariates, as --sample-covariates (default: every "
         "other column constant within each group)",
     )
-    pool.add_argument(
+    made = pool.add_mutually_exclusive_group()
+    made.add_argument(
+        "--layers",
+        metavar="NAMES",
+        type=_layer_names,
+        help="the layers to make, comma-separated, pooled in one pass: counts (sums of the "
+        "values), detected (the number of cells with a nonzero value), squares (sums of the "
+        "squared values, for variances) (default: counts)",
+    )
+    made.add_argument(
         "--detected",
         action="store_true",
-        help="also make the layer 'detected': the number of cells with a nonzero value",
+        help="also make the layer 'detected': the same as --layers counts,detected",
     )
     pool.add_argument(
         "--compression",
@@ -294,7 +318,7 @@ def _add_pool(commands: Any) -> None:
         default="gzip",
         help="compression of the cube file (default: gzip)",
     )
-    pool.add_argument("--level", type=int, help=_level_help())
+    pool.add_argument("--level", type=int, help=_level_help)
     pool.add_argument("--overwrite", action="store_true", help="replace an existing cube file")
     pool.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
@@ -302,6 +326,17 @@ def _add_pool(commands: Any) -> None:
 def _names(text: str) -> list[str]:
     """The column names of a comma-separated list ('' names none)."""
     return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _layer_names(text: str) -> tuple[str, ...]:
+    """The layer names of --layers: distinct, each one from_cells makes."""
+    from cytepool.pooling import LAYERS
+
+    names = tuple(_names(text))
+    if not names or len(set(names)) != len(names) or not set(names) <= set(LAYERS):
+        msg = f"expected distinct names among {', '.join(LAYERS)}, found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
 
 
 def _level_help() -> str:
@@ -366,6 +401,8 @@ def _add_demo(commands: Any) -> None:
 
 
 def _pool(args: argparse.Namespace) -> None:
+    import numpy as np
+
     from cytepool.io import write_cube
     from cytepool.io.zarr import check_compression
 
@@ -406,7 +443,7 @@ def _pooled(args: argparse.Namespace) -> Cube:
         "group_key": args.group_key,
         "samples": args.sample_covariates,
         "groups": args.group_covariates,
-        "layers": ("counts", "detected") if args.detected else ("counts",),
+        "layers": args.layers or (("counts", "detected") if args.detected else ("counts",)),
         "allow_float": args.allow_float,
         "progress": False if args.no_progress else None,
     }
@@ -437,6 +474,8 @@ def _info(args: argparse.Namespace) -> None:
 
 
 def _summary(cube: Cube) -> dict[str, Any]:
+    import numpy as np
+
     cells = np.asarray(cube.cells, dtype=np.int64)
     n_groups, n_samples, n_features = cube.shape
     group_ids = _ids(cube.groups, "group_id")
@@ -644,22 +683,23 @@ def _replace(built: Path, output: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 _DEMO_GROUP = "CD4 T"
+_DEMO_OUTPUTS = ("cells.h5ad", "cells.cube.zarr", f"{_DEMO_GROUP.replace(' ', '_')}.h5ad")
 
 
 def _demo(args: argparse.Namespace) -> None:
     import anndata as ad
+    import numpy as np
 
-    from cytepool._demo import CELL_TYPES, simulate_cells
+    from cytepool._demo import CELL_TYPES, prepare_directory, simulate_cells
     from cytepool.io import read_cube, write_cube
     from cytepool.io.anndata import from_anndata, to_anndata
 
     if args.cells < 100:
         msg = f"--cells must be at least 100, found {args.cells}"
         raise InputError(msg)
-    directory = _demo_directory(Path(args.directory))
-    cells_path = directory / "cells.h5ad"
-    cube_path = directory / "cells.cube.zarr"
-    export_path = directory / f"{_DEMO_GROUP.replace(' ', '_')}.h5ad"
+    directory = prepare_directory(Path(args.directory), _DEMO_OUTPUTS)
+    cells_path, cube_path = (directory / name for name in _DEMO_OUTPUTS[:2])
+    export_path = directory / _DEMO_OUTPUTS[2]
     print(f"cytepool demo -> {directory}/")
     with _step() as took:
         cells = simulate_cells(args.cells, seed=_DEMO_SEED)
@@ -737,34 +777,6 @@ def _step() -> Iterator[Callable[[], str]]:
     end: list[float] = []
     yield lambda: f"{(end[0] if end else time.perf_counter()) - start:.1f} s"
     end.append(time.perf_counter())
-
-
-def _demo_directory(directory: Path) -> Path:
-    """Make ``directory`` ready: new, empty, or the output of an earlier demo (cleared)."""
-    marker = directory / _DEMO_MARKER
-    if directory.exists() and not directory.is_dir():
-        msg = f"{directory} exists and is not a directory"
-        raise FileExistsError(msg)
-    if directory.is_dir() and any(directory.iterdir()):
-        if not marker.is_file():
-            msg = (
-                f"{directory} is not empty and was not written by `cytepool demo`; "
-                f"name a new or empty directory: cytepool demo DIR"
-            )
-            raise FileExistsError(msg)
-        for name in json.loads(marker.read_text(encoding="utf-8")):
-            _remove(directory / name)
-    directory.mkdir(parents=True, exist_ok=True)
-    names = ["cells.h5ad", "cells.cube.zarr", f"{_DEMO_GROUP.replace(' ', '_')}.h5ad"]
-    marker.write_text(json.dumps(names), encoding="utf-8")
-    return directory
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
 
 
 def _size(path: Path) -> str:

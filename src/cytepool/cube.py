@@ -396,7 +396,7 @@ class Cube:
 
     def mean(self, layer: str = "counts") -> Statistic:
         """The mean per cell of every profile, ``layer / cells``: a lazy float64
-        :class:`~cytepool._stats.Statistic` of the cube's shape, NaN where a profile has 0
+        :class:`~cytepool.Statistic` of the cube's shape, NaN where a profile has 0
         cells. KeyError (:class:`~cytepool.errors.UnknownIdError`) for an unknown layer.
 
         Examples
@@ -431,7 +431,7 @@ class Cube:
 
     def fraction_detected(self) -> Statistic:
         """The fraction of cells in which each feature is > 0, ``detected / cells``: a lazy
-        float64 :class:`~cytepool._stats.Statistic`, NaN where a profile has 0 cells; KeyError
+        float64 :class:`~cytepool.Statistic`, NaN where a profile has 0 cells; KeyError
         (:class:`~cytepool.errors.UnknownIdError`) without a ``"detected"`` layer.
 
         Examples

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool import _words
+from cytepool import _pool_sums, _words
 from cytepool._assemble import from_parts, provenance_record
 from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
@@ -33,7 +33,7 @@ from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 
 __all__ = ["LAYERS", "from_cells"]
 
-LAYERS = ("counts", "detected")
+LAYERS = ("counts", "detected", "squares")
 """The layers :func:`from_cells` can make."""
 
 # Data types the kernel reads (bool is read as uint8).
@@ -49,6 +49,8 @@ Block = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]
 _Line = tuple[Block, int, tuple[int, int], bool]
 # The key of partial sums under which the first value that is not a whole number is noted
 _FRACTION = "first fraction"
+# The layers pooled besides the sums, in the kernels' order
+_EXTRA = ("detected", "squares")
 
 
 def from_cells(
@@ -104,8 +106,12 @@ def from_cells(
         (such as ``adata.var_names``). Without it, the ids are the column positions,
         ``"0"``, ``"1"``, ...
     layers
-        The layers to make: ``"counts"`` (sums of the values) and ``"detected"`` (the number
-        of cells with a nonzero value, int64), in the order given.
+        The layers to make, in the order given, all pooled in the same pass over the
+        nonzeros: ``"counts"`` (sums of the values), ``"detected"`` (the number of cells with
+        a nonzero value, int64) and ``"squares"`` (sums of the squared values, x², from which
+        a variance per profile can be recovered). ``"squares"`` has the data type of
+        ``"counts"``: int64 for whole numbers, exactly, else float64; like every layer it is
+        a sum over cells, so it stays exact when groups are merged or samples pooled.
     allow_float
         Values that are not whole numbers are meant (such as ambient-corrected counts or
         normalized values, summed on purpose): pool them into a float64 layer without a
@@ -134,6 +140,9 @@ def from_cells(
     ImportError
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
+    OverflowError
+        When a sum of squares does not fit int64 (or is infinite in float64): a
+        :class:`~cytepool.errors.SumOverflowError` naming the layer, group and sample.
     ValueError
         For a missing label (the message counts them), labels that do not match their texts
         one to one (naming two of them), labels and counts of different lengths, a value
@@ -181,7 +190,11 @@ def from_cells(
     if len(shape) == 2:  # else known once pooled (row blocks)
         tables["features"] = _feature_table(features, shape[1], backend)
     profiles = group_codes * n_samples + sample_codes
-    kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, "detected" in wanted)
+    extra = tuple(name for name in _EXTRA if name in wanted)
+    try:
+        kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, extra)
+    except _pool_sums.Overflow as error:
+        raise _pool_sums.overflow_error(error.args[0], group_ids, sample_ids) from None
     if fraction is not None and "counts" in wanted and not allow_float:
         _warn_not_counts(*fraction)
     if "features" not in tables:
@@ -307,7 +320,7 @@ class _Sums:
         n_groups: int,
         n_samples: int,
         n_features: int,
-        detected: bool,
+        extra: tuple[str, ...],
         offset: tuple[int, int] = (0, 0),
         start: dict[str, np.ndarray[Any, Any]] | None = None,
     ):
@@ -320,18 +333,23 @@ class _Sums:
         self.totals = start["counts"]
         # the first value that is not a whole number below 2**31: (row, column, value)
         self.fraction: tuple[int, int, float] | None = _fraction_of(start)
-        self.detected = start.get("detected", np.zeros((n_profiles, 0), dtype=np.int64))
-        if detected and self.detected.shape[1] != n_features:
-            self.detected = np.zeros((n_profiles, n_features), dtype=np.int64)
+        dtype = self.totals.dtype
+        self.detected = _start(start, "detected", "detected" in extra, n_features, np.int64)
+        self.squares = _start(start, "squares", "squares" in extra, n_features, dtype)
+        # a bound on every sum of squares, while the numpy path adds them unchecked (None:
+        # not known yet, for sums that started from a partial sum)
+        self.squares_bound: float | None = None if start is not None else 0.0
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
-        from cytepool import _pool_kernels as kernels
-
         if not self.n_groups:
             return
         indptr = block[2]
         profiles = self.profiles[first : first + len(indptr) - 1]
+        if self._add_small(block, profiles, first, by_row=True):
+            return
+        from cytepool import _pool_kernels as kernels  # numba: only for large blocks
+
         rows, starts = kernels.sort_rows(profiles, self.n_groups * self.n_samples)
         resume = starts[: -1 : self.n_samples].copy()
         groups = np.argsort(-np.diff(resume, append=starts[-1]), kind="stable")  # largest first
@@ -345,10 +363,12 @@ class _Sums:
 
     def add_columns(self, matrix: Any, first: int) -> None:
         """Add a CSC block of the cells from ``first``, read in place, in tasks of columns."""
-        from cytepool import _pool_kernels as kernels
-
         block = (_data(matrix.data, "counts"), matrix.indices, _indptr(matrix.indptr))
         indptr = block[2]
+        if self._add_small(block, self.profiles[first : first + matrix.shape[0]], first):
+            return
+        from cytepool import _pool_kernels as kernels  # numba: only for large blocks
+
         target = max(int(indptr[-1]) // _COLUMN_TASKS, 1)
         bounds = [0]
         while bounds[-1] < self.n_features:
@@ -383,25 +403,72 @@ class _Sums:
 
         while tasks:
             integers = self.totals.dtype.kind == "i"
-            status = _run_tasks(
-                kernel, (*args, self.totals, self.detected, resume, integers), tasks
-            )
+            sums = (self.totals, self.detected, self.squares)
+            status = _run_tasks(kernel, (*args, sums, resume, integers), tasks)
             for task, code in zip(tasks, status, strict=True):
+                if code == kernels.OVERFLOW:
+                    raise _pool_sums.Overflow(self.overflowed())
                 if code not in (kernels.DONE, kernels.NOT_INTEGER):
                     _raise_invalid(*line(task))
             tasks = [task for task, code in zip(tasks, status, strict=True) if code]
             if tasks:
                 self.fraction = self.fraction or _first_fraction(*line(tasks[0]))
                 self.totals = self.totals.astype(np.float64)
+                self.squares = self.squares.astype(np.float64)
+        self.squares_bound = np.inf if self.squares.shape[1] else 0.0  # numba checks from now
+
+    def _add_small(self, block: Block, profiles: Any, first: int, *, by_row: bool = False) -> bool:
+        """Add a small CSR (``by_row``) or CSC block with numpy; False if it is not small."""
+        values = block[0][: int(block[2][-1])]
+        if values.size > _pool_sums.SMALL_VALUES:
+            return False
+        if self.squares_bound is None:
+            self.squares_bound = float(self.squares.max(initial=0))
+        bound = self.squares_bound
+        if self.squares.shape[1] and self.squares.dtype.kind == "i":  # inf, NaN: not small
+            with np.errstate(over="ignore", invalid="ignore"):
+                bound += float(np.square(values, dtype=np.float64).sum())
+        if not _pool_sums.is_small(values.size, bound):
+            return False
+        n_positions = self.n_features if by_row else len(profiles)
+        while True:
+            integers = self.totals.dtype.kind == "i"
+            sums = (self.totals, self.detected, self.squares)
+            status, line = _pool_sums.scatter(block, by_row, n_positions, profiles, sums, integers)
+            if status == 0:
+                self.squares_bound = bound
+                return True
+            at = (self.offset[0] + first, self.offset[1])
+            at = (at[0] + line, at[1]) if by_row else (at[0], at[1] + line)
+            if status == _pool_sums.INVALID:
+                _raise_invalid(block, line, at, by_row)
+            self.fraction = self.fraction or _first_fraction(block, line, at, by_row)
+            self.totals = self.totals.astype(np.float64)
+            self.squares = self.squares.astype(np.float64)
+
+    def overflowed(self) -> int:
+        """The first profile with a sum of squares that wrapped around (turned negative)."""
+        return int(np.argmax((self.squares < 0).any(axis=1)))
 
     def arrays(self) -> dict[str, np.ndarray[Any, Any]]:
-        """The sums, ``(n_profiles, n_features)``: counts, and detected if wanted."""
+        """The sums, ``(n_profiles, n_features)``: counts, and detected and squares if wanted."""
         arrays = {"counts": self.totals}
         if self.detected.shape[1] == self.n_features:
             arrays["detected"] = self.detected
+        if self.squares.shape[1] == self.n_features:
+            arrays["squares"] = self.squares
         if self.fraction is not None:
             arrays[_FRACTION] = np.array(self.fraction, dtype=np.float64)
         return arrays
+
+
+def _start(
+    start: Mapping[str, np.ndarray[Any, Any]], name: str, wanted: bool, n_features: int, dtype: Any
+) -> np.ndarray[Any, Any]:
+    """The running sums of an extra layer: those in ``start``, zeros, or no columns."""
+    if name in start:
+        return start[name]
+    return np.zeros((len(start["counts"]), n_features if wanted else 0), dtype=dtype)
 
 
 def _run_tasks(kernel: Any, args: tuple[Any, ...], tasks: list[int]) -> list[int]:
@@ -463,17 +530,17 @@ def _fraction_of(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int, 
 
 
 def _pool(
-    counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
+    counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
 ) -> tuple[str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None]:
     """Pool ``counts`` (any supported input) into layers; also a name for its kind, and the
     first value that is not a whole number below 2**31 with its row and column, if any."""
     n_cells = profiles.size
     fmt = _sparse_format(counts)
     if _is_dask(counts):
-        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, detected)
+        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
-        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], detected)
+        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], extra)
         _add_block(sums, counts, 0, _words.matrix())
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
@@ -483,16 +550,21 @@ def _pool(
         )
         raise InputTypeError(msg)
     else:
-        sums = _pool_blocks(counts, profiles, n_groups, n_samples, detected)
+        sums = _pool_blocks(counts, profiles, n_groups, n_samples, extra)
         kind, arrays = "row blocks", sums.arrays()
     fraction = _fraction_of(arrays)
     arrays.pop(_FRACTION, None)
+    squares = arrays.get("squares")
+    if squares is not None and squares.dtype.kind == "f":  # v * v is inf for v > ~1.3e154
+        infinite = ~np.isfinite(squares).all(axis=1)
+        if infinite.any():
+            raise _pool_sums.Overflow(int(np.argmax(infinite)))
     shape = (n_groups, n_samples, arrays["counts"].shape[1])
     return kind, {name: array.reshape(shape) for name, array in arrays.items()}, fraction
 
 
 def _pool_blocks(
-    blocks: Iterable[Any], profiles: Any, n_groups: int, n_samples: int, detected: bool
+    blocks: Iterable[Any], profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
 ) -> _Sums:
     sums: _Sums | None = None
     first = 0
@@ -503,7 +575,7 @@ def _pool_blocks(
             msg += f"{type(block).__name__}{getattr(block, 'shape', '')}"
             raise InputTypeError(msg)
         if sums is None:
-            sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected)
+            sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra)
         if block.shape[1] != sums.n_features:
             msg = f"{what}: expected {sums.n_features} columns like the first, found {block.shape}"
             raise InputError(msg)
@@ -569,7 +641,7 @@ def _require_dask() -> Any:
 
 
 def _pool_dask(
-    counts: Any, profiles: Any, n_groups: int, n_samples: int, detected: bool
+    counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Pool a dask array: chains of blocks into partial sums, then a tree of additions.
 
@@ -600,7 +672,7 @@ def _pool_dask(
             for i in range(first, stop):
                 where = (rows[i], columns[j])
                 block_profiles = profiles[rows[i] : rows[i + 1]]
-                args = (block_profiles, (n_groups, n_samples), detected, where)
+                args = (block_profiles, (n_groups, n_samples), extra, where)
                 partial = pool(partial, blocks[i, j], *args)
             chains.append(partial)
         trees.append(_tree(dask.delayed(_add_partials), chains))
@@ -625,7 +697,7 @@ def _pool_chunk(
     block: Any,
     profiles: Any,
     axes: tuple[int, int],
-    detected: bool,
+    extra: tuple[str, ...],
     offset: tuple[int, int],
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Add one block of a dask array to the partial sums of its chain (a dask task).
@@ -639,7 +711,7 @@ def _pool_chunk(
             f"found {type(block).__name__}"
         )
         raise InputTypeError(msg)
-    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], detected, offset, partial)
+    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra, offset, partial)
     _add_block(sums, block, 0, "counts")
     return sums.arrays()
 
@@ -656,6 +728,7 @@ def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarr
                 total.setdefault(name, values)
             elif np.result_type(total[name], values) == total[name].dtype:
                 np.add(total[name], values, out=total[name])
+                _pool_sums.check_wrap(total[name], values)
             else:
                 total[name] = total[name] + values
     return total

@@ -19,7 +19,8 @@ def test_pooling_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    cases = "from_cells,from_cells-1-thread,scanpy-1.11,decoupler,read-floor,scatter-floor"
+    cases = "from_cells,from_cells-1-thread,from_cells-squares,from_cells-detected,scanpy-1.11,"
+    cases += "decoupler,read-floor,scatter-floor"
     argv = ["--cells", "300", "--genes", "40", "--samples", "3", "--groups", "2", "--repeats", "1"]
     argv += ["--in-process", "--cache", str(tmp_path), "--cases", cases, "--scaling", "200,300"]
     assert module.main(argv) == 0
@@ -31,6 +32,10 @@ def test_pooling_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[st
         line = next(row for row in out.splitlines() if label in row)
         assert line.endswith("| equal |") or "read" in line, line
     assert "| from_cells 1 thread / scatter floor (1 thread) | " in out
+    assert "| from_cells counts + detected + squares / counts + detected (issue 17) | " in out
+    for label in ("counts + detected |", "counts + detected + squares |"):
+        line = next(row for row in out.splitlines() if label in row)
+        assert line.endswith("| equal |"), line
     assert "| scanpy 1.12 (default threads) / from_cells (default threads) | not measured |" in out
     scaling = [line for line in out.splitlines() if line.startswith(("| 200 |", "| 300 |"))]
     assert len(scaling) == 2

@@ -27,12 +27,14 @@ def test_startup_benchmark_one_run(tmp_path: Path, capsys: pytest.CaptureFixture
         "import cytepool.io",
         "cytepool --help",
         "cytepool info SMALL.cube.zarr",
+        "first from_cells, small",
         "first from_cells, cache warm",
         "first from_cells, cache cold",
     ):
         assert case in rows, case
     assert "first call" in rows["first from_cells, cache warm"]
     assert "numba" in rows["first from_cells, cache cold"]  # the kernels need it
+    assert "numba" not in rows["first from_cells, small"]  # pooled with numpy
     assert list(tmp_path.iterdir()) == []  # the cube file and numba caches are removed
 
 

@@ -36,7 +36,7 @@ from cytepool.io.anndata import (  # noqa: E402
 )
 
 DONORS = ["D1", "D2", "D3", "D4"]
-LAYERS = ("counts", "detected")
+LAYERS = ("counts", "detected", "squares")
 TYPES = ["B", "NK", "T"]
 
 

@@ -89,8 +89,9 @@ def from_anndata(
     features
         The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all.
     layers
-        The layers to make, as in :func:`cytepool.from_cells`: ``"counts"`` and/or
-        ``"detected"`` (the number of cells with a nonzero value).
+        The layers to make, as in :func:`cytepool.from_cells`: any of ``"counts"``,
+        ``"detected"`` (the number of cells with a nonzero value) and ``"squares"`` (the
+        sums of the squared values), pooled in one pass.
     allow_float
         Values that are not whole numbers are meant: pool them without a
         :class:`~cytepool.errors.NotCountsWarning` (see :func:`cytepool.from_cells`).

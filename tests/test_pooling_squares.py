@@ -1,0 +1,192 @@
+"""The layer "squares" of from_cells: per-profile sums of x², exact and additive (issue 17)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+import cytepool
+from cytepool import from_cells
+from cytepool.errors import SumOverflowError
+from test_pooling import INPUTS
+
+pytestmark = pytest.mark.usefixtures("pooling_path")
+
+ALL = ("counts", "detected", "squares")
+
+
+def reference(x: np.ndarray, s: Any, g: Any) -> np.ndarray:
+    """Sums of squares per (group, sample, feature) over the cells, by numpy (float64)."""
+    s_ids, g_ids = sorted(set(map(str, s))), sorted(set(map(str, g)))
+    si = np.searchsorted(s_ids, [str(v) for v in s])
+    gi = np.searchsorted(g_ids, [str(v) for v in g])
+    out = np.zeros((len(g_ids), len(s_ids), x.shape[1]))
+    np.add.at(out, (gi, si), np.asarray(x, dtype=np.float64) ** 2)
+    return out
+
+
+def cells(seed: int = 3, n: int = 90, whole: bool = True) -> tuple[np.ndarray, Any, Any]:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 40, size=(n, 9)).astype(np.float32)
+    x[rng.random(x.shape) > 0.45] = 0
+    if not whole:
+        x[x > 30] += 0.25
+    s = rng.choice(["s1", "s2", "s3", "s4"], n)
+    g = pd.Categorical(rng.choice(["B", "T", "NK"], n))
+    return x, s, g
+
+
+@pytest.mark.parametrize("kind", [*INPUTS, "dask"])
+@pytest.mark.parametrize("layers", [ALL, ("squares",), ("squares", "counts")])
+def test_squares_are_exact_integer_sums(kind: str, layers: tuple[str, ...]) -> None:
+    x, s, g = cells()
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        counts: Any = da.from_array(x, chunks=(25, 4))
+    else:
+        counts = INPUTS[kind](x)
+    cube = from_cells(counts, sample_labels=s, group_labels=g, layers=layers)
+    assert list(cube.layers) == list(layers)
+    assert cube.layers["squares"].dtype == np.int64
+    np.testing.assert_array_equal(cube.to_numpy("squares"), reference(x, s, g))
+    if "counts" in layers:
+        direct = from_cells(x, sample_labels=s, group_labels=g)
+        np.testing.assert_array_equal(cube.to_numpy("counts"), direct.to_numpy("counts"))
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks"])
+def test_squares_follow_counts_to_float64(kind: str) -> None:
+    x, s, g = cells(whole=False)
+    cube = from_cells(
+        INPUTS[kind](x), sample_labels=s, group_labels=g, layers=ALL, allow_float=True
+    )
+    assert cube.layers["counts"].dtype == cube.layers["squares"].dtype == np.float64
+    np.testing.assert_allclose(cube.to_numpy("squares"), reference(x, s, g), rtol=1e-12)
+
+
+def test_squares_count_repeated_columns_of_a_row_each_time() -> None:
+    x = sp.csr_matrix(
+        (np.array([2.0, 3.0, 1.0]), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 2)
+    )
+    cube = from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=ALL)
+    # row 0 holds (2 + 3) at column 1: scipy sums duplicates, x² is of each stored value
+    np.testing.assert_array_equal(cube.to_numpy("squares"), [[[1, 13]]])
+    np.testing.assert_array_equal(cube.to_numpy("detected"), [[[1, 1]]])
+
+
+BIG = 2**31 - 1  # (2**31 - 1)**2 * 3 > 2**63 - 1: three such cells overflow int64
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks", "dask"])
+def test_squares_overflow_names_the_layer_and_group(kind: str) -> None:
+    x = np.zeros((5, 2), dtype=np.float64)
+    x[[0, 2, 4], 1] = BIG
+    s = ["s1", "s2", "s1", "s2", "s1"]
+    g = ["T", "B", "T", "B", "T"]
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        counts: Any = da.from_array(x, chunks=(1, 2))
+    else:
+        counts = INPUTS[kind](x)
+    message = r"layer 'squares': a sum of squares of group 'T' in sample 's1' does not fit"
+    with pytest.raises(SumOverflowError, match=message) as caught:
+        from_cells(counts, sample_labels=s, group_labels=g, layers=ALL)
+    assert isinstance(caught.value, OverflowError)
+    two = from_cells(INPUTS["csr"](x[:3]), sample_labels=s[:3], group_labels=g[:3], layers=ALL)
+    assert two.to_numpy("squares")[1, 0, 1] == 2 * BIG**2  # below 2**63: exact
+
+
+def test_infinite_float_squares_overflow() -> None:
+    x = np.array([[1e200, 1.5]])
+    with pytest.raises(SumOverflowError, match=r"group 'g' in sample 'a' does not fit"):
+        from_cells(x, sample_labels=["a"], group_labels=["g"], layers=ALL, allow_float=True)
+
+
+def test_squares_repool_exactly_after_merge_groups_and_pool_samples() -> None:
+    x, s, g = cells(seed=5, n=200)
+    donors = {"s1": "d1", "s2": "d1", "s3": "d2", "s4": "d2"}
+    samples = pd.DataFrame({"sample_id": ["s1", "s2", "s3", "s4"], "donor": donors.values()})
+    cube = from_cells(x, sample_labels=s, group_labels=g, samples=samples, layers=ALL)
+    merged = cube.merge_groups({"lymphoid": ["B", "T", "NK"]})
+    lymphoid = np.where(np.isin(np.asarray(g), ["B", "T", "NK"]), "lymphoid", "other")
+    np.testing.assert_array_equal(merged.to_numpy("squares"), reference(x, s, lymphoid))
+    pooled = cube.pool_samples("donor")
+    by_donor = [donors[v] for v in s]
+    np.testing.assert_array_equal(pooled.to_numpy("squares"), reference(x, by_donor, g))
+    direct = from_cells(x, sample_labels=by_donor, group_labels=g, layers=ALL)
+    np.testing.assert_array_equal(pooled.to_numpy("squares"), direct.to_numpy("squares"))
+
+
+def test_squares_add_and_concat_exactly() -> None:
+    x, s, g = cells(seed=6, n=120)
+    half = 60
+    first = from_cells(x[:half], sample_labels=s[:half], group_labels=g[:half], layers=ALL)
+    second = from_cells(x[half:], sample_labels=s[half:], group_labels=g[half:], layers=ALL)
+    assert first.shape[:2] == second.shape[:2]  # every profile has cells in both halves
+    total = cytepool.add([first, second])
+    np.testing.assert_array_equal(total.to_numpy("squares"), reference(x, s, g))
+    names = [f"gene{j}" for j in range(x.shape[1])]
+    left = from_cells(x[:, :4], sample_labels=s, group_labels=g, features=names[:4], layers=ALL)
+    right = from_cells(x[:, 4:], sample_labels=s, group_labels=g, features=names[4:], layers=ALL)
+    joined = cytepool.concat([left, right], axis="features")
+    np.testing.assert_array_equal(joined.to_numpy("squares"), reference(x, s, g))
+
+
+def test_squares_overflow_in_merge_groups_raises() -> None:
+    x = np.zeros((4, 1))
+    x[:, 0] = BIG
+    cube = from_cells(x, sample_labels=["a"] * 4, group_labels=["A", "A", "B", "B"], layers=ALL)
+    merged = cube.merge_groups({"AB": ["A", "B"]})
+    with pytest.raises(OverflowError, match="squares"):
+        merged.to_numpy("squares")
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("where", ["memory", "path", "backed", "csc-path"])
+def test_from_anndata_pools_squares(tmp_path: Path, where: str) -> None:
+    ad = pytest.importorskip("anndata")
+    from cytepool.io.anndata import from_anndata
+
+    x, s, g = cells(seed=7, n=150)
+    matrix = sp.csc_matrix(x) if where == "csc-path" else sp.csr_matrix(x)
+    obs = pd.DataFrame({"sample": s, "cell_type": g}, index=[f"c{i}" for i in range(len(x))])
+    adata = ad.AnnData(X=matrix, obs=obs)
+    source: Any = adata
+    if where != "memory":
+        adata.write_h5ad(tmp_path / "cells.h5ad")
+        source = tmp_path / "cells.h5ad"
+        if where == "backed":
+            source = ad.read_h5ad(source, backed="r")
+    cube = from_anndata(source, sample_key="sample", group_key="cell_type", layers=ALL)
+    np.testing.assert_array_equal(cube.to_numpy("squares"), reference(x, s, g))
+    if where == "backed":
+        source.file.close()
+
+
+def test_unknown_layer_lists_squares() -> None:
+    with pytest.raises(TypeError, match=re.escape("among ['counts', 'detected', 'squares']")):
+        from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, layers="sum")
+
+
+@pytest.mark.parametrize("cells_per_block", [1, 2])
+def test_squares_overflow_across_small_blocks(cells_per_block: int) -> None:
+    # each block is small (numpy); once their squares could wrap, the checked kernels go on
+    x = np.zeros((4, 2), dtype=np.float64)  # float32 holds no 2**31 - 1
+    x[:, 0] = BIG
+    blocks = [sp.csr_matrix(x[i : i + cells_per_block]) for i in range(0, 4, cells_per_block)]
+    labels = {"sample_labels": ["a"] * 4, "group_labels": ["T"] * 4}
+    with pytest.raises(SumOverflowError, match="group 'T' in sample 'a'"):
+        from_cells(blocks, **labels, layers=("squares",))
+    two = from_cells(
+        blocks[: 2 // cells_per_block],
+        sample_labels=["a"] * 2,
+        group_labels=["T"] * 2,
+        layers=("squares",),
+    )
+    assert two.to_numpy("squares")[0, 0, 0] == 2 * BIG**2
