@@ -131,3 +131,32 @@ def test_missing_and_corrupt_shards_over_http(
     assert np.array_equal(array[:4], expected)
     with pytest.raises(FormatError, match=r"corrupt shard .*c/1/0.*CRC-32C"):
         array[4:]
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+def test_anndata_auto_sharded_store_over_http(tmp_path: Path, serve_http: Any) -> None:
+    """anndata's sharded Zarr v3 layout (``auto_shard_zarr_v3``, shards of 1000 x 300 with
+    inner chunks of 500 x 150 here): X read by URL in one index request and one coalesced
+    range request per shard touched."""
+    import anndata as ad
+    import pandas as pd
+
+    from cytepool.io import read_table
+
+    x = np.arange(2000 * 300, dtype=np.float32).reshape(2000, 300)
+    obs = pd.DataFrame({"kind": ["a", "b"] * 1000}, index=[f"cell{i}" for i in range(2000)])
+    with ad.settings.override(zarr_write_format=3, auto_shard_zarr_v3=True):
+        ad.AnnData(x, obs=obs).write_zarr(tmp_path / "a.zarr")
+    served = serve_http(tmp_path / "a.zarr")
+    array = open_array(served.url + "/X")
+    assert array.metadata.codecs.array_bytes.__class__.__name__ == "ShardingCodec"
+    served.fault("*", latency=LATENCY)
+    served.clear()
+    assert np.array_equal(array[100:700], x[100:700])  # shard 0, its 4 inner chunks
+    chunks = [r for r in served.requests() if "/X/c/" in r.path]
+    assert [r.range.startswith("bytes=-") for r in chunks].count(True) == 1
+    assert len(chunks) == 2
+    assert round_trips(chunks) == 2
+    table = read_table(served.url + "/obs")
+    assert list(table.index) == list(obs.index)
+    assert list(table["kind"]) == list(obs["kind"])
