@@ -137,8 +137,8 @@ class Window:
 
     def ranges(self, ranges: Iterable[Range], *, now: bool = False) -> None:
         """Queue byte ranges, coalesced (sent at once with ``now``)."""
-        wanted = [item for item in ranges if item not in self._ranges]
         with self._lock:
+            wanted = [item for item in ranges if item not in self._ranges]
             for span in coalesce(wanted):
                 span.untaken = len(span.members)
                 for member in span.members:
@@ -167,17 +167,25 @@ class Window:
             if future is not None:
                 self._sent -= 1
                 self._fill()
+            elif key in self._queued:  # asked for before its turn: the caller fetches it
+                self._queued.discard(key)
+                self._queue.remove(
+                    next(i for i in self._queue if isinstance(i, tuple) and i[0] == key)
+                )
         return future
 
     def take_range(self, item: Range) -> tuple[Span, Future[Any]] | None:
         """The span holding ``item`` and its request, if it was sent (the window moves on once
         all its ranges are taken)."""
         with self._lock:
-            span = self._ranges.get(item)
-            if span is None or span.future is None:
+            span = self._ranges.pop(item, None)
+            if span is None:
                 return None
-            del self._ranges[item]
             span.untaken -= 1
+            if span.future is None:  # asked for before its turn: the caller fetches it
+                if span.untaken == 0:
+                    self._queue.remove(span)
+                return None
             if span.untaken == 0 and span.windowed:
                 self._sent -= 1
                 self._fill()
