@@ -5,8 +5,11 @@ and served by the test HTTP server (tests/io/remote/remote_servers.py, a real pr
 127.0.0.1) with an injected latency per request (20 ms). Rows, each measured on a fresh open:
 
 * open: ``read_cube(url)`` (root document with the consolidated metadata, then every table,
-  cell and normalization chunk at once, all verified) vs ``zarr.open_consolidated`` on
-  ``zarr.storage.ObjectStore(HTTPStore)`` + opening the layer array;
+  cell and normalization chunk at once, all verified) vs zarr-python reading the same arrays:
+  ``zarr.open_consolidated`` on ``zarr.storage.ObjectStore(HTTPStore)``, every array of the
+  three tables, the cell numbers and the normalization read whole, and the layer array opened;
+  once with the synchronous API (one array after another, as anndata's ``read_elem`` reads a
+  table), once with the asynchronous API and all arrays read at once (``asyncio.gather``);
 * one group x 50 genes: ``select(groups=[g], features=genes).to_numpy("counts")`` on the
   opened cube vs ``oindex[g, :, positions]`` on the opened zarr array;
 * one full layer: ``to_numpy("counts")`` vs ``array[...]``.
@@ -64,20 +67,61 @@ def _measure(served: ServedHTTP, action: Callable[[], Any], repeat: int) -> dict
     }
 
 
-def _zarr_open(url: str) -> Any:
-    import zarr
+OPENED = ("samples", "groups", "features", "cells", "normalization")
+"""What a cube open reads besides the root document: every array at or under these nodes."""
+
+
+def _zarr_store(url: str) -> Any:
     from obstore.store import HTTPStore
     from zarr.storage import ObjectStore
 
-    store = ObjectStore(
-        HTTPStore.from_url(url, client_options={"allow_http": True}), read_only=True
-    )
-    group = zarr.open_consolidated(store, zarr_format=3, mode="r")
+    return ObjectStore(HTTPStore.from_url(url, client_options={"allow_http": True}), read_only=True)
+
+
+def _zarr_group(url: str) -> Any:
+    import zarr
+
+    return zarr.open_consolidated(_zarr_store(url), zarr_format=3, mode="r")
+
+
+def _zarr_open(url: str) -> Any:
+    """What a cube open reads, with zarr-python: the consolidated root, then every array of
+    the three tables, the cell numbers and the normalization, read whole one after another
+    (as zarr-python's synchronous API and anndata's ``read_elem`` read them); then the layer
+    array is opened (its metadata is in the root document)."""
+    group = _zarr_group(url)
+    for name, node in group.members(max_depth=None):
+        if name.split("/")[0] in OPENED and hasattr(node, "shape"):
+            node[...]
     return group["layers/counts"]
 
 
-def run(shape: tuple[int, int, int], latency: float, repeat: int) -> list[tuple[str, Any, Any]]:
-    """The rows: (name, cytepool's numbers, zarr-python's numbers)."""
+def _zarr_open_concurrently(url: str) -> Any:
+    """The same arrays with zarr-python's asynchronous API, all read at once (asyncio.gather):
+    the fewest round trips zarr-python can take for them."""
+    import asyncio
+
+    import zarr
+
+    async def read_all() -> Any:
+        group = await zarr.api.asynchronous.open_consolidated(
+            store=_zarr_store(url), zarr_format=3, mode="r"
+        )
+        arrays = [
+            node
+            async for name, node in group.members(max_depth=None)
+            if name.split("/")[0] in OPENED and hasattr(node, "shape")
+        ]
+        await asyncio.gather(*(node.getitem(...) for node in arrays))
+        return await group.getitem("layers/counts")
+
+    return asyncio.run(read_all())
+
+
+def run(
+    shape: tuple[int, int, int], latency: float, repeat: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """The rows: (name, {reader: its numbers})."""
     import warnings
 
     from cytepool.io import read_cube, write_cube
@@ -99,29 +143,38 @@ def run(shape: tuple[int, int, int], latency: float, repeat: int) -> list[tuple[
             expected = array.oindex[group, :, genes]
             got = cube.select(groups=[name], features=ids).to_numpy("counts")[0]
             assert np.array_equal(got, expected)  # the same values
-            pairs = {
-                "open": (lambda: read_cube(served.url), lambda: _zarr_open(served.url)),
-                f"one group x {len(ids)} genes": (
-                    lambda: cube.select(groups=[name], features=ids).to_numpy("counts"),
-                    lambda: array.oindex[group, :, genes],
-                ),
-                "one full layer": (lambda: cube.to_numpy("counts"), lambda: array[...]),
+            sync, concurrent = "zarr-python (ObjectStore)", "zarr-python async (gather)"
+            contenders: dict[str, dict[str, Callable[[], Any]]] = {
+                "open": {
+                    "cytepool": lambda: read_cube(served.url),
+                    sync: lambda: _zarr_open(served.url),
+                    concurrent: lambda: _zarr_open_concurrently(served.url),
+                },
+                f"one group x {len(ids)} genes": {
+                    "cytepool": lambda: cube.select(groups=[name], features=ids).to_numpy("counts"),
+                    sync: lambda: array.oindex[group, :, genes],
+                },
+                "one full layer": {
+                    "cytepool": lambda: cube.to_numpy("counts"),
+                    sync: lambda: array[...],
+                },
             }
             return [
-                (row, _measure(served, ours, repeat), _measure(served, peer, repeat))
-                for row, (ours, peer) in pairs.items()
+                (row, {who: _measure(served, action, repeat) for who, action in readers.items()})
+                for row, readers in contenders.items()
             ]
 
 
-def table(rows: list[tuple[str, Any, Any]]) -> str:
-    """The rows as a Markdown table."""
+def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """The rows as a Markdown table; the last column is cytepool's wall time over the reader's."""
     lines = [
-        "| row | reader | requests | round trips | bytes | wall ms | wall / zarr-python |",
+        "| row | reader | requests | round trips | bytes | wall ms | cytepool / reader |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for name, ours, peer in rows:
-        for reader, numbers in (("cytepool", ours), ("zarr-python (ObjectStore)", peer)):
-            ratio = numbers["wall"] / peer["wall"] if peer["wall"] else float("nan")
+    for name, readers in rows:
+        ours = readers["cytepool"]["wall"]
+        for reader, numbers in readers.items():
+            ratio = ours / numbers["wall"] if numbers["wall"] else float("nan")
             lines.append(
                 f"| {name} | {reader} | {numbers['requests']} | {numbers['round trips']} | "
                 f"{numbers['bytes']} | {numbers['wall'] * 1000:.1f} | {ratio:.2f} |"

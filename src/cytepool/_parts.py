@@ -233,8 +233,9 @@ class CubeParts:
                 for g, digest in enumerate(found):
                     known[g] = known[g] or digest
                 return out
-        for g in range(self.shape[0]):
-            out[g] = self.read(layer, g)
+        with lay.reading(range(self.shape[0])):  # a remote store fetches every group's chunks
+            for g in range(self.shape[0]):
+                out[g] = self.read(layer, g)
         return out
 
     def digests(self, compute: bool = True) -> _fp.Digests:

@@ -218,9 +218,10 @@ def _check_ids(df: Any, axis: str) -> list[str]:
         )
         raise InputError(msg)
     ids = column.to_list()
-    for i in ids:
-        if not isinstance(i, str):
-            msg = f"{axis}: the ids in {id_column!r} must be strings, found {i!r}"
-            raise InputTypeError(msg)
+    if not all(issubclass(kind, str) for kind in set(map(type, ids))):  # one pass in C
+        for i in ids:
+            if not isinstance(i, str):
+                msg = f"{axis}: the ids in {id_column!r} must be strings, found {i!r}"
+                raise InputTypeError(msg)
     check_unique(ids, axis, "holds")
-    return list(ids)
+    return ids

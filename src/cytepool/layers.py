@@ -20,6 +20,7 @@ behave like read-only arrays (``shape``, ``dtype``, ``layer[...]``, ``layer.oind
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -257,6 +258,14 @@ class LazyLayer:
         """Read one group's block ``(len(samples), len(features))``; None selects all."""
         raise NotImplementedError  # pragma: no cover
 
+    def reading(
+        self, groups: Sequence[int], samples: Index | None = None, features: Index | None = None
+    ) -> contextlib.AbstractContextManager[object]:
+        """A block in which the reads of ``groups`` (with these samples and features, None:
+        all) come next: a layer over a store that fetches ahead (a remote one) asks for all
+        their chunks at once, and the reads share one opening of the store. A no-op here."""
+        return contextlib.nullcontext()
+
     def _where(self, group: int) -> str:
         ids = getattr(self, "group_ids", None)
         gid = repr(ids[group]) if ids is not None else f"#{group}"
@@ -297,8 +306,9 @@ class LazyLayer:
         n_s = self.shape[1] if picks[1] is None else len(picks[1])
         n_f = self.shape[2] if picks[2] is None else len(picks[2])
         out = np.empty((len(groups), n_s, n_f), dtype=self.dtype)
-        for k, g in enumerate(groups.tolist()):
-            out[k] = self.read(g, picks[1], picks[2])
+        with self.reading(groups.tolist(), picks[1], picks[2]):
+            for k, g in enumerate(groups.tolist()):
+                out[k] = self.read(g, picks[1], picks[2])
         return out[tuple(0 if d else slice(None) for d in drop)]
 
 
@@ -376,6 +386,17 @@ class ArrayLayer(LazyLayer):
         self.digests = tuple(digests) if digests is not None else None
         self.checked = checked
         self.eager = checked and isinstance(array, np.ndarray)
+
+    def reading(
+        self, groups: Sequence[int], samples: Index | None = None, features: Index | None = None
+    ) -> contextlib.AbstractContextManager[object]:
+        """The array's ``reading`` block for these groups' blocks, if it has one (ZarrArray)."""
+        reading = getattr(self.array, "reading", None)
+        if reading is None or isinstance(self.array, np.ndarray):
+            return contextlib.nullcontext()
+        samples = None if is_full(samples, self.shape[1]) else samples
+        features = None if is_full(features, self.shape[2]) else features
+        return reading([(g, _as_key(samples), _as_key(features)) for g in groups])
 
     def _fetch(self, group: int, samples: Index | None, features: Index | None) -> Any:
         arr = self.array
@@ -495,6 +516,15 @@ class SelectLayer(LazyLayer):
         """Read one group's block from the base layer."""
         g = group if self.groups is None else int(self.groups[group])
         return self.base.read(g, _compose(self.samples, samples), _compose(self.features, features))
+
+    def reading(
+        self, groups: Sequence[int], samples: Index | None = None, features: Index | None = None
+    ) -> contextlib.AbstractContextManager[object]:
+        """The base layer's ``reading`` block for the same reads."""
+        base_groups = [g if self.groups is None else int(self.groups[g]) for g in groups]
+        return self.base.reading(
+            base_groups, _compose(self.samples, samples), _compose(self.features, features)
+        )
 
 
 class SumLayer(LazyLayer):

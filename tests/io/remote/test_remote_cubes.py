@@ -286,3 +286,78 @@ def test_anndata_reads_the_tables_of_a_consolidated_cube(local: Path) -> None:
     group = zarr.open_group(local, mode="r")
     samples = anndata.io.read_elem(group["samples"])
     assert list(samples.index) == [f"s{i}" for i in range(N_SAMPLES)]
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_urls_are_kept_as_given_in_paths_reprs_and_messages(
+    local: Path, serve_http, serve_s3, kind: str
+) -> None:
+    served = serve_http(local) if kind == "http" else serve_s3(local)
+    options = getattr(served, "storage_options", {})
+    url = served.url + "/cells"
+    array = open_array(url, storage_options=options)
+    assert array.path == url
+    assert repr(array).startswith(f"<ZarrArray {url!r}")
+    document = json.loads((local / "cells" / "zarr.json").read_text())
+    document["attributes"] = {"edited": True}
+    served.replace("cells/zarr.json", json.dumps(document).encode())
+    with pytest.raises(StoreChangedError, match=f"the Zarr array {url} changed"):
+        array[...]
+
+
+def test_local_array_paths_stay_paths(local: Path) -> None:
+    array = open_array(local / "cells")
+    assert array.path == local / "cells"
+    assert isinstance(array.path, Path)
+
+
+def _chunk_requests(log: list[Any]) -> list[Any]:
+    return [r for r in log if "/layers/counts/c/" in r.path]
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        None,  # the cube's own layer: read whole (ZarrArray.read_into)
+        {},
+        {"groups": ["type 3", "type 0", "type 2"]},
+        {"groups": ["type 1", "type 2"], "features": [f"ENSG{i:05d}" for i in range(0, 3000, 90)]},
+    ],
+)
+def test_many_groups_are_one_round(local: Path, serve_http, select: dict[str, Any] | None):
+    http = serve_http(local)
+    cube = read_cube(http.url)
+    expected = read_cube(local).select(**(select or {})).to_numpy("counts")
+    http.fault("*", latency=LATENCY)
+    http.clear()
+    chosen = cube if select is None else cube.select(**select)
+    assert np.array_equal(chosen.to_numpy("counts"), expected)
+    log = http.requests()
+    n_groups = len((select or {}).get("groups", range(N_GROUPS)))
+    assert len(_chunk_requests(log)) == n_groups * 3  # 3 chunks per group, each once
+    assert round_trips(log) == 1  # <= 12 chunks and a HEAD: all in flight at once
+
+
+def test_many_groups_stream_within_the_bound(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    cube = read_cube(http.url, storage_options={"max_in_flight": 3})
+    http.fault("*", latency=LATENCY)
+    http.clear()
+    assert np.array_equal(cube.to_numpy("counts"), read_cube(local).to_numpy("counts"))
+    log = http.requests()
+    assert peak_in_flight(log) <= 3
+    assert len(_chunk_requests(log)) == N_GROUPS * 3
+    assert round_trips(log) <= 5  # 13 requests, 3 at a time: not one round per group read
+
+
+def test_groups_read_in_one_round_are_still_verified(local: Path, tmp_path: Path, serve_http):
+    copy = tmp_path / "x.cube.zarr"
+    shutil.copytree(local, copy)
+    first, other = copy / "layers/counts/c/1/0/0", copy / "layers/counts/c/3/0/0"
+    first_bytes = first.read_bytes()
+    first.write_bytes(other.read_bytes())  # valid chunk, values of another group
+    other.write_bytes(first_bytes)
+    http = serve_http(copy)
+    cube = read_cube(http.url)
+    with pytest.raises(FormatError, match="group 'type 1': the values do not match"):
+        cube.to_numpy("counts")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from cytepool.io.zarr.codecs import (
     ZstdCodec,
     import_zstd,
 )
+from cytepool.io.zarr.fetching import fetch_shards_ahead
 from cytepool.io.zarr.indexing import Selection, parse_selection
 from cytepool.io.zarr.metadata import (
     METADATA_FILE,
@@ -127,9 +129,10 @@ class ZarrArray:
         return {**self.__dict__, "_handle": None}
 
     @property
-    def path(self) -> Path:
-        """The array's directory."""
-        return Path(self._store.where(self._key))
+    def path(self) -> Path | str:
+        """The array's directory (a Path), or its URL (a str, as given) in a remote store."""
+        where = self._store.where(self._key)
+        return Path(where) if isinstance(self._store, LocalStore) else where
 
     @property
     def store(self) -> Store:
@@ -199,6 +202,41 @@ class ZarrArray:
         """
         return _OIndex(self)
 
+    @contextlib.contextmanager
+    def reading(self, keys: Sequence[Any] = ()) -> Iterator[ZarrArray]:
+        """Read several times through one opening of the store, the chunks of the ``oindex``
+        selections ``keys`` fetched ahead (a remote store fetches them concurrently, all of
+        them in one stream of requests rather than one round per read).
+
+        Reads of this array in this thread, inside the ``with`` block, share one store handle;
+        the store is checked when the block starts and verified when it ends, as for one read:
+        if it was replaced meanwhile the block raises StoreChangedError, and nothing read inside
+        it may be trusted (a read inside the block is not verified on its own).
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> tmp = pathlib.Path(tempfile.mkdtemp())
+        >>> write_array(tmp / "a", np.arange(12).reshape(3, 4), chunks=(1, 4))
+        >>> a = open_array(tmp / "a")
+        >>> with a.reading([(0, slice(None)), (2, [1, 3])]):
+        ...     a.oindex[0, :].tolist(), a.oindex[2, [1, 3]].tolist()
+        ([0, 1, 2, 3], [9, 11])
+        """
+        sessions = _sessions()
+        if id(self) in sessions:  # nested: the outer block's handle
+            yield self
+            return
+        with array_handle(self) as handle:
+            sessions[id(self)] = handle
+            try:
+                for key in keys:
+                    selection = parse_selection(key, self.shape, orthogonal=True)
+                    _fetch_ahead(handle, Reader(handle, self._key, self._metadata), self, selection)
+                yield self
+            finally:
+                del sessions[id(self)]
+
     def __getitem__(self, key: Any) -> Any:
         """Read what integers, slices and an ellipsis select (numpy basic indexing)."""
         return self._read(parse_selection(key, self.shape, orthogonal=False))
@@ -266,7 +304,9 @@ class ZarrArray:
         self._check_out(out)
         selection = parse_selection(..., self.shape, orthogonal=False)
         with array_handle(self) as handle:
-            Reader(handle, self._key, self._metadata).read(selection, out, on_rows)
+            reader = Reader(handle, self._key, self._metadata)
+            _fetch_ahead(handle, reader, self, selection)  # a remote store: one stream of requests
+            reader.read(selection, out, on_rows)
 
     def _check_out(self, out: Any) -> None:
         fits = (
@@ -304,6 +344,8 @@ def array_handle(array: ZarrArray) -> Iterator[StoreHandle]:
     zarr.json checked against its stamp, and the store verified when the read ends.
     """
     bound = array._handle
+    if bound is None or bound.closed:
+        bound = _sessions().get(id(array))
     if bound is not None and not bound.closed:
         yield bound
         return
@@ -312,13 +354,29 @@ def array_handle(array: ZarrArray) -> Iterator[StoreHandle]:
         yield handle
 
 
+_local = threading.local()
+
+
+def _sessions() -> dict[int, StoreHandle]:
+    """The handles of this thread's :meth:`ZarrArray.reading` blocks, by array."""
+    sessions: dict[int, StoreHandle] | None = getattr(_local, "sessions", None)
+    if sessions is None:
+        sessions = _local.sessions = {}
+    return sessions
+
+
 def _fetch_ahead(
     handle: StoreHandle, reader: Reader, array: ZarrArray, selection: Selection
 ) -> None:
     """Ask a handle that fetches ahead (a remote one) for the chunks the read will take, in
-    the order it takes them (sharded arrays read their shard indexes first: not ahead)."""
+    the order it takes them (for a sharded array: its shard indexes, then inner chunks)."""
     prefetch = getattr(handle, "prefetch", None)
-    if prefetch is None or reader.shard is not None:
+    if prefetch is None:
+        return
+    if reader.shard is not None:
+        inner = getattr(handle, "inner", handle)  # a consolidated handle's remote one
+        if hasattr(inner, "prefetch_ranges"):
+            fetch_shards_ahead(handle, reader, selection)
         return
     encode = array._metadata.chunk_key_encoding.encode
     keys = (

@@ -201,10 +201,14 @@ class ConsolidatedHandle:
         return head if tail == METADATA_FILE else None
 
     def _text(self, node: str) -> bytes | None:
-        if node == "":
-            return dumps(self._store.root).encode("ascii")
-        document = self._store.documents.get(node)
-        return None if document is None else dumps(document).encode("ascii")
+        """The document of ``node`` as JSON, made once per handle (reads ask again and again)."""
+        text = self._texts.get(node)
+        if text is None:
+            document = self._store.root if node == "" else self._store.documents.get(node)
+            if document is None:
+                return None
+            text = self._texts[node] = dumps(document).encode("ascii")
+        return text
 
     def get(self, key: str, *, limit: int) -> Blob | None:
         """A document from the copy, anything else from the store under it."""
@@ -242,6 +246,15 @@ class ConsolidatedHandle:
         prefetch = getattr(self._inner, "prefetch", None)
         if prefetch is not None:
             prefetch(keys, limit=limit)
+
+    def prefetch_ranges(self, ranges: Iterable[Any], *, now: bool = False) -> None:
+        """Fetch byte ranges ahead through the store under it (a remote one)."""
+        self._inner.prefetch_ranges(ranges, now=now)  # type: ignore[attr-defined]
+
+    def peek_range(self, item: Any) -> Part | None:
+        """A byte range fetched ahead by the store under it (a remote one)."""
+        result: Part | None = self._inner.peek_range(item)  # type: ignore[attr-defined]
+        return result
 
     def verify(self) -> None:
         """Verify the store under it."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
-import collections
 import dataclasses
 import datetime
 import os
@@ -49,6 +48,7 @@ from cytepool.errors import (
     RemoteStoreError,
     StoreChangedError,
 )
+from cytepool.io.zarr.fetching import Range, Span, Window
 from cytepool.io.zarr.store import Blob, LocalStore, Part, Store, TooLargeError
 
 __all__ = [
@@ -522,6 +522,14 @@ def _failure(error: BaseException, where: str) -> Exception:
 # The handle
 
 
+def _member(span: Span, item: Range, whole: Part | None) -> Part | None:
+    """The range ``item`` out of what its span's request gave."""
+    if whole is None:
+        return None
+    offset = item.start - span.start
+    return Part(whole.data[offset : offset + item.length], whole.size)
+
+
 class RemoteHandle:
     """A remote store opened for one read (see the module documentation)."""
 
@@ -530,10 +538,7 @@ class RemoteHandle:
         self._client, self._in_flight = store.client()
         self._semaphore: asyncio.Semaphore | None = None
         self._closed = False
-        self._pending: dict[str, Future[tuple[bytes, ETag] | None]] = {}
-        self._queue: collections.deque[str] = collections.deque()
-        self._prefetch_limit = 0
-        self._lock = threading.Lock()
+        self._window = Window(2 * self._in_flight, self._send_object, self._send_span)
         self._check: Future[ETag | None] | None = None
         if store.expected is not None:
             self.watch(store.expected)
@@ -610,7 +615,7 @@ class RemoteHandle:
 
     def get(self, key: str, *, limit: int) -> Blob | None:
         """The whole object at ``key`` (None if absent); TooLargeError beyond ``limit``."""
-        future = self._take(key)
+        future = self._window.take_object(key)
         if future is None:
             got = _run(self._limited(self._get(key, limit)))
         else:
@@ -621,7 +626,22 @@ class RemoteHandle:
 
     def get_range(self, key: str, start: int, length: int) -> Part | None:
         """``length`` bytes from ``start`` (the last ``-start`` if negative); None if absent."""
-        return _run(self._limited(self._get_range(key, start, length)))
+        item = Range(key, start, length)
+        taken = self._window.take_range(item)
+        if taken is None:
+            return _run(self._limited(self._get_range(key, start, length)))
+        return _member(taken[0], item, taken[1].result())
+
+    def peek_range(self, item: Range) -> Part | None:
+        """The range ``item`` fetched ahead, left for ``get_range`` to take; None if it was not
+        fetched ahead, is absent or could not be had (``get_range`` then reports why)."""
+        sent = self._window.peek_range(item)
+        if sent is None:
+            return None
+        try:
+            return _member(sent[0], item, sent[1].result())
+        except Exception:  # get_range raises it, where the read reports its errors
+            return None
 
     async def _get_range(self, key: str, start: int, length: int) -> Part | None:
         import obstore
@@ -674,26 +694,22 @@ class RemoteHandle:
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
         """Start fetching the objects at ``keys``, in order, for ``get`` to take.
 
-        At most ``2 * max_in_flight`` are fetched and not yet taken; each ``get`` of one of
-        them starts the next. Objects larger than ``limit`` fail when taken.
+        At most ``2 * max_in_flight`` requests are sent ahead and not yet taken; each ``get``
+        of one of them sends the next. Objects larger than ``limit`` fail when taken.
         """
-        with self._lock:
-            self._prefetch_limit = limit
-            self._queue.extend(key for key in keys if key not in self._pending)
-            self._fill()
+        self._window.objects(keys, limit)
 
-    def _fill(self) -> None:
-        while self._queue and len(self._pending) < 2 * self._in_flight:
-            key = self._queue.popleft()
-            if key not in self._pending:
-                coroutine = self._limited(self._get(key, self._prefetch_limit))
-                self._pending[key] = _submit(coroutine)
+    def prefetch_ranges(self, ranges: Iterable[Range], *, now: bool = False) -> None:
+        """Start fetching byte ranges, in order, for ``get_range`` to take: ranges of one
+        object at most :data:`~cytepool.io.zarr.fetching.COALESCE_GAP` bytes apart in one
+        request; within the window of ``prefetch``, or all at once with ``now``."""
+        self._window.ranges(ranges, now=now)
 
-    def _take(self, key: str) -> Future[tuple[bytes, ETag] | None] | None:
-        with self._lock:
-            future = self._pending.pop(key, None)
-            self._fill()
-        return future
+    def _send_object(self, key: str, limit: int) -> Future[tuple[bytes, ETag] | None]:
+        return _submit(self._limited(self._get(key, limit)))
+
+    def _send_span(self, span: Span) -> Future[Part | None]:
+        return _submit(self._limited(self._get_range(span.key, span.start, span.length)))
 
     def watch(self, version: ETag) -> None:
         """Check the root zarr.json against ``version`` now (a HEAD with If-Match sent at
@@ -721,11 +737,7 @@ class RemoteHandle:
 
     def close(self) -> None:
         """Cancel what was fetched ahead and not taken."""
-        with self._lock:
-            self._queue.clear()
-            pending, self._pending = list(self._pending.values()), {}
-        for future in pending:
-            future.cancel()
+        self._window.cancel()
         if self._check is not None:
             self._check.cancel()
             self._check = None
