@@ -3,6 +3,7 @@ round, then only the inner chunks needed, neighbours coalesced (counted on the r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +156,28 @@ def test_anndata_auto_sharded_store_over_http(tmp_path: Path, serve_http: Any) -
     assert np.array_equal(array[100:700], x[100:700])  # shard 0, its 4 inner chunks
     chunks = [r for r in served.requests() if "/X/c/" in r.path]
     assert [r.range.startswith("bytes=-") for r in chunks].count(True) == 1
-    assert len(chunks) == 2
+    # anndata versions lay shards out differently (0.12.16: 1920 x 300 in 32 x 5 chunks, in
+    # the order written): one request per run of the needed inner chunks, read from the index
+    assert len(chunks) == 1 + _coalesced_runs(tmp_path / "a.zarr" / "X", rows=range(100, 700))
     assert round_trips(chunks) == 2
     table = read_table(served.url + "/obs")
     assert list(table.index) == list(obs.index)
     assert list(table["kind"]) == list(obs["kind"])
+
+
+def _coalesced_runs(array: Path, rows: range) -> int:
+    """The spans (runs at most COALESCE_GAP apart) holding the inner chunks of ``rows`` (every
+    column) in shard 0 of a 2-D sharded array, from the shard index stored at its end."""
+    meta = json.loads((array / "zarr.json").read_text())
+    shard_rows, shard_cols = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    inner_rows, inner_cols = meta["codecs"][0]["configuration"]["chunk_shape"]
+    grid = (shard_rows // inner_rows, shard_cols // inner_cols)
+    data = (array / "c" / "0" / "0").read_bytes()
+    index = np.frombuffer(data[-(16 * grid[0] * grid[1] + 4) : -4], dtype="<u8").reshape(*grid, 2)
+    needed = index[rows.start // inner_rows : (rows.stop - 1) // inner_rows + 1].reshape(-1, 2)
+    spans, end = 0, None
+    for offset, size in sorted(map(tuple, needed)):
+        if end is None or offset - end > COALESCE_GAP:
+            spans += 1
+        end = max(end or 0, offset + size)
+    return spans
