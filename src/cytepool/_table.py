@@ -35,16 +35,19 @@ def reset_index(frame: Any) -> Any:
 class AxisTable:
     """A validated table: the id column first, then covariates; pandas with a default index."""
 
-    def __init__(self, axis: str, frame: nw.DataFrame[Any], ids: list[str]):
+    def __init__(
+        self, axis: str, frame: nw.DataFrame[Any], ids: list[str], digest: str | None = None
+    ):
+        """``digest``, if given, is the table digest of ``frame``, known from elsewhere."""
         self.axis = axis
         self.id_column = ID_COLUMNS[axis]
         self.frame = frame
         self.ids = ids
         self._position: dict[str, int] | None = None
-        self.digest = _fp.table_digest(frame)
+        self.digest = _fp.table_digest(frame) if digest is None else digest
 
     @classmethod
-    def from_user(cls, data: Any, axis: str) -> AxisTable:
+    def from_user(cls, data: Any, axis: str, digest: str | None = None) -> AxisTable:
         import narwhals.stable.v2 as nw
 
         id_column = ID_COLUMNS[axis]
@@ -72,7 +75,7 @@ class AxisTable:
         df = df.select([id_column, *(n for n in names if n != id_column)])
         if len(df) == 0 and df.schema[id_column] != nw.String:
             df = df.with_columns(nw.col(id_column).cast(nw.String()))
-        return cls(axis, df, _check_ids(df, axis))
+        return cls(axis, df, _check_ids(df, axis), digest)
 
     @staticmethod
     def _from_pandas(df: Any, axis: str) -> Any:

@@ -45,6 +45,7 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
+from cytepool.io._digests import stored_digest
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
@@ -705,7 +706,7 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
 
 def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
-    try:
+    try:  # each table with its digest, computed from its stored values (None: from the frame)
         tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
@@ -722,24 +723,23 @@ def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
 def _assemble(
     root: StorePath,
     header: _Header,
-    tables: dict[str, Any],
+    tables: dict[str, tuple[Any, str | None]],
     cells: np.ndarray,
     normalization: Any,
     layers: dict[str, ZarrArray],
 ) -> Cube:
     """The cube of the parts read; every error about them is an error about the file."""
-
+    computed = {axis: digest for axis, (_, digest) in tables.items() if digest is not None}
     try:  # compares the tables, cells and normalization with their digests
         return from_parts(
             layers,
-            samples=tables["samples"],
-            groups=tables["groups"],
-            features=tables["features"],
+            **{axis: frame for axis, (frame, _) in tables.items()},
             cells=cells,
             normalization=normalization,
             metadata=header.metadata,
             provenance=header.provenance,
             digests=header.digests,
+            table_digests=computed,
         )
     except TypeError as error:
         message = f"the cube file {root} holds a value of a type a cube does not accept: {error}"
@@ -750,10 +750,10 @@ def _assemble(
 
 
 def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
-    from cytepool.io.tables.frames import read_table_at
+    from cytepool.io.tables.frames import read_stored_table_at
 
-    rows = header.shape[_TABLE_AXES[axis]]
-    return read_table_at(root / axis, backend=backend, rows=rows)
+    stored = read_stored_table_at(root / axis, rows=header.shape[_TABLE_AXES[axis]])
+    return stored.frame(backend), stored_digest(stored)
 
 
 def _open_small(root: StorePath, name: str, header: _Header, kinds: str, what: str) -> ZarrArray:
