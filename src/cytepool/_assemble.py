@@ -34,7 +34,6 @@ def from_parts(
     metadata: Mapping[str, Any] | None = None,
     provenance: Iterable[Provenance] = (),
     digests: Digests | None = None,
-    table_digests: Mapping[str, str] | None = None,
 ) -> Cube:
     """A cube of stored or computed parts, with ``provenance`` as given (no record added).
 
@@ -42,8 +41,9 @@ def from_parts(
     layers are not read. With ``digests``, the table, cell and normalization digests are
     compared with the parts now (FormatError naming the part), and each layer group digest
     is verified whenever that group is read whole (FormatError naming the layer and group);
-    the fingerprint is known without reading any layer. ``table_digests`` are the digests of
-    tables already computed (from a cube file's stored values), not computed again.
+    the fingerprint is known without reading any layer. A table may also be given as an
+    :class:`~cytepool._table.AxisTable` already checked (a cube file's, whose frame is made
+    when first used), taken as it is.
     """
     parts = CubeParts.checked(
         layers,
@@ -55,7 +55,6 @@ def from_parts(
         metadata=metadata,
         provenance=provenance,
         digests=digests,
-        table_digests=table_digests,
     )
     return cube_of(parts)
 

@@ -68,23 +68,22 @@ class CubeParts:
         metadata: Any = None,
         provenance: Iterable[Any] = (),
         digests: _fp.Digests | None = None,
-        table_digests: Mapping[str, str] | None = None,
     ) -> CubeParts:
         """Parts from what a user, a file or a converter gives, checked as the constructor does.
 
         With ``digests``, the table, cell and normalization digests are compared with the
         parts now (FormatError naming the part), and each layer group digest is verified
         whenever that group is read whole; the fingerprint is then known without reading.
-        ``table_digests`` holds the digests of tables already computed (a cube file's, from
-        their stored values), taken instead of computing them from the frames.
         """
         if digests is not None and not isinstance(digests, _fp.Digests):
             msg = f"digests: expected a fingerprint.Digests, found {type(digests).__name__}"
             raise InputTypeError(msg)
         records = check_provenance(provenance)
-        computed = table_digests or {}
-        given = {"samples": samples, "groups": groups, "features": features}
-        tables = {a: AxisTable.from_user(t, a, computed.get(a)) for a, t in given.items()}
+        tables = {
+            "samples": AxisTable.from_user(samples, "samples"),
+            "groups": AxisTable.from_user(groups, "groups"),
+            "features": AxisTable.from_user(features, "features"),
+        }
         shape = (len(tables["groups"].ids), len(tables["samples"].ids), len(tables["features"].ids))
         cells_arr = _check_cells(cells, tables)
         norm = _check_normalization(normalization, shape)

@@ -6,6 +6,7 @@ and an edited table must still fail at ``read_cube``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from cytepool.errors import FormatError
 from cytepool.fingerprint import table_digest
 from cytepool.io import read_cube, read_table, write_cube, write_table
-from cytepool.io._digests import stored_digest
+from cytepool.io._cube_tables import stored_digest
 from cytepool.io.tables.frames import read_stored_table_at
 from cytepool.io.zarr.store import LocalStore, StorePath, reading
 from factories import BACKENDS, make_cube
@@ -90,3 +91,33 @@ def test_an_edited_table_fails_at_read_cube(tmp_path: Path, column: str, value: 
     array[0] = value
     with pytest.raises(FormatError, match=f"{axis}: the table does not match its stored digest"):
         read_cube(path)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deferred_tables_know_their_schema_and_selections(tmp_path: Path, backend: str) -> None:
+    from cytepool._assemble import parts_of
+    from cytepool._table import AxisTable
+
+    columns = {name: values for name, values in COVERED.items() if name not in ("u8", "f32")}
+    cube = make_cube(samples=columns)
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    read = read_cube(tmp_path / "c.cube.zarr", backend=backend)
+    selected = read.select(samples=["s3", "s1"])
+    known = {
+        "read": parts_of(read).tables["samples"].schema(),
+        "selected": parts_of(selected).tables["samples"].schema(),
+    }
+    for name, built in (("read", read), ("selected", selected)):
+        frame = AxisTable.from_user(built.samples, "samples").frame
+        assert known[name] == {str(n): str(d) for n, d in frame.schema.items()}
+    assert selected.fingerprint == cube.select(samples=["s3", "s1"]).fingerprint
+    assert AxisTable.from_user(selected.samples, "samples").ids == ["s3", "s1"]
+
+
+def test_a_missing_backend_fails_at_read_cube(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_cube(make_cube(samples={"donor": ["a", "b", "c", "d"]}), tmp_path / "c.cube.zarr")
+    monkeypatch.setitem(sys.modules, "polars", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"needs the package 'polars'.*pip install polars"):
+        read_cube(tmp_path / "c.cube.zarr", backend="polars")

@@ -45,7 +45,7 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
-from cytepool.io._digests import stored_digest
+from cytepool.io._cube_tables import read_cube_table
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
@@ -706,7 +706,7 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
 
 def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
-    try:  # each table with its digest, computed from its stored values (None: from the frame)
+    try:  # each table verified from its stored values, its frame made when used (or a frame)
         tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
@@ -723,23 +723,21 @@ def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
 def _assemble(
     root: StorePath,
     header: _Header,
-    tables: dict[str, tuple[Any, str | None]],
+    tables: dict[str, Any],
     cells: np.ndarray,
     normalization: Any,
     layers: dict[str, ZarrArray],
 ) -> Cube:
     """The cube of the parts read; every error about them is an error about the file."""
-    computed = {axis: digest for axis, (_, digest) in tables.items() if digest is not None}
     try:  # compares the tables, cells and normalization with their digests
         return from_parts(
             layers,
-            **{axis: frame for axis, (frame, _) in tables.items()},
+            **tables,
             cells=cells,
             normalization=normalization,
             metadata=header.metadata,
             provenance=header.provenance,
             digests=header.digests,
-            table_digests=computed,
         )
     except TypeError as error:
         message = f"the cube file {root} holds a value of a type a cube does not accept: {error}"
@@ -750,10 +748,7 @@ def _assemble(
 
 
 def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
-    from cytepool.io.tables.frames import read_stored_table_at
-
-    stored = read_stored_table_at(root / axis, rows=header.shape[_TABLE_AXES[axis]])
-    return stored.frame(backend), stored_digest(stored)
+    return read_cube_table(root, axis, backend, header.shape[_TABLE_AXES[axis]])
 
 
 def _open_small(root: StorePath, name: str, header: _Header, kinds: str, what: str) -> ZarrArray:
