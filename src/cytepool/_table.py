@@ -93,10 +93,16 @@ class AxisTable:
     @classmethod
     def from_user(cls, data: Any, axis: str) -> AxisTable:
         """The checked table of a frame; a table already checked (an AxisTable) as it is."""
-        import narwhals.stable.v2 as nw
-
         if isinstance(data, AxisTable) and data.axis == axis:
             return data
+        df = cls.user_frame(data, axis)
+        return cls(axis, df, _check_ids(df, axis))
+
+    @classmethod
+    def user_frame(cls, data: Any, axis: str) -> nw.DataFrame[Any]:
+        """A frame in the form a table holds (the id column first), its ids not checked."""
+        import narwhals.stable.v2 as nw
+
         id_column = ID_COLUMNS[axis]
         try:
             df = nw.from_native(data, eager_only=True)
@@ -122,7 +128,7 @@ class AxisTable:
         df = df.select([id_column, *(n for n in names if n != id_column)])
         if len(df) == 0 and df.schema[id_column] != nw.String:
             df = df.with_columns(nw.col(id_column).cast(nw.String()))
-        return cls(axis, df, _check_ids(df, axis))
+        return df
 
     @staticmethod
     def _from_pandas(df: Any, axis: str) -> Any:

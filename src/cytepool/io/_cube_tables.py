@@ -59,7 +59,7 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
     }
 
     def make() -> Any:
-        return AxisTable.from_user(stored.frame(backend), axis).frame
+        return AxisTable.user_frame(stored.frame(backend), axis)  # ids checked above
 
     return AxisTable.deferred(axis, make, ids, schema, digest)
 
