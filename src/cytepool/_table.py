@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -70,12 +70,9 @@ class AxisTable:
     @property
     def frame(self) -> nw.DataFrame[Any]:
         """The table as a narwhals frame (made now if it was deferred)."""
-        if self._frame is None and self._make is not None:
+        if self._make is not None:
             self._frame, self._make = self._make(), None
-        if self._frame is None:  # pragma: no cover - every table has a frame or its maker
-            msg = f"{self.axis}: the table has no frame"
-            raise RuntimeError(msg)
-        return self._frame
+        return cast("nw.DataFrame[Any]", self._frame)  # a table has a frame or its maker
 
     @property
     def digest(self) -> str:
