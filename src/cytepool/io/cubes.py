@@ -220,7 +220,8 @@ def read_cube(
 ) -> Cube:
     """Open a cube file.
 
-    The metadata and the sample, group and feature tables are read now. The layers stay on
+    The metadata and the sample, group and feature tables are read and checked now (a
+    table's frame is built from what was read when it is first used). The layers stay on
     disk: when a method needs a group of a layer, the cube reads the chunks that hold the
     samples and features it needs, and checks those values then (see "Lazy layers" in
     Cube). Opening a cube therefore takes little memory, whatever its size, and a cube
