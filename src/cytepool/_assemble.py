@@ -41,7 +41,9 @@ def from_parts(
     layers are not read. With ``digests``, the table, cell and normalization digests are
     compared with the parts now (FormatError naming the part), and each layer group digest
     is verified whenever that group is read whole (FormatError naming the layer and group);
-    the fingerprint is known without reading any layer.
+    the fingerprint is known without reading any layer. A table may also be given as an
+    :class:`~cytepool._table.AxisTable` already checked (a cube file's, whose frame is made
+    when first used), taken as it is.
     """
     parts = CubeParts.checked(
         layers,

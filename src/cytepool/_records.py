@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cytepool._version import __version__
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 __all__ = [
@@ -209,5 +208,7 @@ def stamp(
     operation: str, parameters: Mapping[str, Any], inputs: Iterable[str | None] = ()
 ) -> Provenance:
     """A provenance record of ``operation`` stamped now with this version of cytepool."""
+    from cytepool._version import __version__  # importlib.metadata: only when stamping
+
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
     return Provenance(operation, dict(parameters), __version__, now, tuple(inputs))

@@ -7,8 +7,8 @@ index), the ids as a list and the table's digest; it selects, pools and joins ro
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -35,16 +35,69 @@ def reset_index(frame: Any) -> Any:
 class AxisTable:
     """A validated table: the id column first, then covariates; pandas with a default index."""
 
-    def __init__(self, axis: str, frame: nw.DataFrame[Any], ids: list[str]):
+    def __init__(
+        self, axis: str, frame: nw.DataFrame[Any] | None, ids: list[str], digest: str | None = None
+    ):
+        """``digest``, if given, is the table digest of ``frame``, known from elsewhere."""
         self.axis = axis
         self.id_column = ID_COLUMNS[axis]
-        self.frame = frame
+        self._frame = frame
+        self._make: Callable[[], nw.DataFrame[Any]] | None = None
+        self._schema: dict[str, str] | None = None
         self.ids = ids
         self._position: dict[str, int] | None = None
-        self.digest = _fp.table_digest(frame)
+        self._digest = digest if digest is not None or frame is None else _fp.table_digest(frame)
+
+    @classmethod
+    def deferred(
+        cls,
+        axis: str,
+        make: Callable[[], nw.DataFrame[Any]],
+        ids: list[str],
+        schema: dict[str, str],
+        digest: str | None = None,
+    ) -> AxisTable:
+        """A table of checked rows whose frame ``make`` gives when first used.
+
+        ``ids`` are the checked ids (strings, unique), ``schema`` the column names (the id
+        column first) with their narwhals data type names; without ``digest``, it is computed
+        from the frame when first asked for.
+        """
+        table = cls(axis, None, ids, digest)
+        table._make, table._schema = make, dict(schema)
+        return table
+
+    @property
+    def frame(self) -> nw.DataFrame[Any]:
+        """The table as a narwhals frame (made now if it was deferred)."""
+        if self._make is not None:
+            self._frame, self._make = self._make(), None
+        return cast("nw.DataFrame[Any]", self._frame)  # a table has a frame or its maker
+
+    @property
+    def digest(self) -> str:
+        """The table digest (:func:`cytepool.fingerprint.table_digest`) of the frame."""
+        if self._digest is None:
+            self._digest = _fp.table_digest(self.frame)
+        return self._digest
+
+    def schema(self) -> dict[str, str]:
+        """The column names (the id column first) with their narwhals data type names."""
+        if self._schema is None:
+            self._schema = {str(name): str(dtype) for name, dtype in self.frame.schema.items()}
+        return self._schema
 
     @classmethod
     def from_user(cls, data: Any, axis: str) -> AxisTable:
+        """The checked table of a frame; a table already checked (an AxisTable) as it is."""
+        if isinstance(data, AxisTable) and data.axis == axis:
+            return data
+        df = cls.user_frame(data, axis)
+        return cls(axis, df, _check_ids(df, axis))
+
+    @classmethod
+    def user_frame(cls, data: Any, axis: str) -> nw.DataFrame[Any]:
+        """A frame in the form a table holds (the id column first), its ids not checked."""
         import narwhals.stable.v2 as nw
 
         id_column = ID_COLUMNS[axis]
@@ -72,7 +125,7 @@ class AxisTable:
         df = df.select([id_column, *(n for n in names if n != id_column)])
         if len(df) == 0 and df.schema[id_column] != nw.String:
             df = df.with_columns(nw.col(id_column).cast(nw.String()))
-        return cls(axis, df, _check_ids(df, axis))
+        return df
 
     @staticmethod
     def _from_pandas(df: Any, axis: str) -> Any:
@@ -154,8 +207,12 @@ class AxisTable:
     def take(self, idx: Index | None) -> AxisTable:
         if idx is None:
             return self
-        frame = reset_index(self.frame[idx, :])
-        return AxisTable(self.axis, frame, [self.ids[i] for i in idx.tolist()])
+        ids = [self.ids[i] for i in idx.tolist()]
+        if self._frame is None:  # still deferred: so is the selection
+            return AxisTable.deferred(
+                self.axis, lambda: reset_index(self.frame[idx, :]), ids, self.schema()
+            )
+        return AxisTable(self.axis, reset_index(self.frame[idx, :]), ids)
 
     def pooled(self, members: Sequence[Index], new_ids: list[str]) -> AxisTable:
         """One row per pool: the new ids and the covariates constant within every pool."""

@@ -474,11 +474,15 @@ def _info(args: argparse.Namespace) -> None:
 
 
 def _summary(cube: Cube) -> dict[str, Any]:
+    """What ``info`` prints; from the ids and column types, without building frames."""
     import numpy as np
 
+    from cytepool._assemble import parts_of
+
+    tables = parts_of(cube).tables
     cells = np.asarray(cube.cells, dtype=np.int64)
     n_groups, n_samples, n_features = cube.shape
-    group_ids = _ids(cube.groups, "group_id")
+    group_ids = tables["groups"].ids
     normalization = cube.normalization
     return {
         "shape": {"groups": n_groups, "samples": n_samples, "features": n_features},
@@ -493,7 +497,7 @@ def _summary(cube: Cube) -> dict[str, Any]:
             for g, gid in enumerate(group_ids)
         },
         "covariates": {
-            name: _covariates(getattr(cube, name)) for name in ("samples", "groups", "features")
+            name: _without_ids(tables[name].schema()) for name in ("samples", "groups", "features")
         },
         "dropped": (_pooled_covariates(cube) or {}).get("dropped", {}),
         "normalization": None if normalization is None else normalization.method,
@@ -519,8 +523,12 @@ def _covariates(table: Any) -> dict[str, str]:
     import narwhals.stable.v2 as nw
 
     schema = nw.from_native(table, eager_only=True).schema
+    return _without_ids({str(name): str(dtype) for name, dtype in schema.items()})
+
+
+def _without_ids(schema: dict[str, str]) -> dict[str, str]:
     ids = {"sample_id", "group_id", "feature_id"}
-    return {str(name): str(dtype) for name, dtype in schema.items() if name not in ids}
+    return {name: dtype for name, dtype in schema.items() if name not in ids}
 
 
 def _describe(path: str, summary: dict[str, Any]) -> str:

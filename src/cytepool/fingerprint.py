@@ -32,6 +32,7 @@ __all__ = [
     "TABLE_NAMES",
     "Digests",
     "cells_digest",
+    "columns_digest",
     "group_digest",
     "normalization_digest",
     "table_digest",
@@ -557,7 +558,11 @@ def table_digest(frame: Any) -> str:
     import narwhals.stable.v2 as nw
 
     columns = canonical_table(frame)
-    n_rows = len(nw.from_native(frame, eager_only=True))
+    return columns_digest(len(nw.from_native(frame, eager_only=True)), columns)
+
+
+def columns_digest(n_rows: int, columns: Sequence[CanonicalColumn]) -> str:
+    """The table digest of ``n_rows`` rows held as these canonical columns, in this order."""
     h = hashlib.sha256(b"cytepool.table/1\0")
     h.update(_u64(n_rows) + _u64(len(columns)))
     for column in columns:

@@ -45,6 +45,7 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
+from cytepool.io._cube_tables import read_cube_table
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
@@ -219,7 +220,8 @@ def read_cube(
 ) -> Cube:
     """Open a cube file.
 
-    The metadata and the sample, group and feature tables are read now. The layers stay on
+    The metadata and the sample, group and feature tables are read and checked now (a
+    table's frame is built from what was read when it is first used). The layers stay on
     disk: when a method needs a group of a layer, the cube reads the chunks that hold the
     samples and features it needs, and checks those values then (see "Lazy layers" in
     Cube). Opening a cube therefore takes little memory, whatever its size, and a cube
@@ -705,7 +707,7 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
 
 def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
-    try:
+    try:  # each table verified from its stored values, its frame made when used (or a frame)
         tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
@@ -728,13 +730,10 @@ def _assemble(
     layers: dict[str, ZarrArray],
 ) -> Cube:
     """The cube of the parts read; every error about them is an error about the file."""
-
     try:  # compares the tables, cells and normalization with their digests
         return from_parts(
             layers,
-            samples=tables["samples"],
-            groups=tables["groups"],
-            features=tables["features"],
+            **tables,
             cells=cells,
             normalization=normalization,
             metadata=header.metadata,
@@ -750,10 +749,7 @@ def _assemble(
 
 
 def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
-    from cytepool.io.tables.frames import read_table_at
-
-    rows = header.shape[_TABLE_AXES[axis]]
-    return read_table_at(root / axis, backend=backend, rows=rows)
+    return read_cube_table(root, axis, backend, header.shape[_TABLE_AXES[axis]])
 
 
 def _open_small(root: StorePath, name: str, header: _Header, kinds: str, what: str) -> ZarrArray:

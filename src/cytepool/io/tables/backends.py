@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -50,11 +52,25 @@ def import_backend(backend: str) -> ModuleType:
     try:
         return importlib.import_module(backend)
     except ImportError as error:
-        msg = (
-            f"read_table(backend={backend!r}) needs the package {backend!r}, which is not "
-            f"installed; install it with: pip install {backend}"
-        )
-        raise ImportError(msg, name=backend) from error
+        raise _missing(backend) from error
+
+
+def check_installed(backend: str) -> None:
+    """Raise the ImportError of :func:`import_backend` if ``backend`` is not installed,
+    without importing it (a frame to be built later)."""
+    if check_backend(backend) in sys.modules:
+        if sys.modules[backend] is None:  # import blocked
+            raise _missing(backend)
+    elif importlib.util.find_spec(backend) is None:
+        raise _missing(backend)
+
+
+def _missing(backend: str) -> ImportError:
+    msg = (
+        f"read_table(backend={backend!r}) needs the package {backend!r}, which is not "
+        f"installed; install it with: pip install {backend}"
+    )
+    return ImportError(msg, name=backend)
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +24,14 @@ from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.remote import is_url, locate, refuse_url
 from cytepool.io.zarr.store import LocalStore, StorePath, reading
 
-__all__ = ["build_table", "read_table", "read_table_at", "write_table"]
+__all__ = [
+    "StoredTable",
+    "build_table",
+    "read_stored_table_at",
+    "read_table",
+    "read_table_at",
+    "write_table",
+]
 
 
 def write_table(
@@ -259,13 +267,58 @@ def read_table_at(
         raise
 
 
+@dataclass(frozen=True)
+class StoredTable:
+    """The columns of a table as read (strings as UTF-8 buffers), before a frame is built.
+
+    ``index`` is named ``index_name`` (:data:`~cytepool.io.tables.backends.INDEX` when
+    unnamed); ``columns`` are the others, in the stored order; ``where`` is the table's path.
+    """
+
+    index_name: str
+    index: Column
+    n_rows: int
+    columns: dict[str, Column]
+    where: str
+
+    def frame(self, backend: str) -> Any:
+        """The table as a frame of ``backend``, as :func:`read_table` returns it."""
+        name = None if self.index_name == _b.INDEX else self.index_name
+        try:
+            return _b.build_frame(backend, name, self.index, self.n_rows, self.columns)
+        except Exception as error:
+            _r.add_path_note(error, "reading", self.where)
+            raise
+
+
+def read_stored_table_at(root: StorePath, *, rows: int | None = None) -> StoredTable:
+    """The index and columns of the table at ``root``, strings as UTF-8 buffers (no ``str``).
+
+    With ``rows``, the table must have that many rows (FormatError otherwise, before any
+    value is read).
+    """
+    try:
+        index_name, index, n_rows, stored = _read_dataframe(root, None, True, rows, objects=False)
+    except Exception as error:
+        _r.add_path_note(error, "reading", str(root))
+        raise
+    assert index is not None  # read for pandas: always
+    return StoredTable(index_name, index, n_rows, stored, str(root))
+
+
 def _read_dataframe(
-    root: StorePath, selection: Sequence[str] | None, for_pandas: bool, rows: int | None
+    root: StorePath,
+    selection: Sequence[str] | None,
+    for_pandas: bool,
+    rows: int | None,
+    *,
+    objects: bool | None = None,
 ) -> tuple[str, Column | None, int, dict[str, Column]]:
     """Read the index and the selected columns.
 
     pandas gets every index and strings as ``str`` objects (what it stores); polars and
     pyarrow get strings as compact StringDType arrays, and of an unnamed index only its length.
+    ``objects`` False reads strings compact for pandas too (converted when the frame is built).
     Every length is checked from the metadata before any value is read.
     """
     attributes = _zarr.read_group_attributes(root)
@@ -301,7 +354,7 @@ def _read_dataframe(
             raise InputError(msg)
     n_rows = _r.check_lengths(root, [index_name, *selection], rows)
     index: Column | None = None
-    objects = for_pandas
+    objects = for_pandas if objects is None else objects
     node = _r.read_node(root / index_name)
     if for_pandas or index_name != _b.INDEX or node.array is None:
         index = _r.read_element(root / index_name, objects=objects)

@@ -1,0 +1,132 @@
+"""A cube file's tables: verified from their stored values, their frames made when first used.
+
+:func:`read_cube_table` reads a table's columns (strings as UTF-8 buffers) and, when
+:func:`stored_digest` covers them, gives a checked :class:`~cytepool._table.AxisTable` whose
+digest and ids are known now and whose frame (pandas, polars or pyarrow) is built when first
+used; otherwise the frame itself, whose digest is then computed from it.
+
+:func:`stored_digest` gives the :func:`cytepool.fingerprint.table_digest` of the frame a table
+reads as, computed from what was read (UTF-8 buffers, numpy values): string columns are hashed
+from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is built from them. It
+covers the columns whose canonical form is plain to see from the stored values (strings with or
+without missing values, booleans, integers and floats); for a table with another kind of column
+it gives None, and the digest is then computed from the frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cytepool._records import ID_COLUMNS
+from cytepool._table import AxisTable, check_unique
+from cytepool.errors import FormatError
+from cytepool.fingerprint import CanonicalColumn, columns_digest
+from cytepool.io.tables.backends import INDEX, check_installed
+from cytepool.io.tables.columns import Column, Dense
+from cytepool.io.tables.frames import StoredTable, read_stored_table_at
+from cytepool.io.tables.strings import Utf8Strings
+from cytepool.io.zarr.store import StorePath
+
+__all__ = ["read_cube_table", "stored_digest"]
+
+_NUMBER_KINDS = "biuf"
+_NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
+
+
+def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
+    """The table ``axis`` of the cube file at ``root``: a deferred AxisTable, or a frame.
+
+    A deferred table's ids are checked now (FormatError if one repeats).
+    """
+    stored = read_stored_table_at(root / axis, rows=rows)
+    digest = stored_digest(stored)
+    index = stored.index
+    named = stored.index_name == ID_COLUMNS[axis]
+    if digest is None or not named or not isinstance(index, Dense) or index.kind != "string":
+        return stored.frame(backend)
+    check_installed(backend)
+    ids = index.values[0 : stored.n_rows].tolist()
+    try:
+        check_unique(ids, axis, "holds")
+    except ValueError as error:
+        message = f"the cube file {root} is corrupt or was edited: {error}"
+        raise FormatError(message) from error
+    schema = {
+        name: _type_name(column)
+        for name, column in [(stored.index_name, index), *stored.columns.items()]
+    }
+
+    def make() -> Any:
+        return AxisTable.user_frame(stored.frame(backend), axis)  # ids checked above
+
+    return AxisTable.deferred(axis, make, ids, schema, digest)
+
+
+def _type_name(column: Column) -> str:
+    """The narwhals data type name of a column :func:`stored_digest` covers."""
+    if not isinstance(column, Dense) or not isinstance(column.values, np.ndarray):
+        return "String"
+    dtype = column.values.dtype
+    return (
+        _NUMBER_TYPES["b"]
+        if dtype.kind == "b"
+        else f"{_NUMBER_TYPES[dtype.kind]}{dtype.itemsize * 8}"
+    )
+
+
+def stored_digest(table: StoredTable) -> str | None:
+    """The digest of a stored table read as a frame whose named index comes first.
+
+    None when a column is of a kind not covered here (or the index is unnamed or shared with
+    a column).
+    """
+    if table.index_name == INDEX or table.index_name in table.columns:
+        return None
+    canonical = []
+    for name, column in [(table.index_name, table.index), *table.columns.items()]:
+        found = _canonical(name, column)
+        if found is None:
+            return None
+        canonical.append(found)
+    return columns_digest(table.n_rows, canonical)
+
+
+def _canonical(name: str, column: Column) -> CanonicalColumn | None:
+    """The canonical form of a stored column, or None for a kind not covered here."""
+    if not isinstance(column, Dense):
+        return None
+    if column.kind in ("string", "nullable-string"):
+        return _strings(name, column)
+    if column.kind == "array" and isinstance(column.values, np.ndarray):
+        return _numbers(name, column.values)
+    return None
+
+
+def _strings(name: str, column: Dense) -> CanonicalColumn | None:
+    if not isinstance(column.values, Utf8Strings):
+        return None
+    n = len(column.values)
+    mask = np.zeros(n, dtype=bool) if column.mask is None else np.asarray(column.mask, dtype=bool)
+    return CanonicalColumn(name, "string", mask, column.values.buffer.blank(mask))
+
+
+def _numbers(name: str, values: np.ndarray[Any, Any]) -> CanonicalColumn | None:
+    if (
+        values.ndim != 1
+        or values.dtype.kind not in _NUMBER_KINDS
+        or (values.dtype.itemsize < 4 and values.dtype.kind == "f")
+    ):
+        return None
+    if values.dtype.kind == "b":
+        return CanonicalColumn(
+            name, "bool", np.zeros(len(values), dtype=bool), values.view(np.uint8)
+        )
+    out = values.astype(values.dtype.newbyteorder("<"))
+    mask = np.zeros(len(values), dtype=bool)
+    if values.dtype.kind == "f":
+        mask = np.isnan(out)
+        out = out + out.dtype.type(0)  # -0.0 -> +0.0
+        out[mask] = 0
+    return CanonicalColumn(name, out.dtype.name, mask, out)

@@ -1,0 +1,123 @@
+"""Table digests computed from stored values (UTF-8 buffers, numbers) at read_cube.
+
+They must equal :func:`cytepool.fingerprint.table_digest` of the frame read, for every backend,
+and an edited table must still fail at ``read_cube``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cytepool.errors import FormatError
+from cytepool.fingerprint import table_digest
+from cytepool.io import read_cube, read_table, write_cube, write_table
+from cytepool.io._cube_tables import stored_digest
+from cytepool.io.tables.frames import read_stored_table_at
+from cytepool.io.zarr.store import LocalStore, StorePath, reading
+from factories import BACKENDS, make_cube
+
+pd = pytest.importorskip("pandas")
+zarr = pytest.importorskip("zarr")
+
+COVERED: dict[str, list[Any]] = {
+    "donor": ["d1", None, "é✓", ""],
+    "tissue": ["lung", "gut", "", "ü" * 40],
+    "n": [1, -2, 3, 2**40],
+    "u8": np.array([0, 255, 7, 1], dtype=np.uint8),
+    "f32": np.array([1.5, np.nan, -0.0, 3.0], dtype=np.float32),
+    "f64": [0.25, float("nan"), -0.0, 1e300],
+    "flag": [True, False, True, False],
+}
+NOT_COVERED: dict[str, Any] = {
+    "category": pd.Categorical(["a", "b", None, "a"]),
+    "when": pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]),
+    "count": pd.array([1, None, 3, 4], dtype="Int64"),
+}
+
+
+def _written(tmp_path: Path, columns: dict[str, Any]) -> Path:
+    ids = pd.Index(["s1", "s2", "s3", "s4"], name="sample_id")
+    write_table(pd.DataFrame(columns, index=ids), tmp_path / "samples")
+    return tmp_path / "samples"
+
+
+def _digested(path: Path, backend: str) -> tuple[Any, str | None]:
+    with reading(LocalStore(path).open()) as handle:
+        stored = read_stored_table_at(StorePath(handle), rows=4)
+        return stored.frame(backend), stored_digest(stored)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", [None, *COVERED])
+def test_stored_digest_is_the_frame_digest(tmp_path: Path, backend: str, name: str | None) -> None:
+    path = _written(tmp_path, COVERED if name is None else {name: COVERED[name]})
+    frame, digest = _digested(path, backend)
+    assert digest is not None
+    assert digest == table_digest(frame) == table_digest(read_table(path, backend=backend))
+
+
+@pytest.mark.parametrize("name", NOT_COVERED)
+def test_other_kinds_leave_the_digest_to_the_frame(tmp_path: Path, name: str) -> None:
+    frame, digest = _digested(
+        _written(tmp_path, {"donor": COVERED["donor"], name: NOT_COVERED[name]}), "pandas"
+    )
+    assert digest is None
+    assert name in frame.columns
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_read_cube_keeps_the_fingerprint(tmp_path: Path, backend: str) -> None:
+    samples = {"donor": ["d1", None, "", "é"], "age": [30.5, float("nan"), -0.0, 1.0]}
+    cube = make_cube(samples=samples, features={"symbol": ["A", "é", "C", "", "E"]})
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    read = read_cube(tmp_path / "c.cube.zarr", backend=backend)
+    assert read.fingerprint == cube.fingerprint
+    assert table_digest(read.samples) == table_digest(cube.samples)
+
+
+@pytest.mark.parametrize(("column", "value"), [("donor", "d9"), ("n", 7), ("symbol", "Z")])
+def test_an_edited_table_fails_at_read_cube(tmp_path: Path, column: str, value: Any) -> None:
+    samples = {"donor": ["d1", "d2", "d3", "d4"], "n": [1, 2, 3, 4]}
+    cube = make_cube(samples=samples, features={"symbol": ["A", "B", "C", "D", "E"]})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    axis = "features" if column == "symbol" else "samples"
+    array = zarr.open_array(path / axis / column, mode="r+")
+    array[0] = value
+    with pytest.raises(FormatError, match=f"{axis}: the table does not match its stored digest"):
+        read_cube(path)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deferred_tables_know_their_schema_and_selections(tmp_path: Path, backend: str) -> None:
+    from cytepool._assemble import parts_of
+    from cytepool._table import AxisTable
+
+    columns = {name: values for name, values in COVERED.items() if name not in ("u8", "f32")}
+    cube = make_cube(samples=columns)
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    read = read_cube(tmp_path / "c.cube.zarr", backend=backend)
+    selected = read.select(samples=["s3", "s1"])
+    known = {
+        "read": parts_of(read).tables["samples"].schema(),
+        "selected": parts_of(selected).tables["samples"].schema(),
+    }
+    for name, built in (("read", read), ("selected", selected)):
+        frame = AxisTable.from_user(built.samples, "samples").frame
+        assert known[name] == {str(n): str(d) for n, d in frame.schema.items()}
+    assert selected.fingerprint == cube.select(samples=["s3", "s1"]).fingerprint
+    assert AxisTable.from_user(selected.samples, "samples").ids == ["s3", "s1"]
+
+
+def test_a_missing_backend_fails_at_read_cube(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_cube(make_cube(samples={"donor": ["a", "b", "c", "d"]}), tmp_path / "c.cube.zarr")
+    monkeypatch.setitem(sys.modules, "polars", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"needs the package 'polars'.*pip install polars"):
+        read_cube(tmp_path / "c.cube.zarr", backend="polars")
