@@ -87,7 +87,10 @@ def test_an_edited_table_fails_at_read_cube(tmp_path: Path, column: str, value: 
     path = tmp_path / "c.cube.zarr"
     write_cube(cube, path)
     axis = "features" if column == "symbol" else "samples"
-    array = zarr.open_array(path / axis / column, mode="r+")
+    stored = path / axis / column
+    if (stored / "values").is_dir():  # pandas 3 writes its `str` columns as nullable strings
+        stored = stored / "values"
+    array = zarr.open_array(stored, mode="r+")
     array[0] = value
     with pytest.raises(FormatError, match=f"{axis}: the table does not match its stored digest"):
         read_cube(path)

@@ -44,7 +44,7 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
     digest = stored_digest(stored)
     index = stored.index
     named = stored.index_name == ID_COLUMNS[axis]
-    if digest is None or not named or not isinstance(index, Dense) or index.kind != "string":
+    if digest is None or not named or not isinstance(index, Dense) or not _plain_ids(index):
         return stored.frame(backend)
     check_installed(backend)
     ids = index.values[0 : stored.n_rows].tolist()
@@ -62,6 +62,15 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
         return AxisTable.user_frame(stored.frame(backend), axis)  # ids checked above
 
     return AxisTable.deferred(axis, make, ids, schema, digest)
+
+
+def _plain_ids(index: Column) -> bool:
+    """Whether the ids are strings with none missing (pandas 3 stores them as nullable)."""
+    if not isinstance(index, Dense) or not isinstance(index.values, Utf8Strings):
+        return False
+    if index.kind == "string":
+        return True
+    return index.kind == "nullable-string" and not np.asarray(index.mask, dtype=bool).any()
 
 
 def _type_name(column: Column) -> str:

@@ -154,7 +154,10 @@ def test_truncated_and_reset_answers_never_give_wrong_data(local: Path, serve_ht
 def test_missing_table_part_is_a_format_error(local: Path, tmp_path: Path, serve_http, part: str):
     copy = tmp_path / "x.cube.zarr"
     shutil.copytree(local, copy)
-    (copy / part).unlink()
+    target = copy / part
+    if not target.exists():  # pandas 3 writes its `str` columns as nullable strings
+        target = copy / part.replace("/c/", "/values/c/")
+    target.unlink()
     with pytest.raises(FormatError, match="corrupt"):
         read_cube(serve_http(copy).url)
 

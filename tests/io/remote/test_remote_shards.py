@@ -135,6 +135,7 @@ def test_missing_and_corrupt_shards_over_http(
 
 
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+@pytest.mark.filterwarnings("ignore:This setting will be removed in 0.14:DeprecationWarning")
 def test_anndata_auto_sharded_store_over_http(tmp_path: Path, serve_http: Any) -> None:
     """anndata's sharded Zarr v3 layout (``auto_shard_zarr_v3``, shards of 1000 x 300 with
     inner chunks of 500 x 150 here): X read by URL in one index request and one coalesced
