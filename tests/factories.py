@@ -6,6 +6,7 @@ Importable from every test module (tests/ is on ``sys.path`` through tests/conft
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,3 +88,10 @@ def _table(backend: str, id_column: str, ids: list[str], extra: Any) -> Any:
     if extra is not None and not isinstance(extra, Mapping):
         return extra
     return frame(backend, {id_column: ids, **dict(extra or {})})
+
+
+def string_values(column: Path) -> Path:
+    """The array holding a stored string column's values: the column itself, or under pandas
+    3's ``str`` dtype (written as a nullable string array) its ``values`` array."""
+    values = column / "values"
+    return values if values.is_dir() else column

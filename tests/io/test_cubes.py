@@ -28,7 +28,7 @@ from cytepool._assemble import parts_of
 from cytepool.errors import FormatError, StoreChangedError
 from cytepool.io import _atomic, cubes, read_cube, write_cube
 from cytepool.io.zarr import ZarrArray, open_array, write_array
-from factories import BACKENDS, make_cube
+from factories import BACKENDS, make_cube, string_values
 
 pd = pytest.importorskip("pandas")
 
@@ -1146,11 +1146,8 @@ def test_stored_layer_name_too_long(stored: Path) -> None:
 
 
 def _id_chunk(stored: Path) -> Path:
-    """The first chunk of the sample ids: a string array, or under pandas 3.1's ``str`` dtype
-    the values of a nullable string array."""
-    ids = stored / "samples" / "sample_id"
-    plain = ids / "c" / "0"
-    return plain if plain.exists() else ids / "values" / "c" / "0"
+    """The first chunk of the sample ids."""
+    return string_values(stored / "samples" / "sample_id") / "c" / "0"
 
 
 def test_deleted_id_chunk_is_a_format_error(stored: Path) -> None:
