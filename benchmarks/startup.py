@@ -8,10 +8,12 @@ the table gives the median and the fastest wall-clock time of the whole process:
 * ``python -c "import cytepool"`` and ``python -c "import cytepool.io"``;
 * ``cytepool --help`` and ``cytepool info SMALL.cube.zarr`` (the console script installed next
   to this Python; ``python -m cytepool`` where there is none) on a small cube file;
-* the first ``from_cells`` of a process (a CSR matrix of float32 whole numbers, 10 % nonzero,
-  numpy string labels): small, 2,000 cells x 300 genes (60,000 values, which from_cells pools
-  with numpy), and larger, 20,000 cells x 1,200 genes (2.4 million values, pooled by the numba
-  kernels) with numba's cache warm (``NUMBA_CACHE_DIR`` a directory that an untimed run
+* the first ``from_cells`` of a process (a CSR matrix of whole numbers as float32, 10 %
+  nonzero, numpy string labels): small, 2,000 cells x 300 genes (60,000 values); medium, 20,000
+  cells x 1,200 genes (2.4 million values), which from_cells pools with numpy too while numba
+  is not loaded (up to ``cytepool._pool_sums.FIRST_VALUES``, 16.8 million values: numba's
+  set-up costs more); and large, 200,000 cells x 1,000 genes (20 million values, pooled by the
+  numba kernels) with numba's cache warm (``NUMBA_CACHE_DIR`` a directory that an untimed run
   filled) and cold (a new empty ``NUMBA_CACHE_DIR`` for every run): the whole process, and
   inside it the time of ``import cytepool`` and of the first call (numpy and scipy, which the
   caller has anyway, are imported before either).
@@ -20,7 +22,8 @@ It also lists the heavy modules each case imports (numba, pandas, pyarrow, annda
 polars, narwhals, zarr, h5py, dask), from one more run with ``PYTHONPROFILEIMPORTTIME=1``, with
 the cumulative import time of each (the import time of a module imported inside another's is
 part of that one's too), and checks the targets of issue 16: <= 0.3 s wall for ``--help`` and
-``info``, and <= 0.3 s for the first ``from_cells``, small and with the cache warm.
+``info``, and <= 0.3 s for the first ``from_cells``, small, medium and large with the cache
+warm (the large one pays numba's set-up, reported as measured).
 
 Usage::
 
@@ -63,11 +66,12 @@ TARGETS = {
     "cytepool --help",
     "cytepool info SMALL.cube.zarr",
     "first from_cells, small",
-    "first from_cells, cache warm",
+    "first from_cells, medium",
+    "first from_cells, large, cache warm",
 }
-# The first from_cells: a small input (60,000 values, pooled with numpy: no numba), and a larger
-# one (2.4 million values, above cytepool._pool_sums.SMALL_VALUES: the numba kernels).
-SIZES = {"small": (2000, 300), "large": (20000, 1200)}
+# The first from_cells (cells, genes): 60,000 and 2.4 million values, pooled with numpy (no
+# numba); 20 million values, above cytepool._pool_sums.FIRST_VALUES: the numba kernels.
+SIZES = {"small": (2000, 300), "medium": (20000, 1200), "large": (200000, 1000)}
 
 FIRST_CALL = """
 import json, sys, time
@@ -75,8 +79,11 @@ import numpy as np
 import scipy.sparse as sp
 rng = np.random.default_rng(0)
 n_cells, n_genes = N_CELLS, N_GENES
-x = sp.random(n_cells, n_genes, density=0.1, format="csr", dtype=np.float32, random_state=rng)
-x.data[:] = rng.integers(1, 20, x.data.size)
+per_row = n_genes // 10  # 10 % nonzero: one column in each run of ten, at random
+indices = (np.arange(0, n_genes - 9, 10)[None, :] + rng.integers(0, 10, (n_cells, per_row)))
+indptr = np.arange(0, n_cells * per_row + 1, per_row)
+data = rng.integers(1, 20, n_cells * per_row).astype(np.float32)
+x = sp.csr_matrix((data, indices.ravel().astype(np.int32), indptr), shape=(n_cells, n_genes))
 samples = np.array([f"s{i % 4}" for i in range(n_cells)])
 groups = np.array([f"g{i % 3}" for i in range(n_cells)])
 import colorsys  # a marker in -X importtime output: what follows is cytepool's
@@ -203,7 +210,7 @@ def cases(python: str, cube: Path, caches: Path) -> list[Case]:
         code = FIRST_CALL.replace("N_CELLS", str(n_cells)).replace("N_GENES", str(n_genes))
         return [python, "-c", code, *HEAVY]
 
-    first = first_call("large")
+    large = first_call("large")
     return [
         Case("python -c pass", [python, "-c", "pass"]),
         Case("import cytepool", [python, "-c", "import cytepool"]),
@@ -211,13 +218,14 @@ def cases(python: str, cube: Path, caches: Path) -> list[Case]:
         Case("cytepool --help", [*cli(), "--help"]),
         Case("cytepool info SMALL.cube.zarr", [*cli(), "info", str(cube)]),
         Case("first from_cells, small", first_call("small"), reports=True),
+        Case("first from_cells, medium", first_call("medium"), reports=True),
         Case(
-            "first from_cells, cache warm",
-            first,
+            "first from_cells, large, cache warm",
+            large,
             lambda: {"NUMBA_CACHE_DIR": str(warm)},
             reports=True,
         ),
-        Case("first from_cells, cache cold", first, cold, reports=True),
+        Case("first from_cells, large, cache cold", large, cold, reports=True),
     ]
 
 

@@ -17,9 +17,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=["numba", "numpy"])
 def pooling_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each way from_cells pools a block: the numba kernels, and numpy for small blocks
-    (the default for the small inputs of tests, so "numba" turns that path off)."""
+    (the default for the small inputs of tests, so "numba" turns that path off; "numpy"
+    adds them in pieces of a few values, so a block spans several)."""
     from cytepool import _pool_sums
 
     if request.param == "numba":
         monkeypatch.setattr(_pool_sums, "SMALL_VALUES", -1)
+        monkeypatch.setattr(_pool_sums, "FIRST_VALUES", -1)
+    else:
+        monkeypatch.setattr(_pool_sums, "PIECE_VALUES", 7)
     return str(request.param)

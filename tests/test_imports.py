@@ -145,19 +145,33 @@ def test_info_of_a_small_cube_imports_no_table_library(tmp_path: Any, case: str)
     )
 
 
-def test_first_small_from_cells_does_not_start_numba() -> None:
+# (cells, genes, density): a small input, and one above SMALL_VALUES (1.2 million values)
+FIRST_INPUTS = {"small": (300, 40, 0.2), "larger": (4000, 300, 1.0)}
+
+
+@pytest.mark.parametrize("size", list(FIRST_INPUTS))
+def test_first_from_cells_does_not_start_numba(size: str) -> None:
+    """Until numba's kernels are loaded, inputs of up to FIRST_VALUES values pool with numpy,
+    whole numbers and then others (the sums turn float64 at the first fraction)."""
+    n_cells, n_genes, density = FIRST_INPUTS[size]
     code = (
         "import numpy as np, scipy.sparse as sp, cytepool\n"
-        "x = sp.random(300, 40, density=0.2, format='csr', dtype=np.float32, random_state=0)\n"
+        f"x = sp.random({n_cells}, {n_genes}, density={density}, format='csr', dtype=np.float32,"
+        " random_state=0)\n"
         "x.data[:] = 2\n"
         "for layers in (('counts',), ('counts', 'detected', 'squares')):\n"
         "    for counts in (x, x.tocsc(), x.toarray()):\n"
-        "        cube = cytepool.from_cells(counts, sample_labels=np.arange(300) % 3,\n"
-        "                                   group_labels=np.arange(300) % 2, layers=layers)\n"
-        "print('sums', int(cube.to_numpy('counts').sum()), int(x.sum()))\n"
+        f"        cube = cytepool.from_cells(counts, sample_labels=np.arange({n_cells}) % 3,\n"
+        f"            group_labels=np.arange({n_cells}) % 2, layers=layers)\n"
+        "x.data[-1] = 0.5\n"
+        f"half = cytepool.from_cells(x, sample_labels=np.arange({n_cells}) % 3,\n"
+        f"                           group_labels=np.arange({n_cells}) % 2)\n"
+        "print('sums', int(cube.to_numpy('counts').sum()), int(x.sum() + 1.5))\n"
+        "print('half', half.to_numpy('counts').dtype, float(half.to_numpy('counts').sum()))\n"
     )
     loaded, out = loaded_after(code)
     _, pooled, total = next(line for line in out.splitlines() if line.startswith("sums")).split()
     assert pooled == total
+    assert f"half float64 {float(total) - 1.5}" in out
     # pandas builds the id-only tables (their documented backend)
     assert not loaded & {"numba", "llvmlite", "anndata", "polars"}, sorted(loaded)

@@ -556,6 +556,42 @@ def test_random_matrices_pool_like_numpy(case: tuple[np.ndarray, ...], kind: str
         assert_names_a_fraction(message, x)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 9), min_size=0, max_size=12),
+    size=st.integers(1, 12),
+)
+def test_pieces_cover_every_line_once_within_their_size(sizes: list[int], size: int) -> None:
+    from cytepool import _pool_sums
+
+    indptr = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    ranges = list(_pool_sums.pieces(indptr, size))
+    assert [line for start, stop in ranges for line in range(start, stop)] == list(
+        range(len(sizes))
+    )
+    for start, stop in ranges:
+        assert stop - start == 1 or indptr[stop] - indptr[start] <= size
+    data = np.arange(indptr[-1], dtype=np.float64)
+    pieces = [_pool_sums.piece((data, data, indptr), start, stop) for start, stop in ranges]
+    assert np.array_equal(np.concatenate([data[:0], *(piece[0] for piece in pieces)]), data)
+
+
+def test_inputs_pool_with_numpy_until_the_kernels_are_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from cytepool import _pool_sums
+
+    first, small = _pool_sums.FIRST_VALUES, _pool_sums.SMALL_VALUES
+    monkeypatch.delitem(sys.modules, "cytepool._pool_kernels", raising=False)
+    assert _pool_sums.small_values(max(first, small)) == max(first, small)
+    assert _pool_sums.small_values(first + 1) == small
+    assert _pool_sums.small_values(None) == small  # blocks of an input of unknown size
+    monkeypatch.setitem(sys.modules, "cytepool._pool_kernels", sys)  # loaded: any module
+    assert _pool_sums.small_values(1) == small
+
+
 # --------------------------------------------------------------------------- scanpy
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 # Whole numbers below this bound pool to int64 exactly: even 2**32 cells of such values
 # cannot overflow an int64 sum.
-INTEGER_BOUND = 2**31
+from cytepool._pool_sums import INTEGER_BOUND
 
 # A group's status after scatter; for all but DONE, its resume position is the failing row.
 DONE, NOT_INTEGER, INVALID_VALUE, INVALID_INDEX, OVERFLOW = 0, 1, 2, 3, 4

@@ -1,7 +1,11 @@
 """Pooling without numba: small blocks with numpy alone, and the checks of sums of squares.
 
-The first :func:`cytepool.from_cells` of a process need not start numba (its set-up takes
-about 0.35 s, more than pooling a million values with numpy).
+The first :func:`cytepool.from_cells` of a process need not start numba: its set-up takes
+0.4-0.6 s with the kernel cache warm, more than numpy takes to pool 16 million values (about
+15 ms per million). So until the kernels are loaded, an input of at most ``FIRST_VALUES``
+stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. A block
+is added in pieces of whole rows (CSR) or columns (CSC) of about ``PIECE_VALUES`` values, so
+numpy's temporary arrays stay small whatever the block.
 
 :func:`scatter` adds a CSR or CSC block into the running sums as the numba kernels of
 :mod:`cytepool._pool_kernels` do, with the same results: int64 sums of whole numbers, float64
@@ -12,6 +16,8 @@ whole block before adding anything, so a block either is added or is not.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,29 +25,66 @@ import numpy as np
 from cytepool.errors import SumOverflowError
 
 __all__ = [
+    "FIRST_VALUES",
+    "INTEGER_BOUND",
     "INVALID",
+    "PIECE_VALUES",
     "SMALL_VALUES",
     "SQUARES_LIMIT",
     "Overflow",
     "check_wrap",
     "is_small",
     "overflow_error",
+    "piece",
+    "pieces",
     "scatter",
+    "small_values",
 ]
 
-# Blocks of at most this many stored values are pooled here (np.add.at: ~15 ms per million).
+# Blocks of at most this many stored values are pooled here (np.add.at: ~15 ms per million);
+# while the numba kernels are not loaded, inputs of at most FIRST_VALUES.
 SMALL_VALUES = 2**20
+FIRST_VALUES = 2**24
+PIECE_VALUES = 2**20
+_KERNELS = "cytepool._pool_kernels"
 # Below this bound on a profile's sums of squares no int64 sum of squares can wrap; above it
 # the numba kernels, which check every addition, take over.
 SQUARES_LIMIT = 2.0**62
 # Statuses besides those of the kernels: DONE 0 and NOT_INTEGER 1.
 INVALID = 2
-_BOUND = 2**31  # the kernels' INTEGER_BOUND
+# Whole numbers below this are summed as int64 (the kernels use it too).
+INTEGER_BOUND = 2**31
 
 
-def is_small(n_values: int, squares_bound: float) -> bool:
-    """Whether a block of ``n_values`` is pooled here, given a bound on the sums of squares."""
-    return n_values <= SMALL_VALUES and squares_bound < SQUARES_LIMIT
+def small_values(total: int | None) -> int:
+    """The most stored values of a block pooled here, for an input of ``total`` (None: not
+    known): ``FIRST_VALUES`` while numba's kernels are not loaded and the input is no larger."""
+    first = total is not None and total <= FIRST_VALUES and _KERNELS not in sys.modules
+    return max(FIRST_VALUES, SMALL_VALUES) if first else SMALL_VALUES
+
+
+def is_small(n_values: int, squares_bound: float, limit: int) -> bool:
+    """Whether a block of ``n_values`` is pooled here, given a bound on the sums of squares
+    and the most values a block pooled here may hold (:func:`small_values`)."""
+    return n_values <= limit and squares_bound < SQUARES_LIMIT
+
+
+def pieces(indptr: Any, size: int) -> Iterator[tuple[int, int]]:
+    """Ranges ``[start, stop)`` of the lines (rows of CSR, columns of CSC) of a block, each
+    holding at most ``size`` values, or one line."""
+    n_lines, start = len(indptr) - 1, 0
+    while start < n_lines:
+        stop = int(np.searchsorted(indptr, indptr[start] + size, side="right")) - 1
+        stop = min(max(stop, start + 1), n_lines)
+        yield start, stop
+        start = stop
+
+
+def piece(block: tuple[Any, Any, Any], start: int, stop: int) -> tuple[Any, Any, Any]:
+    """The lines ``[start, stop)`` of a CSR or CSC block, as a block (views but ``indptr``)."""
+    data, indices, indptr = block
+    first, last = int(indptr[start]), int(indptr[stop])
+    return data[first:last], indices[first:last], indptr[start : stop + 1] - first
 
 
 def scatter(
@@ -51,24 +94,26 @@ def scatter(
     profiles: Any,
     sums: tuple[Any, Any, Any],
     integers: bool,
+    first_line: int = 0,
 ) -> tuple[int, int]:
     """Add a CSR (``by_row``) or CSC block into ``sums = (total, detected, squares)``.
 
     ``n_positions`` is the number of columns (CSR) or rows (CSC) the indices must be below;
-    ``profiles`` the profile of each row of the block. Returns ``(status, line)``: DONE, or
+    ``profiles`` the profile of each row; the block's lines (rows of CSR, columns of CSC) are
+    those from ``first_line`` on (a :func:`piece`). Returns ``(status, line)``: DONE, or
     INVALID for a value that is negative, infinite or NaN or an index out of range, or (with
     ``integers``) NOT_INTEGER for a value that is no whole number below 2**31, with the first
-    row (CSR) or column (CSC) that holds one; nothing was added then.
+    line that holds one; nothing was added then.
     """
     data, indices, indptr = block
     n_values = int(indptr[-1])
     values, positions = data[:n_values], indices[:n_values]
-    lines = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    lines = np.repeat(np.arange(first_line, first_line + len(indptr) - 1), np.diff(indptr))
     bad = (positions < 0) | (positions >= n_positions) | ~((values >= 0) & (values != np.inf))
     if bad.any():
         return INVALID, int(lines[np.argmax(bad)])
     if integers:
-        fraction = (values >= _BOUND) | (np.floor(values) != values)
+        fraction = (values >= INTEGER_BOUND) | (np.floor(values) != values)
         if fraction.any():
             return 1, int(lines[np.argmax(fraction)])
     rows, columns = (lines, positions) if by_row else (positions, lines)

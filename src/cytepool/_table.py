@@ -14,6 +14,7 @@ import numpy as np
 
 from cytepool import fingerprint as _fp
 from cytepool._records import ID_COLUMNS
+from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import Index, positions
 
@@ -66,6 +67,25 @@ class AxisTable:
         table = cls(axis, None, ids, digest)
         table._make, table._schema = make, dict(schema)
         return table
+
+    @classmethod
+    def of_ids(cls, axis: str, ids: list[str], backend: Any) -> AxisTable:
+        """A table of ids alone (strings; InputError if one repeats), its digest known now
+        and its frame made with ``backend`` (a narwhals backend) when first used."""
+        check_unique(ids, axis, "holds")
+        column = ID_COLUMNS[axis]
+        strings = _fp.CanonicalColumn(
+            column, "string", np.zeros(len(ids), dtype=bool), Utf8Buffer.from_str(ids)
+        )
+
+        def make() -> nw.DataFrame[Any]:
+            import narwhals.stable.v2 as nw
+
+            frame = nw.from_dict({column: ids}, {column: nw.String()}, backend=backend)
+            return cls.user_frame(frame.to_native(), axis)
+
+        digest = _fp.columns_digest(len(ids), [strings])
+        return cls.deferred(axis, make, ids, {column: "String"}, digest)
 
     @property
     def frame(self) -> nw.DataFrame[Any]:

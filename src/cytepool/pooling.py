@@ -11,6 +11,7 @@ in a tree.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 import os
@@ -236,25 +237,28 @@ def _check_layers(layers: Any) -> tuple[str, ...]:
 
 
 def _backend(*tables: Any) -> Any:
-    """The backend of id-only tables: that of the first table given, else pandas if installed."""
-    import narwhals.stable.v2 as nw
+    """The backend of id-only tables: that of the first table given, else pandas if installed
+    (not imported: the frames of id-only tables are made when first used)."""
+    if any(table is not None for table in tables):
+        import narwhals.stable.v2 as nw
 
-    for table in tables:
-        try:
-            return nw.from_native(table, eager_only=True).implementation
-        except TypeError:
-            continue
+        for table in tables:
+            try:
+                return nw.from_native(table, eager_only=True).implementation
+            except TypeError:
+                continue
     for name in ("pandas", "polars", "pyarrow"):
-        try:
-            __import__(name)
-        except ImportError:
-            continue
-        return name
+        if importlib.util.find_spec(name) is not None:
+            return name
     msg = "from_cells: building the tables needs pandas, polars or pyarrow; install one"
     raise ImportError(msg)
 
 
 def _id_table(ids: Sequence[Any], axis: str, backend: Any) -> Any:
+    """A table of the ids alone: deferred for string ids, else a frame (whose ids are checked
+    with the frame's)."""
+    if all(isinstance(i, str) for i in ids):
+        return AxisTable.of_ids(axis, list(ids), backend)
     import narwhals.stable.v2 as nw
 
     column = ID_COLUMNS[axis]
@@ -339,6 +343,8 @@ class _Sums:
         # a bound on every sum of squares, while the numpy path adds them unchecked (None:
         # not known yet, for sums that started from a partial sum)
         self.squares_bound: float | None = None if start is not None else 0.0
+        # the most stored values of a block pooled with numpy (see _pool_sums.small_values)
+        self.small_values = _pool_sums.SMALL_VALUES
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -420,7 +426,7 @@ class _Sums:
     def _add_small(self, block: Block, profiles: Any, first: int, *, by_row: bool = False) -> bool:
         """Add a small CSR (``by_row``) or CSC block with numpy; False if it is not small."""
         values = block[0][: int(block[2][-1])]
-        if values.size > _pool_sums.SMALL_VALUES:
+        if values.size > self.small_values:
             return False
         if self.squares_bound is None:
             self.squares_bound = float(self.squares.max(initial=0))
@@ -428,21 +434,30 @@ class _Sums:
         if self.squares.shape[1] and self.squares.dtype.kind == "i":  # inf, NaN: not small
             with np.errstate(over="ignore", invalid="ignore"):
                 bound += float(np.square(values, dtype=np.float64).sum())
-        if not _pool_sums.is_small(values.size, bound):
+        if not _pool_sums.is_small(values.size, bound, self.small_values):
             return False
+        for start, stop in _pool_sums.pieces(block[2], _pool_sums.PIECE_VALUES):
+            piece = _pool_sums.piece(block, start, stop)
+            self._scatter(piece, start, profiles, first, by_row=by_row)
+        self.squares_bound = bound
+        return True
+
+    def _scatter(self, piece: Block, line0: int, profiles: Any, first: int, by_row: bool) -> None:
+        """Add a piece of a block (its lines from ``line0``) with numpy, whole or not at all."""
         n_positions = self.n_features if by_row else len(profiles)
         while True:
             integers = self.totals.dtype.kind == "i"
             sums = (self.totals, self.detected, self.squares)
-            status, line = _pool_sums.scatter(block, by_row, n_positions, profiles, sums, integers)
+            status, line = _pool_sums.scatter(
+                piece, by_row, n_positions, profiles, sums, integers, line0
+            )
             if status == 0:
-                self.squares_bound = bound
-                return True
+                return
             at = (self.offset[0] + first, self.offset[1])
             at = (at[0] + line, at[1]) if by_row else (at[0], at[1] + line)
             if status == _pool_sums.INVALID:
-                _raise_invalid(block, line, at, by_row)
-            self.fraction = self.fraction or _first_fraction(block, line, at, by_row)
+                _raise_invalid(piece, line - line0, at, by_row)
+            self.fraction = self.fraction or _first_fraction(piece, line - line0, at, by_row)
             self.totals = self.totals.astype(np.float64)
             self.squares = self.squares.astype(np.float64)
 
@@ -511,11 +526,9 @@ def _first_fraction(
 
     The arguments are as for :func:`_raise_invalid`; the kernel found such a value there.
     """
-    from cytepool._pool_kernels import INTEGER_BOUND
-
     data, indices, indptr = block
     values = np.asarray(data[indptr[line] : indptr[line + 1]], dtype=np.float64)
-    k = int(np.argmax((values >= INTEGER_BOUND) | (np.floor(values) != values)))
+    k = int(np.argmax((values >= _pool_sums.INTEGER_BOUND) | (np.floor(values) != values)))
     i = int(indices[indptr[line] + k])
     row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
     return row, column, float(values[k])
@@ -541,6 +554,7 @@ def _pool(
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
         sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], extra)
+        sums.small_values = _pool_sums.small_values(counts.nnz if fmt else counts.size)
         _add_block(sums, counts, 0, _words.matrix())
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):

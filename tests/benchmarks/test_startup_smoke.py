@@ -28,13 +28,15 @@ def test_startup_benchmark_one_run(tmp_path: Path, capsys: pytest.CaptureFixture
         "cytepool --help",
         "cytepool info SMALL.cube.zarr",
         "first from_cells, small",
-        "first from_cells, cache warm",
-        "first from_cells, cache cold",
+        "first from_cells, medium",
+        "first from_cells, large, cache warm",
+        "first from_cells, large, cache cold",
     ):
         assert case in rows, case
-    assert "first call" in rows["first from_cells, cache warm"]
-    assert "numba" in rows["first from_cells, cache cold"]  # the kernels need it
-    assert "numba" not in rows["first from_cells, small"]  # pooled with numpy
+    assert "first call" in rows["first from_cells, large, cache warm"]
+    assert "numba" in rows["first from_cells, large, cache cold"]  # the kernels need it
+    for size in ("small", "medium"):  # pooled with numpy
+        assert "numba" not in rows[f"first from_cells, {size}"]
     assert list(tmp_path.iterdir()) == []  # the cube file and numba caches are removed
 
 
