@@ -182,7 +182,7 @@ class AxisTable:
     @property
     def position(self) -> dict[str, int]:
         if self._position is None:
-            self._position = {k: i for i, k in enumerate(self.ids)}
+            self._position = dict(zip(self.ids, range(len(self.ids)), strict=True))
         return self._position
 
     def locate(self, ids: Sequence[str]) -> Index:

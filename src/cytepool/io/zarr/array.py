@@ -461,12 +461,17 @@ def open_array(
 
 
 def _open(node: StorePath, handle: StoreHandle | None) -> ZarrArray:
-    doc, stamp, where = read_document(node)
-    if isinstance(doc, dict) and doc.get("node_type") == "group":
-        msg = f"{node} is a Zarr group, not an array ({where})"
-        raise FormatError(msg)
-    meta = ArrayMetadata.from_json(doc, where)
-    return ZarrArray(node.handle.store, meta, stamp, key=node.key, handle=handle)
+    parsed = getattr(node.handle, "parsed", None)  # a handle whose documents never change
+    opened = None if parsed is None else parsed.get(node.key)
+    if opened is None:
+        doc, stamp, where = read_document(node)
+        if isinstance(doc, dict) and doc.get("node_type") == "group":
+            msg = f"{node} is a Zarr group, not an array ({where})"
+            raise FormatError(msg)
+        opened = (ArrayMetadata.from_json(doc, where), stamp)
+        if parsed is not None:
+            parsed[node.key] = opened
+    return ZarrArray(node.handle.store, *opened, key=node.key, handle=handle)
 
 
 # ---------------------------------------------------------------------------------------------

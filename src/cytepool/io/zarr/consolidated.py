@@ -173,6 +173,9 @@ class ConsolidatedHandle:
     def __init__(self, store: ConsolidatedStore, inner: StoreHandle):
         self._store, self._inner = store, inner
         self._texts: dict[str, bytes] = {}
+        # what readers made of a node's document (which never changes here), by node: an
+        # opened array's metadata and version, so that opening it again parses nothing
+        self.parsed: dict[str, Any] = {}
 
     @property
     def store(self) -> ConsolidatedStore:

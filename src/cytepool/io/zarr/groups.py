@@ -144,5 +144,13 @@ def node_type(path: str | os.PathLike[str] | StorePath) -> Literal["array", "gro
     'group'
     """
     node = path if isinstance(path, StorePath) else as_path(path)
-    doc, _, where = read_document(node)
-    return "group" if isinstance(parse_document(doc, where), GroupMetadata) else "array"
+    parsed = getattr(getattr(node, "handle", None), "parsed", None)  # see ConsolidatedHandle
+    if parsed is not None and node.key in parsed:  # type: ignore[union-attr]
+        return "array"
+    doc, stamp, where = read_document(node)
+    metadata = parse_document(doc, where)
+    if isinstance(metadata, GroupMetadata):
+        return "group"
+    if parsed is not None:
+        parsed[node.key] = (metadata, stamp)  # type: ignore[union-attr]
+    return "array"
