@@ -393,7 +393,7 @@ else:
     cube = cube_io.make_cube(shape)
     if kind == "zarr-python":
         layers = {{name: cube.to_numpy(name) for name in cube.layers}}
-import zarr, cytepool.io  # imports done before measuring
+import zarr, pandas, cytepool.io  # imports done before measuring (pandas: the tables)
 before = status_kib("VmRSS")
 Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
 tracemalloc.start()

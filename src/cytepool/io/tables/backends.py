@@ -16,15 +16,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import narwhals.stable.v2 as nw
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputTypeError
 from cytepool.io.tables import strings as _s
 from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
 from cytepool.io.zarr.names import node_name_problem
+
+if TYPE_CHECKING:  # narwhals is imported when a frame is first written or built
+    import narwhals.stable.v2 as nw
 
 __all__ = ["BACKENDS", "Source", "build_frame", "check_backend", "import_backend", "source_of"]
 
@@ -88,6 +90,8 @@ class Source:
 
 def source_of(frame: Any, index: str | None) -> Source:
     """Check a frame's names and dtypes and return how to write it (nothing converted yet)."""
+    import narwhals.stable.v2 as nw
+
     if type(frame).__module__.split(".")[0] == "pandas":  # "pandas" in pandas 3
         _check_names(frame.columns)  # before narwhals, which refuses repeated names its own way
     try:
@@ -140,6 +144,8 @@ def _check_node_name(name: str, what: str) -> None:
 
 
 def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
+    import narwhals.stable.v2 as nw
+
     for name, dtype in nw_frame.schema.items():
         if isinstance(dtype, nw.Object):
             msg = (
@@ -332,6 +338,8 @@ def _pandas_objects(objects: np.ndarray, name: str) -> Column:
 
 
 def _source_from_polars(nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
+    import narwhals.stable.v2 as nw
+
     df = nw.to_native(nw_frame)
     names = _check_names(df.columns)
     _check_dtypes(nw_frame)
@@ -412,6 +420,8 @@ def _polars_categorical(series: Any, name: str) -> Categorical:
 
 
 def _source_from_arrow(nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
+    import narwhals.stable.v2 as nw
+
     table = nw.to_native(nw_frame)
     names = _check_names(table.column_names)
     _check_dtypes(nw_frame)

@@ -26,7 +26,6 @@ reader), a short body is a FormatError, a server that keeps failing beyond the r
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import builtins
 import dataclasses
@@ -38,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from cytepool.errors import (
@@ -50,6 +49,9 @@ from cytepool.errors import (
 )
 from cytepool.io.zarr.fetching import Range, Span, Window
 from cytepool.io.zarr.store import Blob, LocalStore, Part, Store, TooLargeError
+
+if TYPE_CHECKING:  # asyncio is imported when a URL is first read: local stores never need it
+    import asyncio
 
 __all__ = [
     "DEFAULT_IN_FLIGHT",
@@ -210,6 +212,8 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _loop_lock:
         if _loop is None or _loop.is_closed():
+            import asyncio
+
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="cytepool-remote", daemon=True)
             thread.start()
@@ -227,6 +231,8 @@ os.register_at_fork(after_in_child=_forget_loop)
 
 
 def _submit(coroutine: Awaitable[T]) -> Future[T]:
+    import asyncio
+
     return asyncio.run_coroutine_threadsafe(coroutine, _event_loop())  # type: ignore[arg-type]
 
 
@@ -567,6 +573,8 @@ class RemoteHandle:
 
     async def _limited(self, coroutine: Awaitable[T]) -> T:
         if self._semaphore is None:
+            import asyncio
+
             self._semaphore = asyncio.Semaphore(self._in_flight)
         async with self._semaphore:
             return await coroutine
