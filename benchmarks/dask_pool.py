@@ -149,12 +149,20 @@ def pool(x: Any, s: Any, g: Any) -> str:
 
 
 def warm_up() -> None:
-    """Imports and the kernels (from numba's cache), on a few cells of the same types."""
+    """Imports and the kernels (from numba's cache), on a few cells of the same types (pooled
+    with the kernels, which from_cells would spare so small an input)."""
     import scipy.sparse as sp
+
+    from cytepool import _pool_sums
 
     x = sp.random(40, 10, density=0.3, format="csr", dtype=np.float32, random_state=0)
     x.data[:] = 1
-    pool(x, ["a", "b"] * 20, ["g"] * 40)
+    limits = _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES
+    _pool_sums.SMALL_VALUES = _pool_sums.FIRST_VALUES = -1
+    try:
+        pool(x, ["a", "b"] * 20, ["g"] * 40)
+    finally:
+        _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES = limits
 
 
 def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:

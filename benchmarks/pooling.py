@@ -303,15 +303,21 @@ def numba_warm_up(case: str) -> Iterator[None]:
         return
     from cytepool import _pool_sums
 
-    small, _pool_sums.SMALL_VALUES = _pool_sums.SMALL_VALUES, -1
+    limits = _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES
+    _pool_sums.SMALL_VALUES = _pool_sums.FIRST_VALUES = -1
     try:
         yield
     finally:
-        _pool_sums.SMALL_VALUES = small
+        _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES = limits
 
 
 def maxrss() -> int:
-    """Peak resident memory of this process so far, in bytes (Linux: ru_maxrss is in KiB)."""
+    """Peak resident memory of this process so far, in bytes: ``VmHWM`` (Linux, which
+    ``reset_maxrss`` resets), else ``ru_maxrss`` (KiB on Linux)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
