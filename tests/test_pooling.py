@@ -584,12 +584,32 @@ def test_inputs_pool_with_numpy_until_the_kernels_are_loaded(
     from cytepool import _pool_sums
 
     first, small = _pool_sums.FIRST_VALUES, _pool_sums.SMALL_VALUES
+    monkeypatch.setattr(_pool_sums, "_spent", [0])
     monkeypatch.delitem(sys.modules, "cytepool._pool_kernels", raising=False)
     assert _pool_sums.small_values(max(first, small)) == max(first, small)
     assert _pool_sums.small_values(first + 1) == small
     assert _pool_sums.small_values(None) == small  # blocks of an input of unknown size
     monkeypatch.setitem(sys.modules, "cytepool._pool_kernels", sys)  # loaded: any module
     assert _pool_sums.small_values(1) == small
+
+
+def test_many_first_inputs_spend_a_budget_then_start_numba(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inputs above SMALL_VALUES pool with numpy until they add up to NUMPY_BUDGET values."""
+    import sys
+
+    from cytepool import _pool_sums
+
+    monkeypatch.delitem(sys.modules, "cytepool._pool_kernels", raising=False)
+    monkeypatch.setattr(_pool_sums, "_spent", [0])
+    monkeypatch.setattr(_pool_sums, "SMALL_VALUES", 10)
+    monkeypatch.setattr(_pool_sums, "FIRST_VALUES", 100)
+    monkeypatch.setattr(_pool_sums, "NUMPY_BUDGET", 250)
+    assert [_pool_sums.small_values(100) for _ in range(3)] == [100, 100, 10]
+    assert _pool_sums.small_values(50) == 100  # what is left of the budget
+    assert _pool_sums.small_values(8) == 100  # small inputs do not count
+    assert _pool_sums._spent == [250]
 
 
 # --------------------------------------------------------------------------- scanpy

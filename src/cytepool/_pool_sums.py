@@ -3,9 +3,12 @@
 The first :func:`cytepool.from_cells` of a process need not start numba: its set-up takes
 0.4-0.6 s with the kernel cache warm, more than numpy takes to pool 16 million values (about
 15 ms per million). So until the kernels are loaded, an input of at most ``FIRST_VALUES``
-stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. A block
-is added in pieces of whole rows (CSR) or columns (CSC) of about ``PIECE_VALUES`` values, so
-numpy's temporary arrays stay small whatever the block.
+stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. Such
+inputs draw on ``NUMPY_BUDGET`` values per process (about numba's set-up time in numpy
+pooling): a process that pools many of them starts numba once the budget is spent, so it pays
+at most twice what knowing its future would have cost. A block is added in pieces of whole rows
+(CSR) or columns (CSC) of about ``PIECE_VALUES`` values, so numpy's temporary arrays stay small
+whatever the block.
 
 :func:`scatter` adds a CSR or CSC block into the running sums as the numba kernels of
 :mod:`cytepool._pool_kernels` do, with the same results: int64 sums of whole numbers, float64
@@ -45,8 +48,10 @@ __all__ = [
 # while the numba kernels are not loaded, inputs of at most FIRST_VALUES.
 SMALL_VALUES = 2**20
 FIRST_VALUES = 2**24
+NUMPY_BUDGET = 2**25
 PIECE_VALUES = 2**20
 _KERNELS = "cytepool._pool_kernels"
+_spent = [0]  # values of inputs that small_values let numpy pool, in this process
 # Below this bound on a profile's sums of squares no int64 sum of squares can wrap; above it
 # the numba kernels, which check every addition, take over.
 SQUARES_LIMIT = 2.0**62
@@ -58,9 +63,14 @@ INTEGER_BOUND = 2**31
 
 def small_values(total: int | None) -> int:
     """The most stored values of a block pooled here, for an input of ``total`` (None: not
-    known): ``FIRST_VALUES`` while numba's kernels are not loaded and the input is no larger."""
-    first = total is not None and total <= FIRST_VALUES and _KERNELS not in sys.modules
-    return max(FIRST_VALUES, SMALL_VALUES) if first else SMALL_VALUES
+    known): ``FIRST_VALUES`` while numba's kernels are not loaded, the input is no larger and
+    the process has not spent ``NUMPY_BUDGET`` on such inputs (this one is then counted)."""
+    if total is None or total > FIRST_VALUES or _KERNELS in sys.modules:
+        return SMALL_VALUES
+    if total > SMALL_VALUES and _spent[0] + total > NUMPY_BUDGET:
+        return SMALL_VALUES
+    _spent[0] += total if total > SMALL_VALUES else 0
+    return max(FIRST_VALUES, SMALL_VALUES)
 
 
 def is_small(n_values: int, squares_bound: float, limit: int) -> bool:
