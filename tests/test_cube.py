@@ -228,6 +228,7 @@ def test_layer_errors() -> None:
         (-1, "is negative"),
         (np.nan, "is not finite"),
         (np.inf, "is not finite"),
+        (-np.inf, "is not finite"),
     ],
 )
 def test_layer_value_errors(value: float, match: str) -> None:

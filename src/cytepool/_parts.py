@@ -26,7 +26,7 @@ from cytepool.errors import (
     InputTypeError,
     UnknownIdError,
 )
-from cytepool.layers import ArrayLayer, LazyLayer, check_block, is_full, positions
+from cytepool.layers import ArrayLayer, LazyLayer, check_block, is_full, positions, values_fine
 
 __all__ = ["CubeParts", "check_provenance"]
 
@@ -368,10 +368,7 @@ def _check_name(name: Any) -> str:
 
 def _check_eager(arr: np.ndarray[Any, Any], name: str, tables: Mapping[str, AxisTable], cells: Any):
     """Check every value of an in-memory layer; fast path first, then locate the problem."""
-    ok = True
-    if arr.size:  # reductions: no temporary the size of the layer
-        low, high = arr.min(), arr.max()
-        ok = bool(np.isfinite(low) and np.isfinite(high) and low >= 0)
+    ok = values_fine(arr)  # reductions: no temporary the size of the layer
     if ok and arr.size:
         empty = cells == 0
         ok = not (empty.any() and arr[empty].any())

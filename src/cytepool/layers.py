@@ -103,6 +103,18 @@ def _cell(ids: Sequence[str] | None, index: Index | None, k: int) -> str:
     return repr(ids[pos]) if ids is not None else f"#{pos}"
 
 
+def values_fine(array: np.ndarray[Any, Any]) -> bool:
+    """Whether every value is finite and >= 0, by reductions (no temporary array): none for
+    unsigned integers, the minimum for signed ones, minimum and maximum for floats (NaN
+    makes the minimum NaN)."""
+    if not array.size or array.dtype.kind in "ub":
+        return True
+    low = array.min()
+    if array.dtype.kind == "i":
+        return bool(low >= 0)
+    return bool(np.isfinite(low) and low >= 0 and np.isfinite(array.max()))
+
+
 def check_block(
     block: np.ndarray[Any, Any],
     *,
@@ -120,11 +132,7 @@ def check_block(
     of the selected samples (or None to skip the empty-profile check).
     """
     where = f"layer {layer!r}, group {group!r}"
-    if block.size:  # two reductions, no temporary array, when every value is fine
-        low, high = block.min(), block.max()
-        fine = bool(np.isfinite(low) and np.isfinite(high) and low >= 0)
-    else:
-        fine = True
+    fine = values_fine(block)
     if not fine and block.dtype.kind == "f":
         finite = np.isfinite(block)
         if not finite.all():
