@@ -11,8 +11,8 @@ the table gives the median and the fastest wall-clock time of the whole process:
 * the first ``from_cells`` of a process (a CSR matrix of whole numbers as float32, 10 %
   nonzero, numpy string labels): small, 2,000 cells x 300 genes (60,000 values); medium, 20,000
   cells x 1,200 genes (2.4 million values), which from_cells pools with numpy too while numba
-  is not loaded (up to ``cytepool._pool_sums.FIRST_VALUES``, 16.8 million values: numba's
-  set-up costs more); and large, 200,000 cells x 1,000 genes (20 million values, pooled by the
+  is not loaded (up to ``cytepool._pool_sums.FIRST_VALUES``, 33.6 million values: numba's
+  set-up costs more); and large, 200,000 cells x 2,000 genes (40 million values, pooled by the
   numba kernels) with numba's cache warm (``NUMBA_CACHE_DIR`` a directory that an untimed run
   filled) and cold (a new empty ``NUMBA_CACHE_DIR`` for every run): the whole process, and
   inside it the time of ``import cytepool`` and of the first call (numpy and scipy, which the
@@ -70,8 +70,8 @@ TARGETS = {
     "first from_cells, large, cache warm",
 }
 # The first from_cells (cells, genes): 60,000 and 2.4 million values, pooled with numpy (no
-# numba); 20 million values, above cytepool._pool_sums.FIRST_VALUES: the numba kernels.
-SIZES = {"small": (2000, 300), "medium": (20000, 1200), "large": (200000, 1000)}
+# numba); 40 million values, above cytepool._pool_sums.FIRST_VALUES: the numba kernels.
+SIZES = {"small": (2000, 300), "medium": (20000, 1200), "large": (200000, 2000)}
 
 FIRST_CALL = """
 import json, sys, time

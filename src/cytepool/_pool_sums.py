@@ -1,8 +1,9 @@
 """Pooling without numba: small blocks with numpy alone, and the checks of sums of squares.
 
 The first :func:`cytepool.from_cells` of a process need not start numba: its set-up takes
-0.4-0.6 s with the kernel cache warm, more than numpy takes to pool 16 million values (about
-15 ms per million). So until the kernels are loaded, an input of at most ``FIRST_VALUES``
+0.4-0.6 s with the kernel cache warm, while numpy pools about 7 ms per million values and the
+kernels about 3 (two threads), so below some 100 million values a first call is done sooner
+without numba. So until the kernels are loaded, an input of at most ``FIRST_VALUES``
 stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. Such
 inputs draw on ``NUMPY_BUDGET`` values per process (about numba's set-up time in numpy
 pooling): a process that pools many of them starts numba once the budget is spent, so it pays
@@ -44,12 +45,12 @@ __all__ = [
     "small_values",
 ]
 
-# Blocks of at most this many stored values are pooled here (np.add.at: ~15 ms per million);
+# Blocks of at most this many stored values are pooled here (np.add.at: ~7 ms per million);
 # while the numba kernels are not loaded, inputs of at most FIRST_VALUES.
 SMALL_VALUES = 2**20
-FIRST_VALUES = 2**24
-NUMPY_BUDGET = 2**25
-PIECE_VALUES = 2**20
+FIRST_VALUES = 2**25
+NUMPY_BUDGET = 2**26
+PIECE_VALUES = 2**16  # temporaries in cache: faster than larger pieces, and a few MiB
 _KERNELS = "cytepool._pool_kernels"
 _spent = [0]  # values of inputs that small_values let numpy pool, in this process
 # Below this bound on a profile's sums of squares no int64 sum of squares can wrap; above it
