@@ -6,8 +6,8 @@ kernels about 3 (two threads), so below some 100 million values a first call is 
 without numba. So until the kernels are loaded, an input of at most ``FIRST_VALUES``
 stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. Such
 inputs draw on ``NUMPY_BUDGET`` values per process (about numba's set-up time in numpy
-pooling): a process that pools many of them starts numba once the budget is spent, so it pays
-at most twice what knowing its future would have cost. A block is added in pieces of whole rows
+pooling): a process that pools many of them starts numba once the budget is spent, and does
+not pay numpy's slower pooling for ever. A block is added in pieces of whole rows
 (CSR) or columns (CSC) of about ``PIECE_VALUES`` values, so numpy's temporary arrays stay small
 whatever the block.
 
@@ -15,7 +15,8 @@ whatever the block.
 :mod:`cytepool._pool_kernels` do, with the same results: int64 sums of whole numbers, float64
 sums of other values added in the same order (so bit for bit the same), each cell counted
 once in ``detected`` even where a row repeats a column, and the same statuses. It checks the
-whole block before adding anything, so a block either is added or is not.
+whole block (a piece) before adding anything, so a piece either is added or is not: a caller
+that meets a fraction switches the sums to float64 and adds that piece again.
 """
 
 from __future__ import annotations
