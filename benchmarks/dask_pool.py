@@ -48,6 +48,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -157,12 +158,8 @@ def warm_up() -> None:
 
     x = sp.random(40, 10, density=0.3, format="csr", dtype=np.float32, random_state=0)
     x.data[:] = 1
-    limits = _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES
-    _pool_sums.SMALL_VALUES = _pool_sums.FIRST_VALUES = -1
-    try:
+    with mock.patch.multiple(_pool_sums, SMALL_VALUES=-1, FIRST_VALUES=-1):
         pool(x, ["a", "b"] * 20, ["g"] * 40)
-    finally:
-        _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES = limits
 
 
 def worker(case: str, path: Path, chunk_rows: int) -> dict[str, Any]:

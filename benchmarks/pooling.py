@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -303,12 +304,8 @@ def numba_warm_up(case: str) -> Iterator[None]:
         return
     from cytepool import _pool_sums
 
-    limits = _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES
-    _pool_sums.SMALL_VALUES = _pool_sums.FIRST_VALUES = -1
-    try:
+    with mock.patch.multiple(_pool_sums, SMALL_VALUES=-1, FIRST_VALUES=-1):
         yield
-    finally:
-        _pool_sums.SMALL_VALUES, _pool_sums.FIRST_VALUES = limits
 
 
 def maxrss() -> int:

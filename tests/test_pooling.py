@@ -583,7 +583,9 @@ def test_inputs_pool_with_numpy_until_the_kernels_are_loaded(
 
     from cytepool import _pool_sums
 
-    first, small = _pool_sums.FIRST_VALUES, _pool_sums.SMALL_VALUES
+    first, small = 100, 10  # the limits of either pooling path would make this trivial
+    monkeypatch.setattr(_pool_sums, "FIRST_VALUES", first)
+    monkeypatch.setattr(_pool_sums, "SMALL_VALUES", small)
     monkeypatch.setattr(_pool_sums, "_spent", [0])
     monkeypatch.delitem(sys.modules, "cytepool._pool_kernels", raising=False)
     assert _pool_sums.small_values(max(first, small)) == max(first, small)

@@ -17,8 +17,6 @@ from typing import Any
 import numba
 import numpy as np
 
-# Whole numbers below this bound pool to int64 exactly: even 2**32 cells of such values
-# cannot overflow an int64 sum.
 from cytepool._pool_sums import INTEGER_BOUND
 
 # A group's status after scatter; for all but DONE, its resume position is the failing row.

@@ -33,12 +33,12 @@ __all__ = [
     "FIRST_VALUES",
     "INTEGER_BOUND",
     "INVALID",
+    "NUMPY_BUDGET",
     "PIECE_VALUES",
     "SMALL_VALUES",
     "SQUARES_LIMIT",
     "Overflow",
     "check_wrap",
-    "is_small",
     "overflow_error",
     "piece",
     "pieces",
@@ -59,7 +59,8 @@ _spent = [0]  # values of inputs that small_values let numpy pool, in this proce
 SQUARES_LIMIT = 2.0**62
 # Statuses besides those of the kernels: DONE 0 and NOT_INTEGER 1.
 INVALID = 2
-# Whole numbers below this are summed as int64 (the kernels use it too).
+# Whole numbers below this bound pool to int64 exactly (here and in the kernels): even 2**32
+# cells of such values cannot overflow an int64 sum.
 INTEGER_BOUND = 2**31
 
 
@@ -73,12 +74,6 @@ def small_values(total: int | None) -> int:
         return SMALL_VALUES
     _spent[0] += total if total > SMALL_VALUES else 0
     return max(FIRST_VALUES, SMALL_VALUES)
-
-
-def is_small(n_values: int, squares_bound: float, limit: int) -> bool:
-    """Whether a block of ``n_values`` is pooled here, given a bound on the sums of squares
-    and the most values a block pooled here may hold (:func:`small_values`)."""
-    return n_values <= limit and squares_bound < SQUARES_LIMIT
 
 
 def pieces(indptr: Any, size: int) -> Iterator[tuple[int, int]]:

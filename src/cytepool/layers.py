@@ -107,7 +107,7 @@ def values_fine(array: np.ndarray[Any, Any]) -> bool:
     """Whether every value is finite and >= 0, by reductions (no temporary array): none for
     unsigned integers, the minimum for signed ones, minimum and maximum for floats (NaN
     makes the minimum NaN)."""
-    if not array.size or array.dtype.kind in "ub":
+    if not array.size or array.dtype.kind == "u":
         return True
     low = array.min()
     if array.dtype.kind == "i":

@@ -327,6 +327,7 @@ class _Sums:
         extra: tuple[str, ...],
         offset: tuple[int, int] = (0, 0),
         start: dict[str, np.ndarray[Any, Any]] | None = None,
+        small_values: int | None = None,
     ):
         self.profiles = profiles
         self.offset = offset  # of these rows and columns in counts, for messages
@@ -344,7 +345,7 @@ class _Sums:
         # not known yet, for sums that started from a partial sum)
         self.squares_bound: float | None = None if start is not None else 0.0
         # the most stored values of a block pooled with numpy (see _pool_sums.small_values)
-        self.small_values = _pool_sums.SMALL_VALUES
+        self.small_values = _pool_sums.SMALL_VALUES if small_values is None else small_values
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -434,7 +435,7 @@ class _Sums:
         if self.squares.shape[1] and self.squares.dtype.kind == "i":  # inf, NaN: not small
             with np.errstate(over="ignore", invalid="ignore"):
                 bound += float(np.square(values, dtype=np.float64).sum())
-        if not _pool_sums.is_small(values.size, bound, self.small_values):
+        if not bound < _pool_sums.SQUARES_LIMIT:  # (or NaN) the kernels check every addition
             return False
         for start, stop in _pool_sums.pieces(block[2], _pool_sums.PIECE_VALUES):
             piece = _pool_sums.piece(block, start, stop)
@@ -553,8 +554,8 @@ def _pool(
         kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
-        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], extra)
-        sums.small_values = _pool_sums.small_values(counts.nnz if fmt else counts.size)
+        small = _pool_sums.small_values(counts.nnz if fmt else counts.size)
+        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], extra, small_values=small)
         _add_block(sums, counts, 0, _words.matrix())
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
