@@ -12,9 +12,11 @@
   that also adds each value into its output row (rows visited in profile order, sorted beforehand).
 
 Each process loads X, warms up on a tiny matrix of the same types (imports, numba compilation),
-then times one call. Memory is ``ru_maxrss`` after the call minus ``ru_maxrss`` before it (X
-loaded, warm-up done). The sums of every case are asserted equal to ``from_cells``'s. The data
-are generated once into a cache directory (uncompressed ``.npy``, so loading makes no copy).
+builds the case's inputs (the CSR matrix and the obs frame, or an AnnData; for the scatter floor
+the rows sorted by profile) and times one call: the pooling alone, as a user who has an AnnData
+pays it. Memory is the peak resident memory during the call minus that before it (inputs built,
+warm-up done). The sums of every case are asserted equal to ``from_cells``'s. The data are
+generated once into a cache directory (uncompressed ``.npy``, so loading makes no copy).
 The cases run round-robin, their order rotating from one repeat to the next.
 
 Below the table, the targets of issue 16 with what this run measured: scanpy 1.12 on its default
@@ -177,56 +179,70 @@ def canonical(obs_frame: Any, sums: Any, s: Any, g: Any, n_genes: int) -> np.nda
 
 
 # --------------------------------------------------------------------------- cases
+# Each case has three steps: ``prepare`` builds its inputs from X and the labels (untimed, as a
+# user's AnnData or frame exists before pooling), ``run`` is the timed call, and ``sums`` turns
+# its result into (group, sample, gene) sums to compare (untimed; None: nothing to compare).
 
 
-def run_from_cells(
-    parts: list[Any], s: Any, g: Any, n_genes: int, layers: tuple[str, ...] = ("counts",)
-) -> Any:
+def prepare_from_cells(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    return csr(parts, n_genes), obs(s, g)
+
+
+def run_from_cells(inputs: Any, layers: tuple[str, ...] = ("counts",)) -> Any:
     import cytepool
 
-    frame = obs(s, g)
-    x = csr(parts, n_genes)
-    cube = cytepool.from_cells(
+    x, frame = inputs
+    return cytepool.from_cells(
         x, sample_labels=frame["sample"], group_labels=frame["group"], layers=layers
     )
-    return cube.to_numpy("counts")
 
 
-def run_from_cells_detected(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
-    return run_from_cells(parts, s, g, n_genes, ("counts", "detected"))
+def run_from_cells_detected(inputs: Any) -> Any:
+    return run_from_cells(inputs, ("counts", "detected"))
 
 
-def run_from_cells_squares(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
-    return run_from_cells(parts, s, g, n_genes, ("counts", "detected", "squares"))
+def run_from_cells_squares(inputs: Any) -> Any:
+    return run_from_cells(inputs, ("counts", "detected", "squares"))
 
 
-def run_from_cells_1_thread(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+def run_from_cells_1_thread(inputs: Any) -> Any:
     import numba
 
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        return run_from_cells(parts, s, g, n_genes)
+        return run_from_cells(inputs)
     finally:
         numba.set_num_threads(threads)
 
 
-def run_scanpy(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+def sums_from_cells(cube: Any, s: Any, g: Any, n_genes: int) -> Any:
+    return cube.to_numpy("counts")
+
+
+def prepare_anndata(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
     import anndata as ad
+
+    return ad.AnnData(csr(parts, n_genes), obs=obs(s, g))
+
+
+def run_scanpy(adata: Any) -> Any:
     import scanpy as sc
 
-    frame = obs(s, g)
-    adata = ad.AnnData(csr(parts, n_genes), obs=frame)
-    result = sc.get.aggregate(adata, by=["group", "sample"], func="sum")
+    return sc.get.aggregate(adata, by=["group", "sample"], func="sum")
+
+
+def sums_scanpy(result: Any, s: Any, g: Any, n_genes: int) -> Any:
     return canonical(result.obs, result.layers["sum"], s, g, n_genes)
 
 
-def run_decoupler(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
-    import anndata as ad
+def run_decoupler(adata: Any) -> Any:
     import decoupler as dc
 
-    adata = ad.AnnData(csr(parts, n_genes), obs=obs(s, g))
-    result = dc.pp.pseudobulk(adata, sample_col="sample", groups_col="group", mode="sum")
+    return dc.pp.pseudobulk(adata, sample_col="sample", groups_col="group", mode="sum")
+
+
+def sums_decoupler(result: Any, s: Any, g: Any, n_genes: int) -> Any:
     return canonical(result.obs, result.X, s, g, n_genes)
 
 
@@ -260,7 +276,11 @@ def _floor_kernels() -> tuple[Any, Any]:
     return numba.njit(_read), numba.njit(_scatter)  # compiled in the warm-up, untimed
 
 
-def run_read_floor(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+def prepare_read_floor(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any:
+    return parts
+
+
+def run_read_floor(parts: list[Any]) -> Any:
     read, _ = _floor_kernels()
     read(parts[0], parts[1])
 
@@ -270,27 +290,36 @@ def prepare_scatter_floor(parts: list[Any], s: Any, g: Any, n_genes: int) -> Any
     profiles = g.astype(np.int64) * (int(s.max()) + 1) + s
     rows = np.argsort(profiles, kind="stable")
     starts = np.searchsorted(profiles[rows], np.arange((int(g.max()) + 1) * (int(s.max()) + 1) + 1))
-    return rows, starts
+    return parts, rows, starts, n_genes
 
 
-def run_scatter_floor(parts: list[Any], s: Any, g: Any, n_genes: int, prepared: Any) -> Any:
+def run_scatter_floor(prepared: Any) -> Any:
     _, scatter = _floor_kernels()
-    rows, starts = prepared
+    parts, rows, starts, n_genes = prepared
     out = np.zeros((len(starts) - 1, n_genes))
     scatter(parts[0], parts[1], parts[2], rows, starts, out)
+    return out
+
+
+def sums_scatter_floor(out: Any, s: Any, g: Any, n_genes: int) -> Any:
     return out.reshape(int(g.max()) + 1, int(s.max()) + 1, n_genes)
 
 
-RUNNERS = {
-    "from_cells": run_from_cells,
-    "from_cells-1-thread": run_from_cells_1_thread,
-    "from_cells-detected": run_from_cells_detected,
-    "from_cells-squares": run_from_cells_squares,
-    "scanpy-1.12": run_scanpy,
-    "scanpy-1.11": run_scanpy,
-    "decoupler": run_decoupler,
-    "read-floor": run_read_floor,
-    "scatter-floor": run_scatter_floor,
+def no_sums(result: Any, s: Any, g: Any, n_genes: int) -> None:
+    return None
+
+
+# case: (prepare, run, sums)
+STEPS = {
+    "from_cells": (prepare_from_cells, run_from_cells, sums_from_cells),
+    "from_cells-1-thread": (prepare_from_cells, run_from_cells_1_thread, sums_from_cells),
+    "from_cells-detected": (prepare_from_cells, run_from_cells_detected, sums_from_cells),
+    "from_cells-squares": (prepare_from_cells, run_from_cells_squares, sums_from_cells),
+    "scanpy-1.12": (prepare_anndata, run_scanpy, sums_scanpy),
+    "scanpy-1.11": (prepare_anndata, run_scanpy, sums_scanpy),
+    "decoupler": (prepare_anndata, run_decoupler, sums_decoupler),
+    "read-floor": (prepare_read_floor, run_read_floor, no_sums),
+    "scatter-floor": (prepare_scatter_floor, run_scatter_floor, sums_scatter_floor),
 }
 VERSIONS = {"scanpy-1.12": "scanpy", "scanpy-1.11": "scanpy", "decoupler": "decoupler"}
 
@@ -324,6 +353,17 @@ def reset_maxrss() -> None:
         Path("/proc/self/clear_refs").write_text("5")
 
 
+def settle_memory(size: int = 256 * 2**20) -> None:
+    """Take and touch ``size`` bytes, and give them back.
+
+    After X is loaded, the first large allocation of a process can cost ~0.1 s of system time
+    (Linux compacting memory for transparent huge pages), hitting one case's timed call or
+    another's at random; each worker pays it here instead, before its timed call.
+    """
+    block = np.ones(size // 8)
+    del block
+
+
 def worker(case: str, data_dir: Path, result: Path | None) -> dict[str, Any]:
     """Warm up, load, time one call; save the sums to ``result`` (.npy) if given.
 
@@ -333,29 +373,28 @@ def worker(case: str, data_dir: Path, result: Path | None) -> dict[str, Any]:
     """
     from importlib.metadata import version
 
-    run = RUNNERS[case]
+    prepare, run, sums_of = STEPS[case]
     mapped = load(data_dir, mmap=True)
     small, n_genes = tiny(*mapped), mapped[3]
     with numba_warm_up(case):
-        if case == "scatter-floor":
-            run(*small, n_genes, prepare_scatter_floor(*small, n_genes))
-        else:
-            run(*small, n_genes)
+        run(prepare(*small, n_genes))
     parts, s, g, n_genes = load(data_dir)
-    extra: tuple[Any, ...] = ()
-    if case == "scatter-floor":
-        extra = (prepare_scatter_floor(parts, s, g, n_genes),)
+    inputs = prepare(parts, s, g, n_genes)
+    settle_memory()
     reset_maxrss()
     before = maxrss()
-    start = time.perf_counter()
-    sums = run(parts, s, g, n_genes, *extra)
+    start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    out = run(inputs)
     seconds = time.perf_counter() - start
+    system = resource.getrusage(resource.RUSAGE_SELF).ru_stime - usage.ru_stime
     peak = maxrss() - before
+    sums = sums_of(out, s, g, n_genes)
     if result is not None and sums is not None:
         np.save(result, np.asarray(sums))
     package = VERSIONS.get(case)
     return {
         "seconds": seconds,
+        "system": system,
         "extra": peak,
         "x_bytes": sum(p.nbytes for p in parts),
         "version": version(package) if package else "",

@@ -458,6 +458,27 @@ def test_invalid_values_are_located(bad: float, kind: str) -> None:
         from_cells(INPUTS[kind](x), sample_labels=["a"] * 4, group_labels=["g"] * 4)
 
 
+@pytest.mark.parametrize("bad", [-1.0, np.nan, np.inf])
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks"])
+def test_invalid_values_after_a_fraction_are_located(bad: float, kind: str) -> None:
+    """Once the sums are float64, the rows are checked for finite values >= 0 alone."""
+    x = np.ones((4, 3))
+    x[0, 2] = 0.5
+    x[2, 1] = bad
+    with pytest.raises(
+        ValueError, match=r"counts: row 2, column 1 holds .*expected counts, finite values >= 0"
+    ):
+        from_cells(
+            INPUTS[kind](x), sample_labels=["a"] * 4, group_labels=["g"] * 4, allow_float=True
+        )
+
+
+def test_invalid_sparse_indices_after_a_fraction() -> None:
+    x = sp.csr_matrix((np.array([0.5, 1.0]), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"the sparse matrix is invalid: row 1 holds column"):
+        from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"], allow_float=True)
+
+
 def test_invalid_sparse_indices() -> None:
     x = sp.csr_matrix((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 3))
     with pytest.raises(ValueError, match=r"the sparse matrix is invalid: row 1 holds column"):

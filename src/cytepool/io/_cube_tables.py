@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from cytepool._records import ID_COLUMNS
-from cytepool._table import AxisTable, check_unique
+from cytepool._table import AxisTable, unique_positions
 from cytepool.errors import FormatError
 from cytepool.fingerprint import CanonicalColumn, columns_digest
 from cytepool.io.tables.backends import INDEX, check_installed
@@ -49,7 +49,7 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
     check_installed(backend)
     ids = index.values[0 : stored.n_rows].tolist()
     try:
-        check_unique(ids, axis, "holds")
+        position = unique_positions(ids, axis, "holds")
     except ValueError as error:
         message = f"the cube file {root} is corrupt or was edited: {error}"
         raise FormatError(message) from error
@@ -61,7 +61,7 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
     def make() -> Any:
         return AxisTable.user_frame(stored.frame(backend), axis)  # ids checked above
 
-    return AxisTable.deferred(axis, make, ids, schema, digest)
+    return AxisTable.deferred(axis, make, ids, schema, digest, position)
 
 
 def _plain_ids(index: Column) -> bool:
