@@ -10,25 +10,28 @@ the table gives the median and the fastest wall-clock time of the whole process:
   to this Python; ``python -m cytepool`` where there is none) on a small cube file;
 * the first ``from_cells`` of a process (a CSR matrix of whole numbers as float32, 10 %
   nonzero, numpy string labels): small, 2,000 cells x 300 genes (60,000 values); medium, 20,000
-  cells x 1,200 genes (2.4 million values), which from_cells pools with numpy too while numba
-  is not loaded (up to ``cytepool._pool_sums.FIRST_VALUES``, 33.6 million values: numba's
-  set-up costs more); and large, 200,000 cells x 2,000 genes (40 million values, pooled by the
-  numba kernels) with numba's cache warm (``NUMBA_CACHE_DIR`` a directory that an untimed run
-  filled) and cold (a new empty ``NUMBA_CACHE_DIR`` for every run): the whole process, and
-  inside it the time of ``import cytepool`` and of the first call (numpy and scipy, which the
-  caller has anyway, are imported before either).
+  cells x 1,200 genes (2.4 million values); large, 200,000 cells x 2,000 genes (40 million
+  values), which from_cells pools with numpy too while numba is not loaded (up to
+  ``cytepool._pool_sums.FIRST_VALUES``, 67 million values: numba's set-up costs more); and
+  larger, 500,000 cells x 2,000 genes (100 million values, pooled by the numba kernels) with
+  numba's cache warm (``NUMBA_CACHE_DIR`` a directory that an untimed run filled) and cold (a
+  new empty ``NUMBA_CACHE_DIR`` for every run): the whole process, and inside it the time of
+  ``import cytepool`` and of the first call (numpy and scipy, which the caller has anyway, are
+  imported before either).
 
 It also lists the heavy modules each case imports (numba, pandas, pyarrow, anndata, scipy,
 polars, narwhals, zarr, h5py, dask), from one more run with ``PYTHONPROFILEIMPORTTIME=1``, with
 the cumulative import time of each (the import time of a module imported inside another's is
 part of that one's too), and checks the targets of issue 16: <= 0.3 s wall for ``--help`` and
-``info``, and <= 0.3 s for the first ``from_cells``, small, medium and large with the cache
-warm (the large one pays numba's set-up, reported as measured).
+``info``, and <= 0.3 s for the first ``from_cells``, small, medium, large and, with the cache warm,
+larger (which pays numba's set-up, and whose pooling alone takes longer than that in a warm
+process: reported as measured).
 
 Usage::
 
     .venv/bin/python benchmarks/startup.py              # 10 runs per case
     .venv/bin/python benchmarks/startup.py --runs 3     # quicker
+    .venv/bin/python benchmarks/startup.py --no-larger  # without the 100-million-value cases
 """
 
 from __future__ import annotations
@@ -67,11 +70,17 @@ TARGETS = {
     "cytepool info SMALL.cube.zarr",
     "first from_cells, small",
     "first from_cells, medium",
-    "first from_cells, large, cache warm",
+    "first from_cells, large",
+    "first from_cells, larger, cache warm",
 }
-# The first from_cells (cells, genes): 60,000 and 2.4 million values, pooled with numpy (no
-# numba); 40 million values, above cytepool._pool_sums.FIRST_VALUES: the numba kernels.
-SIZES = {"small": (2000, 300), "medium": (20000, 1200), "large": (200000, 2000)}
+# The first from_cells (cells, genes): 60,000, 2.4 million and 40 million values, pooled with
+# numpy (no numba); 100 million, above cytepool._pool_sums.FIRST_VALUES: the numba kernels.
+SIZES = {
+    "small": (2000, 300),
+    "medium": (20000, 1200),
+    "large": (200000, 2000),
+    "larger": (500000, 2000),
+}
 
 FIRST_CALL = """
 import json, sys, time
@@ -197,7 +206,7 @@ def heavy_imports(stderr: str) -> dict[str, float]:
     return found
 
 
-def cases(python: str, cube: Path, caches: Path) -> list[Case]:
+def cases(python: str, cube: Path, caches: Path, larger: bool = True) -> list[Case]:
     warm = caches / "warm"
     counter = iter(range(10**6))
 
@@ -210,7 +219,7 @@ def cases(python: str, cube: Path, caches: Path) -> list[Case]:
         code = FIRST_CALL.replace("N_CELLS", str(n_cells)).replace("N_GENES", str(n_genes))
         return [python, "-c", code, *HEAVY]
 
-    large = first_call("large")
+    big = first_call("larger")
     return [
         Case("python -c pass", [python, "-c", "pass"]),
         Case("import cytepool", [python, "-c", "import cytepool"]),
@@ -219,13 +228,20 @@ def cases(python: str, cube: Path, caches: Path) -> list[Case]:
         Case("cytepool info SMALL.cube.zarr", [*cli(), "info", str(cube)]),
         Case("first from_cells, small", first_call("small"), reports=True),
         Case("first from_cells, medium", first_call("medium"), reports=True),
-        Case(
-            "first from_cells, large, cache warm",
-            large,
-            lambda: {"NUMBA_CACHE_DIR": str(warm)},
-            reports=True,
+        Case("first from_cells, large", first_call("large"), reports=True),
+        *(
+            [
+                Case(
+                    "first from_cells, larger, cache warm",
+                    big,
+                    lambda: {"NUMBA_CACHE_DIR": str(warm)},
+                    reports=True,
+                ),
+                Case("first from_cells, larger, cache cold", big, cold, reports=True),
+            ]
+            if larger
+            else []
         ),
-        Case("first from_cells, large, cache cold", large, cold, reports=True),
     ]
 
 
@@ -263,6 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="timed runs per case (default 10)")
     parser.add_argument("--dir", type=Path, default=None, help="where to write the cube file")
+    parser.add_argument(
+        "--no-larger",
+        action="store_true",
+        help="leave out the 100-million-value cases (2.5 GB each; for a smoke run)",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be positive")
@@ -271,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = Path(name)
         cube = root / "SMALL.cube.zarr"
         make_small_cube(cube)
-        all_cases = cases(sys.executable, cube, root / "numba-cache")
+        all_cases = cases(sys.executable, cube, root / "numba-cache", not args.no_larger)
         for case in all_cases:
             case.run(timed=False)  # warm-up: page cache, and the warm numba cache
         for _ in range(args.runs):

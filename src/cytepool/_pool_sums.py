@@ -1,9 +1,10 @@
 """Pooling without numba: small blocks with numpy alone, and the checks of sums of squares.
 
 The first :func:`cytepool.from_cells` of a process need not start numba: its set-up takes
-0.4-0.6 s with the kernel cache warm, while numpy pools about 7 ms per million values and the
-kernels about 3 (two threads), so below some 100 million values a first call is done sooner
-without numba. So until the kernels are loaded, an input of at most ``FIRST_VALUES``
+0.4-0.6 s with the kernel cache warm, while numpy pools about 5 ms per million values and the
+kernels about 3 (two threads), so below some 120 million values a first call is done sooner
+without numba (measured on two cores; with more, the kernels gain and the crossover falls,
+hence the margin of FIRST_VALUES). So until the kernels are loaded, an input of at most ``FIRST_VALUES``
 stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. Such
 inputs draw on ``NUMPY_BUDGET`` values per process (about numba's set-up time in numpy
 pooling): a process that pools many of them starts numba once the budget is spent, and does
@@ -46,11 +47,11 @@ __all__ = [
     "small_values",
 ]
 
-# Blocks of at most this many stored values are pooled here (np.add.at: ~7 ms per million);
-# while the numba kernels are not loaded, inputs of at most FIRST_VALUES.
+# Blocks of at most this many stored values are pooled here (~5 ms per million); while the
+# numba kernels are not loaded, inputs of at most FIRST_VALUES.
 SMALL_VALUES = 2**20
-FIRST_VALUES = 2**25
-NUMPY_BUDGET = 2**26
+FIRST_VALUES = 2**26
+NUMPY_BUDGET = 2**27
 PIECE_VALUES = 2**16  # temporaries in cache: faster than larger pieces, and a few MiB
 _KERNELS = "cytepool._pool_kernels"
 _spent = [0]  # values of inputs that small_values let numpy pool, in this process
@@ -115,26 +116,59 @@ def scatter(
     data, indices, indptr = block
     n_values = int(indptr[-1])
     values, positions = data[:n_values], indices[:n_values]
-    lines = np.repeat(np.arange(first_line, first_line + len(indptr) - 1), np.diff(indptr))
-    bad = (positions < 0) | (positions >= n_positions) | ~((values >= 0) & (values != np.inf))
-    if bad.any():
-        return INVALID, int(lines[np.argmax(bad)])
-    if integers:
-        fraction = (values >= INTEGER_BOUND) | (np.floor(values) != values)
-        if fraction.any():
-            return 1, int(lines[np.argmax(fraction)])
-    rows, columns = (lines, positions) if by_row else (positions, lines)
+    sizes = np.diff(indptr)
+    if not _fine(values, positions, n_positions, integers):  # then find the first problem
+        lines = np.repeat(np.arange(first_line, first_line + len(sizes)), sizes)
+        return _problem(values, positions, n_positions, integers, lines)
     total, detected, squares = sums
     n_features = total.shape[1]
-    keys = profiles[rows] * n_features + columns
+    own = np.arange(first_line, first_line + len(sizes))  # the block's lines
+    if by_row:  # a row's profile times n_features, repeated over its values
+        keys = np.repeat(profiles[own] * n_features, sizes) + positions
+    else:
+        keys = profiles[positions] * n_features + np.repeat(own, sizes)
     added = values.astype(total.dtype)
     np.add.at(total.reshape(-1), keys, added)
     if squares.shape[1]:
         with np.errstate(over="ignore"):  # float64 squares: infinite ones raise later
             np.add.at(squares.reshape(-1), keys, added * added)
     if detected.shape[1]:
-        _count(detected, (rows, columns), values > 0, profiles, _sorted(positions, indptr))
+        lines = np.repeat(own, sizes)
+        cells = (lines, positions) if by_row else (positions, lines)
+        _count(detected, cells, values > 0, profiles, _sorted(positions, indptr))
     return 0, -1
+
+
+def _fine(values: Any, positions: Any, n_positions: int, integers: bool) -> bool:
+    """Whether every index is in range and every value finite and >= 0 (with ``integers``:
+    a whole number below INTEGER_BOUND): one question per value, with few temporaries."""
+    if not (_unsigned(positions) < n_positions).all():
+        return False
+    if integers:
+        return bool(((values >= 0) & (values < INTEGER_BOUND) & (np.floor(values) == values)).all())
+    return bool(((values >= 0) & (values < np.inf)).all())
+
+
+def _problem(
+    values: Any, positions: Any, n_positions: int, integers: bool, lines: Any
+) -> tuple[int, int]:
+    """For a block that is not :func:`_fine`: its status and the first line with a problem.
+
+    An invalid value or index comes first; else, with ``integers``, a value that is no whole
+    number below INTEGER_BOUND (the only other way a block is not fine).
+    """
+    bad = (_unsigned(positions) >= n_positions) | ~((values >= 0) & (values < np.inf))
+    if bad.any() or not integers:
+        return INVALID, int(lines[np.argmax(bad)])
+    fraction = (values >= INTEGER_BOUND) | (np.floor(values) != values)
+    return 1, int(lines[np.argmax(fraction)])
+
+
+def _unsigned(positions: Any) -> Any:
+    """Signed indices seen as unsigned (a view): negative ones are then too large."""
+    return (
+        positions.view(f"u{positions.dtype.itemsize}") if positions.dtype.kind == "i" else positions
+    )
 
 
 def _sorted(positions: Any, indptr: Any) -> bool:

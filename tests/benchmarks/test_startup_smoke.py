@@ -18,7 +18,7 @@ def test_startup_benchmark_one_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--runs", "1", "--dir", str(tmp_path)]) == 0
+    assert module.main(["--runs", "1", "--dir", str(tmp_path), "--no-larger"]) == 0
     out = capsys.readouterr().out
     rows = {line.split(" | ")[0][2:]: line for line in out.splitlines() if line.startswith("| ")}
     for case in (
@@ -29,13 +29,12 @@ def test_startup_benchmark_one_run(tmp_path: Path, capsys: pytest.CaptureFixture
         "cytepool info SMALL.cube.zarr",
         "first from_cells, small",
         "first from_cells, medium",
-        "first from_cells, large, cache warm",
-        "first from_cells, large, cache cold",
+        "first from_cells, large",
     ):
         assert case in rows, case
-    assert "first call" in rows["first from_cells, large, cache warm"]
-    assert "numba" in rows["first from_cells, large, cache cold"]  # the kernels need it
-    for size in ("small", "medium"):  # pooled with numpy
+    assert "first call" in rows["first from_cells, large"]
+    assert not any("larger" in case for case in rows)  # --no-larger
+    for size in ("small", "medium", "large"):  # pooled with numpy
         assert "numba" not in rows[f"first from_cells, {size}"]
     assert list(tmp_path.iterdir()) == []  # the cube file and numba caches are removed
 
