@@ -452,12 +452,12 @@ def table(results: dict[str, list[dict[str, Any]]], equal: dict[str, str]) -> st
     lines = [
         f"X: {x_bytes / 2**30:.2f} GiB (CSR: float32 data, int32 indices)",
         "",
-        "| case | median s | × from_cells | extra memory | % of X | sums |",
-        "|---|---:|---:|---:|---:|---|",
+        "| case | median s | × from_cells | of it system s | extra memory | % of X | sums |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for case, runs in results.items():
         if "skipped" in runs[0]:
-            lines.append(f"| {case} | skipped: {runs[0]['skipped']} | | | | |")
+            lines.append(f"| {case} | skipped: {runs[0]['skipped']} | | | | | |")
             continue
         label = LABELS[case].format(version=runs[0]["version"])
         seconds = statistics.median(r["seconds"] for r in runs)
@@ -465,8 +465,10 @@ def table(results: dict[str, list[dict[str, Any]]], equal: dict[str, str]) -> st
         memory = statistics.median(extras) if extras else None
         mem = "–" if memory is None else f"{memory / 2**20:,.0f} MiB"
         share = "–" if memory is None else f"{100 * memory / x_bytes:.1f}%"
+        system = statistics.median(r["system"] for r in runs)
         lines.append(
-            f"| {label} | {seconds:.3f} | {seconds / base:.2f} | {mem} | {share} | {equal[case]} |"
+            f"| {label} | {seconds:.3f} | {seconds / base:.2f} | {system:.3f} | {mem} | {share} "
+            f"| {equal[case]} |"
         )
     return "\n".join(lines)
 

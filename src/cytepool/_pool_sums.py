@@ -4,13 +4,13 @@ The first :func:`cytepool.from_cells` of a process need not start numba: its set
 0.4-0.6 s with the kernel cache warm, while numpy pools about 5 ms per million values and the
 kernels about 3 (two threads), so below some 120 million values a first call is done sooner
 without numba (measured on two cores; with more, the kernels gain and the crossover falls,
-hence the margin of FIRST_VALUES). So until the kernels are loaded, an input of at most ``FIRST_VALUES``
+hence the margin). So until the kernels are loaded, an input of at most ``FIRST_VALUES``
 stored values is pooled here; once they are, only blocks of at most ``SMALL_VALUES``. Such
-inputs draw on ``NUMPY_BUDGET`` values per process (about numba's set-up time in numpy
-pooling): a process that pools many of them starts numba once the budget is spent, and does
-not pay numpy's slower pooling for ever. A block is added in pieces of whole rows
-(CSR) or columns (CSC) of about ``PIECE_VALUES`` values, so numpy's temporary arrays stay small
-whatever the block.
+inputs draw on ``NUMPY_BUDGET`` values per process (about what numpy's slower pooling may cost
+against numba's set-up): a process that pools many of them starts numba once the budget is
+spent, and does not pay numpy's slower pooling for ever. A block is added in pieces of whole
+rows (CSR) or columns (CSC) of about ``PIECE_VALUES`` values, so numpy's temporary arrays stay
+small whatever the block.
 
 :func:`scatter` adds a CSR or CSC block into the running sums as the numba kernels of
 :mod:`cytepool._pool_kernels` do, with the same results: int64 sums of whole numbers, float64
