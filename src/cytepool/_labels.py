@@ -87,8 +87,9 @@ def _equal(a: Any, b: Any) -> bool:
 
 def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]:
     """Codes (-1: missing) into the distinct labels, from a Categorical or any array-like."""
-    if hasattr(type(labels), "compute") and hasattr(type(labels), "dask"):  # of the type: a
-        labels = labels.compute()  # pandas Series would look the names up in its index
+    # asked of the type: a pandas Series would look the names up in its index (slow)
+    if hasattr(type(labels), "compute") and hasattr(type(labels), "dask"):
+        labels = labels.compute()
     categorical = _categorical(labels)
     if categorical is not None:
         return np.asarray(categorical.codes, dtype=np.int64), list(categorical.categories)

@@ -126,11 +126,8 @@ def _flags(values: Any, columns: Any, bound: Any) -> int:  # pragma: no cover - 
         invalid_index |= np.uint64(columns[k]) >= bound
         invalid_value |= (not v >= 0) | (v == np.inf)
         not_integer |= (v >= INTEGER_BOUND) | (np.floor(v) != v)
-    return (
-        _NOT_INTEGER * not_integer
-        + _INVALID_VALUE * invalid_value
-        + (_INVALID_INDEX * invalid_index)
-    )
+    flags = _NOT_INTEGER * not_integer + _INVALID_VALUE * invalid_value
+    return flags + _INVALID_INDEX * invalid_index
 
 
 @numba.njit(cache=True, nogil=True)
