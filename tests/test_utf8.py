@@ -36,6 +36,18 @@ def test_buffers_slice_blank_and_list_like_python(values: list[str]) -> None:
     assert buffer.blank(mask).to_list() == blanked
 
 
+@pytest.mark.parametrize("values", CASES)
+def test_buffers_give_their_strs(values: list[str]) -> None:
+    strs = Utf8Buffer.from_str(values).to_str()
+    assert strs == values
+    assert all(type(s) is str for s in strs)
+    # a buffer whose offsets start past its first byte (a view of a larger one)
+    joined = b"--" + "".join(values).encode()
+    offsets = np.concatenate([[0], np.cumsum([len(v.encode()) for v in values])]) + 2
+    shifted = Utf8Buffer(offsets.astype(np.int64), np.frombuffer(joined, dtype=np.uint8))
+    assert shifted.to_str() == values
+
+
 def test_parts_join_in_order_and_are_consumed() -> None:
     parts = [Utf8Buffer.from_str(["a", "bc"]).utf8(0, 2), Utf8Buffer.from_str(["", "é"]).utf8(0, 2)]
     joined = Utf8Buffer.from_parts(parts)

@@ -175,6 +175,24 @@ class Utf8Buffer:
         data = self.data.tobytes()
         return [data[a:b] for a, b in pairwise(self.offsets.tolist())]
 
+    def to_str(self) -> list[str]:
+        """One ``str`` per item, for items each valid UTF-8 (as every reader here checks).
+
+        The items are joined with a NUL before each, decoded once and split in C; items that
+        hold a NUL themselves are decoded one by one.
+        """
+        n = len(self)
+        first, last = (int(self.offsets[0]), int(self.offsets[-1])) if n else (0, 0)
+        data = self.data[first:last]
+        if np.count_nonzero(data) != len(data):
+            return [item.decode("utf-8") for item in self.to_list()]
+        separators = self.offsets[:-1] - first + np.arange(n)
+        joined = np.zeros(len(data) + n, dtype=np.uint8)
+        keep = np.ones(len(joined), dtype=bool)
+        keep[separators] = False
+        joined[keep] = data
+        return str(joined.data, "utf-8").split("\0")[1:]
+
     def to_arrow(self, mask: np.ndarray[Any, Any] | None = None) -> Any:
         """A pyarrow ``string`` array (``large_string`` beyond 2 GiB), null where ``mask``."""
         import pyarrow as pa

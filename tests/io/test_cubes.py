@@ -271,6 +271,30 @@ def test_layout_and_attributes(stored: Path, cube: Cube) -> None:
     assert normalization.dimension_names == ("groups", "samples")
 
 
+def test_consolidated_documents_read_as_their_bytes_and_apart(stored: Path) -> None:
+    """A consolidated handle gives a node's document parsed (not written out and read again):
+    the same as the bytes it serves, and a copy of its own each time."""
+    from cytepool.io.zarr.consolidated import consolidated_documents, read_through
+    from cytepool.io.zarr.fields import METADATA_FILE, loads
+    from cytepool.io.zarr.store import LocalStore
+
+    handle = LocalStore(stored).open()
+    root = loads((stored / METADATA_FILE).read_bytes(), "root")
+    documents = consolidated_documents(root, "root")
+    assert documents
+    through = read_through(handle, root, documents, handle.version(METADATA_FILE))
+    for key in ["", *documents]:
+        name = f"{key}/{METADATA_FILE}" if key else METADATA_FILE
+        document, version = through.document(name)
+        blob = through.get(name, limit=1 << 20)
+        assert document == loads(blob.data, name)
+        assert version == blob.version
+        document.clear()
+        assert through.document(name)[0] == loads(blob.data, name)
+    assert through.document("layers/counts/c/0/0/0") is None  # a chunk: no document
+    assert through.document("nowhere/zarr.json") is None
+
+
 def test_layer_chunks_hold_whole_groups() -> None:
     assert cubes._layer_chunks((12, 48, 30_000), 4) == (1, 48, 5461)
     assert cubes._layer_chunks((2, 100_000, 30_000), 8) == (1, 128, 1024)

@@ -44,10 +44,11 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
     digest = stored_digest(stored)
     index = stored.index
     named = stored.index_name == ID_COLUMNS[axis]
-    if digest is None or not named or not isinstance(index, Dense) or not _plain_ids(index):
+    strings = _plain_ids(index)
+    if digest is None or not named or strings is None:
         return stored.frame(backend)
     check_installed(backend)
-    ids = index.values[0 : stored.n_rows].tolist()
+    ids = strings.buffer.to_str()
     try:
         position = unique_positions(ids, axis, "holds")
     except ValueError as error:
@@ -64,13 +65,14 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
     return AxisTable.deferred(axis, make, ids, schema, digest, position)
 
 
-def _plain_ids(index: Column) -> bool:
-    """Whether the ids are strings with none missing (pandas 3 stores them as nullable)."""
+def _plain_ids(index: Column) -> Utf8Strings | None:
+    """The ids, if they are strings with none missing (pandas 3 stores them as nullable)."""
     if not isinstance(index, Dense) or not isinstance(index.values, Utf8Strings):
-        return False
+        return None
     if index.kind == "string":
-        return True
-    return index.kind == "nullable-string" and not np.asarray(index.mask, dtype=bool).any()
+        return index.values
+    missing = index.kind != "nullable-string" or np.asarray(index.mask, dtype=bool).any()
+    return None if missing else index.values
 
 
 def _type_name(column: Column) -> str:

@@ -79,6 +79,10 @@ def read_document(
 def _read(node: StorePath) -> tuple[Any, Version, str]:
     key = join(node.key, METADATA_FILE)
     where = node.handle.where(key)
+    parsed = getattr(node.handle, "document", None)  # a consolidated handle: parsed already
+    found = None if parsed is None else parsed(key)
+    if found is not None:
+        return found[0], found[1], where
     try:
         blob = node.handle.get(key, limit=MAX_METADATA_BYTES)
     except TooLargeError as error:

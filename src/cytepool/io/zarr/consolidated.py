@@ -203,6 +203,19 @@ class ConsolidatedHandle:
         head, _, tail = key.rpartition("/")
         return head if tail == METADATA_FILE else None
 
+    def document(self, key: str) -> tuple[Any, Version] | None:
+        """A metadata document of the copy, parsed (a copy of its own) with its version; None
+        if ``key`` is no document the copy holds.
+
+        The root document was parsed strictly as a whole, so the documents it holds need not be
+        written out and parsed again, as ``get`` does for readers that ask for bytes.
+        """
+        node = self._node(key)
+        if node is None:
+            return None
+        document = self._store.root if node == "" else self._store.documents.get(node)
+        return None if document is None else (_json_copy(document), self._store.version)
+
     def _text(self, node: str) -> bytes | None:
         """The document of ``node`` as JSON, made once per handle (reads ask again and again)."""
         text = self._texts.get(node)
@@ -296,3 +309,12 @@ def fetch_ahead(
         if under and document.get("node_type") == "array":
             keys.extend(chunk_keys(key, document, handle.where(f"{key}/{METADATA_FILE}")))
     prefetch(keys, limit=limit)
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of parsed JSON (dicts and lists copied, other values shared: they are immutable)."""
+    if isinstance(value, dict):
+        return {key: _json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(item) for item in value]
+    return value
