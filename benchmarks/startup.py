@@ -219,8 +219,7 @@ def cases(python: str, cube: Path, caches: Path, larger: bool = True) -> list[Ca
         code = FIRST_CALL.replace("N_CELLS", str(n_cells)).replace("N_GENES", str(n_genes))
         return [python, "-c", code, *HEAVY]
 
-    big = first_call("larger")
-    return [
+    every = [
         Case("python -c pass", [python, "-c", "pass"]),
         Case("import cytepool", [python, "-c", "import cytepool"]),
         Case("import cytepool.io", [python, "-c", "import cytepool.io"]),
@@ -229,20 +228,14 @@ def cases(python: str, cube: Path, caches: Path, larger: bool = True) -> list[Ca
         Case("first from_cells, small", first_call("small"), reports=True),
         Case("first from_cells, medium", first_call("medium"), reports=True),
         Case("first from_cells, large", first_call("large"), reports=True),
-        *(
-            [
-                Case(
-                    "first from_cells, larger, cache warm",
-                    big,
-                    lambda: {"NUMBA_CACHE_DIR": str(warm)},
-                    reports=True,
-                ),
-                Case("first from_cells, larger, cache cold", big, cold, reports=True),
-            ]
-            if larger
-            else []
-        ),
     ]
+    if larger:
+        big, warm_env = first_call("larger"), {"NUMBA_CACHE_DIR": str(warm)}
+        every.append(
+            Case("first from_cells, larger, cache warm", big, lambda: warm_env, reports=True)
+        )
+        every.append(Case("first from_cells, larger, cache cold", big, cold, reports=True))
+    return every
 
 
 def row(case: Case, heavy: dict[str, float], floor: float) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "SQUARES_LIMIT",
     "Overflow",
     "check_wrap",
+    "first_fraction",
     "overflow_error",
     "piece",
     "pieces",
@@ -117,12 +118,11 @@ def scatter(
     n_values = int(indptr[-1])
     values, positions = data[:n_values], indices[:n_values]
     sizes = np.diff(indptr)
+    own = np.arange(first_line, first_line + len(sizes))  # the block's lines
     if not _fine(values, positions, n_positions, integers):  # then find the first problem
-        lines = np.repeat(np.arange(first_line, first_line + len(sizes)), sizes)
-        return _problem(values, positions, n_positions, integers, lines)
+        return _problem(values, positions, n_positions, integers, np.repeat(own, sizes))
     total, detected, squares = sums
     n_features = total.shape[1]
-    own = np.arange(first_line, first_line + len(sizes))  # the block's lines
     if by_row:  # a row's profile times n_features, repeated over its values
         keys = np.repeat(profiles[own] * n_features, sizes) + positions
     else:
@@ -160,8 +160,26 @@ def _problem(
     bad = (_unsigned(positions) >= n_positions) | ~((values >= 0) & (values < np.inf))
     if bad.any() or not integers:
         return INVALID, int(lines[np.argmax(bad)])
-    fraction = (values >= INTEGER_BOUND) | (np.floor(values) != values)
-    return 1, int(lines[np.argmax(fraction)])
+    return 1, int(lines[np.argmax(_not_whole(values))])
+
+
+def first_fraction(
+    block: tuple[Any, Any, Any], line: int, at: tuple[int, int], by_row: bool
+) -> tuple[int, int, float]:
+    """The first value of a line (a row of CSR, a column of CSC) of ``block`` that is no
+    whole number below INTEGER_BOUND, with its row and column in the input (the line's first
+    cell is at ``at``)."""
+    data, indices, indptr = block
+    values = np.asarray(data[indptr[line] : indptr[line + 1]], dtype=np.float64)
+    k = int(np.argmax(_not_whole(values)))
+    i = int(indices[indptr[line] + k])
+    row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
+    return row, column, float(values[k])
+
+
+def _not_whole(values: Any) -> Any:
+    """Where a value (finite, >= 0) is no whole number below INTEGER_BOUND: a boolean array."""
+    return (values >= INTEGER_BOUND) | (np.floor(values) != values)
 
 
 def _unsigned(positions: Any) -> Any:

@@ -185,7 +185,7 @@ class AxisTable:
     @property
     def position(self) -> dict[str, int]:
         if self._position is None:
-            self._position = dict(zip(self.ids, range(len(self.ids)), strict=True))
+            self._position = _positions(self.ids)
         return self._position
 
     def locate(self, ids: Sequence[str]) -> Index:
@@ -277,10 +277,14 @@ class AxisTable:
 
 def unique_positions(ids: Sequence[str], axis: str, verb: str) -> dict[str, int]:
     """Each id's position, for ids checked to be unique (InputError naming those that are not)."""
-    position = dict(zip(ids, range(len(ids)), strict=True))
+    position = _positions(ids)
     if len(position) != len(ids):
         check_unique(ids, axis, verb)
     return position
+
+
+def _positions(ids: Sequence[str]) -> dict[str, int]:
+    return dict(zip(ids, range(len(ids)), strict=True))
 
 
 def check_unique(ids: Sequence[str], axis: str, verb: str) -> None:

@@ -419,9 +419,7 @@ class _Sums:
                     _raise_invalid(*line(task))
             tasks = [task for task, code in zip(tasks, status, strict=True) if code]
             if tasks:
-                self.fraction = self.fraction or _first_fraction(*line(tasks[0]))
-                self.totals = self.totals.astype(np.float64)
-                self.squares = self.squares.astype(np.float64)
+                self._to_float64(line(tasks[0]))
         self.squares_bound = np.inf if self.squares.shape[1] else 0.0  # numba checks from now
 
     def _add_small(self, block: Block, profiles: Any, first: int, *, by_row: bool = False) -> bool:
@@ -454,13 +452,19 @@ class _Sums:
             )
             if status == 0:
                 return
-            at = (self.offset[0] + first, self.offset[1])
-            at = (at[0] + line, at[1]) if by_row else (at[0], at[1] + line)
+            row, column = self.offset[0] + first, self.offset[1]
+            at = (row + line, column) if by_row else (row, column + line)
+            where = (piece, line - line0, at, by_row)
             if status == _pool_sums.INVALID:
-                _raise_invalid(piece, line - line0, at, by_row)
-            self.fraction = self.fraction or _first_fraction(piece, line - line0, at, by_row)
-            self.totals = self.totals.astype(np.float64)
-            self.squares = self.squares.astype(np.float64)
+                _raise_invalid(*where)
+            self._to_float64(where)
+
+    def _to_float64(self, where: _Line) -> None:
+        """Note the first value that is no whole number (at ``where``, if the first met) and
+        make the sums float64."""
+        self.fraction = self.fraction or _pool_sums.first_fraction(*where)
+        self.totals = self.totals.astype(np.float64)
+        self.squares = self.squares.astype(np.float64)
 
     def overflowed(self) -> int:
         """The first profile with a sum of squares that wrapped around (turned negative)."""
@@ -518,21 +522,6 @@ def _raise_invalid(block: Block, line: int, at: tuple[int, int], by_row: bool) -
     what = f"row {at[0]} holds column" if by_row else f"column {at[1]} holds row"
     msg = f"{_words.matrix()}: the sparse matrix is invalid: {what} indices out of range"
     raise InputError(msg)
-
-
-def _first_fraction(
-    block: Block, line: int, at: tuple[int, int], by_row: bool
-) -> tuple[int, int, float]:
-    """The first value of a row (or column) that is not a whole number below 2**31, and where.
-
-    The arguments are as for :func:`_raise_invalid`; the kernel found such a value there.
-    """
-    data, indices, indptr = block
-    values = np.asarray(data[indptr[line] : indptr[line + 1]], dtype=np.float64)
-    k = int(np.argmax((values >= _pool_sums.INTEGER_BOUND) | (np.floor(values) != values)))
-    i = int(indices[indptr[line] + k])
-    row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
-    return row, column, float(values[k])
 
 
 def _fraction_of(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int, float] | None:
