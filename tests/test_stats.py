@@ -200,17 +200,19 @@ def test_variance_of_floats_is_clamped_at_zero_and_accurate() -> None:
     assert 0.0 <= found[2] < 1e-15
 
 
-def test_variance_of_large_integers_falls_back_to_float64() -> None:
-    """Integer sums whose n·Σx² and (Σx)² do not fit int64: the float64 formula."""
+def test_variance_of_large_integers_is_exact() -> None:
+    """Integer sums whose n·Σx² and (Σx)² do not fit int64: still the exact value, rounded once."""
+    from fractions import Fraction
+
     rng = np.random.default_rng(6)
     values = rng.integers(0, 2**27, (50, 4))
     cells = Cells(values, np.array(["s1"] * 50), np.array(["T"] * 50))
     cube = cells.cube(np.int64)
-    assert int(cube.to_numpy("counts").max()) ** 2 > 2**63  # past the exact int64 path
+    assert int(cube.to_numpy("counts").max()) ** 2 > 2**63  # past int64
     found = np.asarray(cube.variance())[2, 1]
     sums, squares = values.astype(object).sum(axis=0), (values.astype(object) ** 2).sum(axis=0)
-    exact = [(50 * q - s * s) / (50 * 49) for q, s in zip(squares, sums, strict=True)]
-    np.testing.assert_allclose(found, np.array(exact, dtype=np.float64), rtol=1e-12)
+    exact = [float(Fraction(50 * q - s * s, 50 * 49)) for q, s in zip(squares, sums, strict=True)]
+    np.testing.assert_array_equal(found, np.array(exact))
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from cytepool import _exact
 from cytepool._parts import CubeParts
 from cytepool.errors import ConstraintError, InputError, InputTypeError, UnknownIdError
 from cytepool.layers import Index, LazyLayer
@@ -26,7 +27,6 @@ Formula = Callable[..., np.ndarray[Any, np.dtype[np.float64]]]
 Locate = Callable[[int, int], str]
 
 _EPS = float(np.finfo(np.float64).eps)
-_EXACT = 2**63 - 1  # integer numerators up to this are computed exactly in int64
 
 
 class Statistic(LazyLayer):
@@ -86,10 +86,20 @@ def _needed(parts: CubeParts, name: str, what: str, hint: str) -> str:
 
 
 def _per_cell(cells: np.ndarray[Any, Any], sums: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """``sums / cells`` per profile row in float64, NaN in rows of 0 cells."""
-    n = np.asarray(cells, dtype=np.float64)[:, None]
+    """``sums / cells`` per profile row in float64, NaN in rows of 0 cells.
+
+    Each value is the quotient rounded once to float64, for integer sums of any size too.
+    """
+    n = np.asarray(cells, dtype=np.int64)[:, None]
     out = np.full(sums.shape, np.nan)
     np.divide(sums, n, out=out, where=n > 0, casting="unsafe")
+    if sums.dtype.kind in "iu" and sums.size and int(sums.max()) > _exact.FLOAT_EXACT:
+        rows = np.broadcast_to(n, sums.shape)
+        big = (rows > 0) & (sums > _exact.FLOAT_EXACT)
+        fine = np.nonzero(big & (sums <= _exact.INT64_MAX) & (rows <= _exact.FLOAT_EXACT))
+        out[fine] = _exact.quotient(sums[fine].astype(np.int64), rows[fine])
+        wide = np.nonzero(big & ((sums > _exact.INT64_MAX) | (rows > _exact.FLOAT_EXACT)))
+        out[wide] = (sums[wide].astype(object) / rows[wide].astype(object)).astype(np.float64)
     return out
 
 
@@ -150,29 +160,28 @@ def _variance(
 ) -> np.ndarray[Any, Any]:
     """``(n Σx² − (Σx)²) / (n (n − ddof))`` per value; NaN where ``n <= ddof``.
 
-    Integer sums give the numerator exactly (in int64, when it fits); otherwise it is
-    ``Σx² − Σx (Σx / n)`` in float64, where rounding may leave a tiny negative value, set to 0.
+    Integer layers give every value exactly, rounded once to float64 (:func:`_exact_variance`);
+    float layers give ``Σx² − Σx (Σx / n)`` in float64, where rounding may leave a tiny
+    negative value, set to 0. Each value is decided on its own, never by what is read with it.
     """
     n = np.asarray(cells, dtype=np.int64)[:, None]
     defined = np.broadcast_to(n > ddof, sums.shape)
+    squares = np.asarray(squares)
+    if sums.dtype.kind in "iu" and squares.dtype.kind in "iu":
+        return _exact_variance(n, sums, squares, ddof, where)
     out = np.full(sums.shape, np.nan)
-    if not defined.any():
-        return out
-    numerator, scale = _numerator(n, sums, squares, where)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        values = numerator / (scale * (n - ddof))
-    out[defined] = values[defined]
+    if defined.any():
+        numerator = _float_numerator(n, sums, squares, where)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = numerator / (n - ddof).astype(np.float64)
+        out[defined] = values[defined]
     return out
 
 
-def _numerator(
+def _float_numerator(
     n: np.ndarray[Any, Any], sums: np.ndarray[Any, Any], squares: Any, where: Locate
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The numerator over a scale: ``(n Σx² − (Σx)², n)`` exactly, or ``(Σx² − Σx·mean, 1)``."""
-    if _exact(n, sums, squares):
-        num = n * squares.astype(np.int64) - sums.astype(np.int64) ** 2
-        _check_consistent(num < 0, num, where)
-        return num.astype(np.float64), np.maximum(n, 1).astype(np.float64)
+) -> np.ndarray[Any, Any]:
+    """``Σx² − Σx·(Σx / n)`` in float64, clamped at 0 (``n·Σx² − (Σx)²`` over ``n``)."""
     s = sums.astype(np.float64)
     q = np.asarray(squares, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -181,23 +190,69 @@ def _numerator(
     # rounding leaves at most a few ulps of q and (Σx)²/n; more is not rounding
     bad = num < -8 * _EPS * (q + np.nan_to_num(mean_sq))
     _check_consistent(bad & (n > 0), num, where)
-    return np.maximum(num, 0.0), np.ones_like(n, dtype=np.float64)
+    return np.maximum(num, 0.0)
 
 
-def _exact(n: np.ndarray[Any, Any], sums: np.ndarray[Any, Any], squares: Any) -> bool:
-    """Whether ``n Σx² − (Σx)²`` fits int64 for integer layers (checked in Python integers)."""
-    if sums.dtype.kind not in "iu" or squares.dtype.kind not in "iu" or sums.size == 0:
-        return sums.size == 0
-    top_s, top_q, top_n = int(sums.max()), int(squares.max()), int(n.max())
-    return top_s * top_s <= _EXACT and top_n * top_q <= _EXACT
+def _exact_variance(
+    n: np.ndarray[Any, Any],
+    sums: np.ndarray[Any, Any],
+    squares: np.ndarray[Any, Any],
+    ddof: int,
+    where: Locate,
+) -> np.ndarray[Any, Any]:
+    """The variance of integer layers, each value exact and rounded once to float64.
+
+    Vectorised in int64 where ``n Σx² − (Σx)²`` is below 2**62 and ``n (n − ddof)`` at most
+    2**53 (see :mod:`cytepool._exact`); the other values in Python integers. Which way a
+    value goes depends on its own ``n``, ``Σx`` and ``Σx²`` only, and both give the same.
+    """
+    numerator, known = _exact.numerator(n, sums, squares)
+    _check_consistent(known & (numerator < 0), numerator, where)
+    scale = np.where((n <= _exact.SQRT_FLOAT_EXACT) & (n > ddof), n * (n - ddof), 0)
+    quick = np.nonzero(np.broadcast_to(known & (scale > 0), sums.shape))
+    out = np.full(sums.shape, np.nan)
+    out[quick] = _exact.quotient(numerator[quick], np.broadcast_to(scale, sums.shape)[quick])
+    wide = np.nonzero(
+        np.broadcast_to(~known & (n > 0) | known & (scale == 0) & (n > ddof), sums.shape)
+    )
+    if wide[0].size:
+        rows = np.broadcast_to(n, sums.shape)[wide]
+        out[wide] = _wide_variance(rows, sums[wide], squares[wide], ddof, wide, where)
+    return out
+
+
+def _wide_variance(
+    n: np.ndarray[Any, Any],
+    sums: np.ndarray[Any, Any],
+    squares: np.ndarray[Any, Any],
+    ddof: int,
+    at: tuple[np.ndarray[Any, Any], ...],
+    where: Locate,
+) -> np.ndarray[Any, Any]:
+    """The variance of some values (1-d) in Python integers; NaN where ``n <= ddof``."""
+    numerator = _exact.wide_numerator(n, sums, squares)
+    bad = np.flatnonzero(np.asarray(numerator < 0, dtype=bool))
+    if bad.size:
+        k = int(bad[0])
+        _inconsistent(where(int(at[0][k]), int(at[1][k])), numerator[k])
+    defined = n > ddof
+    rows = n[defined].astype(object)
+    out = np.full(n.shape, np.nan)
+    out[defined] = (numerator[defined] / (rows * (rows - ddof))).astype(np.float64)
+    return out
 
 
 def _check_consistent(bad: np.ndarray[Any, Any], numerator: Any, where: Locate) -> None:
+    """ConstraintError at the first position of ``bad``, naming it and its numerator."""
     if bad.any():
         i, j = (int(k) for k in np.argwhere(bad)[0])
-        msg = (
-            f"variance, {where(i, j)}: the sum of squares is smaller than the square of the sum "
-            f"allows (n·Σx² − (Σx)² = {numerator[i, j]}, expected >= 0); the squares layer does "
-            "not hold the sums of x² over the same cells as the sums"
-        )
-        raise ConstraintError(msg)
+        _inconsistent(where(i, j), numerator[i, j])
+
+
+def _inconsistent(place: str, numerator: Any) -> None:
+    msg = (
+        f"variance, {place}: the sum of squares is smaller than the square of the sum "
+        f"allows (n·Σx² − (Σx)² = {numerator}, expected >= 0); the squares layer does "
+        "not hold the sums of x² over the same cells as the sums"
+    )
+    raise ConstraintError(msg)
