@@ -192,12 +192,32 @@ class Cube:
         layer
             The layer's name.
 
+        Returns
+        -------
+        numpy.ndarray
+            A new array of the layer's data type, one row per sample and one column per
+            feature, in the cube's order. A lazy layer reads only this group (a sum, such as
+            a merged group, is computed now), and its values are checked as they are read.
+
         Raises
         ------
         KeyError
-            For an unknown group id or layer.
+            For an unknown group id or layer (:class:`~cytepool.errors.UnknownIdError`).
         IndexError
             For a position out of range.
+        TypeError
+            For a group that is neither a string nor an integer.
+        ValueError
+            As :class:`~cytepool.errors.ConstraintError`, for a value of a lazy layer that
+            is negative, not finite or not 0 in a profile of 0 cells; as
+            :class:`~cytepool.errors.FormatError`, for a group of a cube file whose values do
+            not match their stored digest.
+        OverflowError
+            For a sum (merged groups, pooled samples, added cubes) that does not fit the
+            layer's data type.
+        RuntimeError
+            As :class:`~cytepool.errors.StoreChangedError`, if the cube file was replaced
+            since the cube was read from it.
 
         Examples
         --------
@@ -222,8 +242,27 @@ class Cube:
     def to_numpy(self, layer: str = "counts") -> np.ndarray[Any, Any]:
         """A layer as a numpy array ``(n_groups, n_samples, n_features)``.
 
-        A layer held in memory is returned as a read-only view; any other is read group by
-        group into a new array.
+        Parameters
+        ----------
+        layer
+            The layer's name.
+
+        Returns
+        -------
+        numpy.ndarray
+            The layer's values in its data type. A layer held in memory is returned as a
+            read-only view; any other is read group by group into a new array.
+
+        Raises
+        ------
+        KeyError
+            For an unknown layer (:class:`~cytepool.errors.UnknownIdError`).
+        ValueError
+            As :class:`~cytepool.errors.ConstraintError` or
+            :class:`~cytepool.errors.FormatError`, for values of a lazy layer that break the
+            cube's constraints or do not match their stored digest (see :meth:`profiles`).
+        OverflowError
+            For a sum that does not fit the layer's data type.
 
         Examples
         --------
@@ -395,9 +434,29 @@ class Cube:
     # ----------------------------------------------------------------------- statistics
 
     def mean(self, layer: str = "counts") -> Statistic:
-        """The mean per cell of every profile, ``layer / cells``: a lazy float64
-        :class:`~cytepool.Statistic` of the cube's shape, NaN where a profile has 0
-        cells. KeyError (:class:`~cytepool.errors.UnknownIdError`) for an unknown layer.
+        """The mean per cell of every profile, ``layer / cells``, as a lazy float64 layer.
+
+        Parameters
+        ----------
+        layer
+            The layer of the sums ``Σx`` over the cells of every profile.
+
+        Returns
+        -------
+        Statistic
+            A lazy, read-only float64 layer of the cube's shape ``Σx / n`` (``n`` the
+            profile's cells), NaN where a profile has 0 cells. Nothing is read until it is
+            indexed; a read takes one group at a time. Each value is the quotient rounded
+            once to float64, also for integer sums past 2**53.
+
+        Raises
+        ------
+        KeyError
+            For an unknown layer (:class:`~cytepool.errors.UnknownIdError`).
+
+        See Also
+        --------
+        variance, fraction_detected
 
         Examples
         --------
@@ -411,9 +470,12 @@ class Cube:
         ...     features=pd.DataFrame({"feature_id": ["a", "b"]}),
         ...     cells=[[2, 0]],
         ... )
-        >>> cube.mean().profiles("T"), cube.variance().profiles("T")[0]
-        (array([[1.5, 0. ],
-               [nan, nan]]), array([0.5, 0. ]))
+        >>> mean = cube.mean()
+        >>> mean
+        <Statistic 'mean of counts' 1 x 2 x 2 float64>
+        >>> mean.profiles("T")
+        array([[1.5, 0. ],
+               [nan, nan]])
         """
         return _stats.mean(self._parts, layer)
 
@@ -422,17 +484,84 @@ class Cube:
     ) -> Statistic:
         """The variance over the cells of every profile, as a lazy float64 layer.
 
-        ``(n Σx² − (Σx)²) / (n (n − ddof))`` from ``layer`` (Σx), its sums of squares (Σx²:
-        ``"squares"`` for ``"counts"``, else name the layer) and the cells (n); NaN where
-        ``n <= ddof``. See "Statistics and filters" for its numerical limits, :meth:`mean`
-        for an example; KeyError (:class:`~cytepool.errors.UnknownIdError`) for a missing layer.
+        For a profile of ``n`` cells with sums ``Σx`` (``layer``) and ``Σx²`` (``squares``),
+        the variance is ``(n Σx² − (Σx)²) / (n (n − ddof))``: numpy's ``var(x, ddof=ddof)``
+        over the profile's cells, recovered from sums that stay exact when groups are merged
+        or samples pooled.
+
+        Parameters
+        ----------
+        layer
+            The layer of the sums ``Σx``.
+        ddof
+            Delta degrees of freedom, an integer >= 0: 1 for the sample variance, 0 for the
+            population variance.
+        squares
+            The layer of the sums of squares ``Σx²`` of ``layer``; None means ``"squares"``,
+            which pairs with ``"counts"`` only (as :func:`cytepool.from_cells` pools them
+            with ``layers=(..., "squares")``).
+
+        Returns
+        -------
+        Statistic
+            A lazy, read-only float64 layer of the cube's shape, NaN where ``n <= ddof``.
+            For integer layers every value is exact: ``n Σx² − (Σx)²`` is computed without
+            rounding at any size (in int64, or in wider integers for the values that need
+            them) and the quotient is rounded once to float64, so a value does not depend
+            on the other profiles read with it. For float layers it is ``Σx² − Σx (Σx / n)``
+            in float64, clamped at 0: within about ``ε (1 + mean² / variance)`` relative
+            (ε = 2.2e-16).
+
+        Raises
+        ------
+        KeyError
+            For a missing layer (:class:`~cytepool.errors.UnknownIdError`), saying how to
+            pool the squares.
+        TypeError
+            For a ``ddof`` that is not an integer
+            (:class:`~cytepool.errors.InputTypeError`).
+        ValueError
+            For a negative ``ddof``, or ``squares=None`` with a layer other than
+            ``"counts"`` (:class:`~cytepool.errors.InputError`); when read, as
+            :class:`~cytepool.errors.ConstraintError` naming the group, sample and feature,
+            for sums of squares smaller than the sums allow (``n Σx² < (Σx)²``: they do not
+            come from the same cells).
+
+        See Also
+        --------
+        mean
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import cytepool
+        >>> x = 2**30 + np.array([[1], [2], [3], [5]])  # 4 cells of one feature; (Σx)² > 2**63
+        >>> labels = {"sample_labels": list("aaab"), "group_labels": list("TTTT")}
+        >>> cube = cytepool.from_cells(x, **labels, layers=("counts", "squares"))
+        >>> cube.variance().profiles("T")  # sample b has 1 cell: NaN for ddof=1
+        array([[ 1.],
+               [nan]])
+        >>> cube.variance(ddof=0).profiles("T")[0], np.var(x[:3], ddof=0)
+        (array([0.66666667]), np.float64(0.6666666666666666))
         """
         return _stats.variance(self._parts, layer, ddof, squares)
 
     def fraction_detected(self) -> Statistic:
-        """The fraction of cells in which each feature is > 0, ``detected / cells``: a lazy
-        float64 :class:`~cytepool.Statistic`, NaN where a profile has 0 cells; KeyError
-        (:class:`~cytepool.errors.UnknownIdError`) without a ``"detected"`` layer.
+        """The fraction of cells in which each feature is > 0, as a lazy float64 layer.
+
+        Returns
+        -------
+        Statistic
+            A lazy, read-only float64 layer of the cube's shape, ``detected / cells`` from
+            the layer ``"detected"`` (the number of cells with a value > 0, as
+            :func:`cytepool.from_cells` pools it with ``layers=(..., "detected")``), NaN
+            where a profile has 0 cells.
+
+        Raises
+        ------
+        KeyError
+            Without a ``"detected"`` layer (:class:`~cytepool.errors.UnknownIdError`),
+            saying how to pool it.
 
         Examples
         --------
@@ -456,10 +585,40 @@ class Cube:
     def filter_profiles(
         self, min_cells: float = 10, min_counts: float = 1000, *, layer: str = "counts"
     ) -> Cube:
-        """Empty the profiles with < ``min_cells`` cells or < ``min_counts`` counts in total
-        over the features of ``layer`` (decoupler's ``pp.filter_samples``). The axes stay; a
-        profile filtered out gets 0 cells and 0 in every layer (lazily), so sums, statistics
-        and :func:`~cytepool.io.anndata.to_anndata` leave it out.
+        """Empty the profiles with too few cells or counts (decoupler's ``pp.filter_samples``).
+
+        A profile passes when it has ``cells >= min_cells`` and a total over the features of
+        ``layer`` ``>= min_counts``. A cube is the full grid of groups x samples, so the
+        axes stay: a profile filtered out gets 0 cells and 0 in every layer.
+
+        Parameters
+        ----------
+        min_cells
+            The least number of cells of a profile, a finite number >= 0.
+        min_counts
+            The least total of a profile over the features of ``layer``, a finite number
+            >= 0 (0 reads no layer).
+        layer
+            The layer whose totals are compared with ``min_counts``.
+
+        Returns
+        -------
+        Cube
+            A cube of the same axes whose failing profiles have 0 cells and 0 values in
+            every layer (lazily, when read), so sums, statistics and
+            :func:`~cytepool.io.anndata.to_anndata` leave them out; with a provenance record
+            ``"filter_profiles"`` of the parameters. The totals are read now, one group at a
+            time (only the profiles with enough cells).
+
+        Raises
+        ------
+        TypeError
+            For a threshold that is not a real number
+            (:class:`~cytepool.errors.InputTypeError`).
+        ValueError
+            For a negative or non-finite threshold (:class:`~cytepool.errors.InputError`).
+        KeyError
+            For an unknown layer (:class:`~cytepool.errors.UnknownIdError`).
 
         Examples
         --------
@@ -467,8 +626,14 @@ class Cube:
         >>> import cytepool
         >>> labels = {"sample_labels": list("aaab"), "group_labels": list("TTTT")}
         >>> cube = cytepool.from_cells(np.array([[400, 0], [300, 1], [0, 900], [5, 5]]), **labels)
-        >>> cube.filter_profiles(min_cells=2, min_counts=1000).cells.tolist()
-        [[3, 0]]
+        >>> cube.cells.tolist()
+        [[3, 1]]
+        >>> kept = cube.filter_profiles(min_cells=2, min_counts=1000)
+        >>> kept.cells.tolist(), kept.shape
+        ([[3, 0]], (1, 2, 2))
+        >>> kept.profiles("T")
+        array([[700, 901],
+               [  0,   0]])
         """
         return cube_of(_filters.filter_profiles(self._parts, min_cells, min_counts, layer))
 
@@ -481,10 +646,49 @@ class Cube:
         group: str | None = None,
         layer: str = "counts",
     ) -> Cube:
-        """Keep the features expressed enough for DE: edgeR's ``filterByExpr`` (decoupler's
-        ``pp.filter_by_expr``) on each group's non-empty profiles, ``group`` naming a samples
-        column (the design) or None. The features that pass in any group are kept: select
-        one group first to filter it on its own.
+        """Keep the features expressed enough for DE: edgeR's ``filterByExpr``.
+
+        As decoupler's ``pp.filter_by_expr``, on each group's non-empty profiles: library
+        sizes are the profiles' totals; a feature needs a CPM of at least ``min_count /
+        median library size · 10⁶`` in at least as many profiles as the smallest design
+        group has (above ``large_n`` eased to ``large_n + (size − large_n) · min_prop``),
+        and a total of at least ``min_total_count``. The cube has one feature axis, so it
+        keeps the features that pass in any group: select one group first to filter it on
+        its own.
+
+        Parameters
+        ----------
+        min_count
+            The least count, converted to CPM with the median library size; >= 0.
+        min_total_count
+            The least total count of a feature over the group's profiles; >= 0.
+        large_n
+            The number of profiles above which the minimum is eased; >= 0.
+        min_prop
+            The proportion of the profiles beyond ``large_n`` that count, in [0, 1].
+        group
+            A column of the samples table naming each sample's design group (such as
+            ``"condition"``), or None for one design group.
+        layer
+            The layer of counts.
+
+        Returns
+        -------
+        Cube
+            The cube of the features that pass in at least one group, in the cube's order
+            (lazy, as :meth:`select`), with a provenance record ``"filter_features"``. The
+            layer is read now, one group at a time (only its non-empty profiles).
+
+        Raises
+        ------
+        TypeError
+            For a threshold that is not a real number, or a ``group`` that is not a string
+            or None (:class:`~cytepool.errors.InputTypeError`).
+        ValueError
+            For a threshold out of range, or a sample with no value in ``group``
+            (:class:`~cytepool.errors.InputError`).
+        KeyError
+            For an unknown layer or column (:class:`~cytepool.errors.UnknownIdError`).
 
         Examples
         --------
@@ -508,9 +712,36 @@ class Cube:
         )
 
     def filter_by_prop(self, min_prop: float = 0.1, min_samples: float = 2) -> Cube:
-        """Keep the features detected in >= ``min_prop`` of the cells of >= ``min_samples``
-        profiles: decoupler's ``pp.filter_by_prop`` on each group's non-empty profiles, from
-        the layer ``"detected"``; the cube keeps the features that pass in any group.
+        """Keep the features detected in enough cells of enough profiles.
+
+        As decoupler's ``pp.filter_by_prop``, on each group's non-empty profiles, from the
+        layer ``"detected"``: a feature passes in a group when it is detected in at least
+        ``min_prop`` of the cells of at least ``min_samples`` profiles. The cube keeps the
+        features that pass in any group. (``min_prop=0.1`` is the default of decoupler's
+        ``pl.filter_by_prop``; its ``pp.filter_by_prop`` uses 0.2.)
+
+        Parameters
+        ----------
+        min_prop
+            The least fraction of a profile's cells in which the feature is > 0, in [0, 1].
+        min_samples
+            The least number of profiles of a group in which it is, >= 0.
+
+        Returns
+        -------
+        Cube
+            The cube of the features that pass in at least one group, in the cube's order
+            (lazy, as :meth:`select`), with a provenance record ``"filter_by_prop"``.
+
+        Raises
+        ------
+        TypeError
+            For a threshold that is not a real number
+            (:class:`~cytepool.errors.InputTypeError`).
+        ValueError
+            For a threshold out of range (:class:`~cytepool.errors.InputError`).
+        KeyError
+            Without a ``"detected"`` layer (:class:`~cytepool.errors.UnknownIdError`).
 
         Examples
         --------
