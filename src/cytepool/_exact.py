@@ -44,15 +44,25 @@ def numerator(n: Array, sums: Array, squares: Array) -> tuple[Array, Any]:
     s = sums.astype(np.int64)  # uint64 past int64 wraps: the same value modulo 2**64
     q = squares.astype(np.int64)
     value = n * q - s * s  # modulo 2**64
-    fits = (s >= 0) & (s <= _SQRT_INT64) & (q >= 0) & (q <= INT64_MAX // np.maximum(n, 1))
-    if fits.all():
+    if _all_fit(n, sums, squares):  # the usual case, known from the maxima alone
         return value, np.True_
+    fits = (s <= _SQRT_INT64) & (q <= INT64_MAX // np.maximum(n, 1))
+    if sums.dtype == np.uint64 or squares.dtype == np.uint64:
+        fits &= (s >= 0) & (q >= 0)
     rest = np.nonzero(~fits)
     rows = np.broadcast_to(n, sums.shape)[rest].astype(np.float64)
     s_f, q_f = sums[rest].astype(np.float64), squares[rest].astype(np.float64)
     estimate = rows * q_f - s_f * s_f
     fits[rest] = np.abs(estimate) + _ERROR * (rows * q_f + s_f * s_f) < _KNOWN
     return value, fits
+
+
+def _all_fit(n: Array, sums: Array, squares: Array) -> bool:
+    """Whether ``n Σx²`` and ``(Σx)²`` fit int64 for every value (so their difference does)."""
+    if sums.size == 0:
+        return True
+    top_s, top_q, top_n = int(sums.max()), int(squares.max()), int(n.max())
+    return top_s <= _SQRT_INT64 and top_q * max(top_n, 0) <= INT64_MAX
 
 
 def wide_numerator(n: Array, sums: Array, squares: Array) -> Array:

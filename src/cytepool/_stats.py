@@ -207,16 +207,36 @@ def _exact_variance(
     value goes depends on its own ``n``, ``Σx`` and ``Σx²`` only, and both give the same.
     """
     numerator, known = _exact.numerator(n, sums, squares)
-    _check_consistent(known & (numerator < 0), numerator, where)
+    if numerator.size and numerator.min() < 0:
+        _check_consistent(known & (numerator < 0), numerator, where)
     scale = np.where((n <= _exact.SQRT_FLOAT_EXACT) & (n > ddof), n * (n - ddof), 0)
-    quick = np.nonzero(np.broadcast_to(known & (scale > 0), sums.shape))
+    quick = known & (numerator <= _exact.FLOAT_EXACT) & (scale > 0)
     out = np.full(sums.shape, np.nan)
-    out[quick] = _exact.quotient(numerator[quick], np.broadcast_to(scale, sums.shape)[quick])
-    wide = np.nonzero(
-        np.broadcast_to(~known & (n > 0) | known & (scale == 0) & (n > ddof), sums.shape)
-    )
+    np.divide(numerator, scale, out=out, where=quick, casting="unsafe")
+    one_division = not numerator.size or numerator.max() <= _exact.FLOAT_EXACT
+    if known is np.True_ and one_division and ((scale > 0) | (n <= ddof)).all():
+        return out  # every defined value was one division: the usual case
+    return _rest_of_variance(out, n, sums, squares, ddof, (numerator, known, scale), where)
+
+
+def _rest_of_variance(
+    out: np.ndarray[Any, Any],
+    n: np.ndarray[Any, Any],
+    sums: np.ndarray[Any, Any],
+    squares: np.ndarray[Any, Any],
+    ddof: int,
+    terms: tuple[np.ndarray[Any, Any], Any, np.ndarray[Any, Any]],
+    where: Locate,
+) -> np.ndarray[Any, Any]:
+    """Fill in the values past one float64 division: numerators past 2**53 (a corrected
+    quotient) and values past int64 or with ``n (n − ddof)`` past 2**53 (Python integers)."""
+    numerator, known, scale = terms
+    shape = sums.shape
+    big = np.nonzero(np.broadcast_to(known & (numerator > _exact.FLOAT_EXACT) & (scale > 0), shape))
+    out[big] = _exact.quotient(numerator[big], np.broadcast_to(scale, shape)[big])
+    wide = np.nonzero(np.broadcast_to(~known & (n > 0) | known & (scale == 0) & (n > ddof), shape))
     if wide[0].size:
-        rows = np.broadcast_to(n, sums.shape)[wide]
+        rows = np.broadcast_to(n, shape)[wide]
         out[wide] = _wide_variance(rows, sums[wide], squares[wide], ddof, wide, where)
     return out
 
