@@ -35,7 +35,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -331,6 +331,83 @@ class LocalHandle:
             os.close(fd)
         return Part(data, size)
 
+    def read_into(self, key: str, buffers: Sequence[memoryview]) -> int | None:
+        """Read the file at ``key`` straight into ``buffers`` (writable, in order) if it holds
+        exactly as many bytes as they do.
+
+        Returns None if the file is absent, else its size: nothing is read unless that is the
+        buffers' size. FormatError if the file ends before the buffers are full (it shrank
+        while it was read).
+        """
+        opened = self._open(key)
+        if opened is None:
+            return None
+        fd, info = opened
+        try:
+            if info.st_size == sum(buffer.nbytes for buffer in buffers):
+                _read_into(fd, buffers, self.where(key))
+        finally:
+            os.close(fd)
+        return info.st_size
+
+    def keys_under(self, prefix: str, depth: int, most: int) -> list[str] | None:
+        """The keys of the entries ``depth`` directory levels under ``prefix`` ("" for the
+        root), of any kind; one listing of each directory on the way instead of a lookup per
+        key.
+
+        An empty list if ``prefix`` is absent. None, to say "look each key up instead", if more
+        than ``most`` entries are met on the way, an entry above ``depth`` is not a directory
+        (looking a key up under it is an error that the caller should meet as usual), or a
+        directory cannot be listed.
+        """
+        keys: list[str] = []
+        try:
+            complete = self._walk(prefix, depth, [most], keys)
+        except OSError:
+            return None
+        return keys if complete else None
+
+    def _walk(self, prefix: str, depth: int, left: list[int], keys: list[str]) -> bool:
+        """Add to ``keys`` the entries ``depth`` levels under ``prefix``; False if that meets
+        more entries than ``left[0]`` (which counts down) or an entry above ``depth`` that is
+        not a directory."""
+        if prefix:
+            _check_key(prefix)
+        names, kinds = self._scan(prefix)
+        if names is None:
+            return True
+        left[0] -= len(names)
+        if left[0] < 0:
+            return False
+        if depth == 1:
+            keys.extend(join(prefix, name) for name in names)
+            return True
+        if not all(kinds):
+            return False
+        return all(self._walk(join(prefix, name), depth - 1, left, keys) for name in names)
+
+    def _scan(self, prefix: str) -> tuple[list[str] | None, list[bool]]:
+        """The names in the directory ``prefix`` and whether each is a directory (following
+        links); None if it is absent, NotADirectoryError if it is not a directory."""
+        if self._fd is None:  # pragma: no cover - Windows
+            path: Any = os.path.join(self._store.absolute, *prefix.split("/"))
+            fd = None
+        else:
+            try:
+                fd = os.open(prefix or ".", _DIRECTORY, dir_fd=self._fd)
+            except FileNotFoundError:
+                return None, []
+            path = fd
+        try:
+            with os.scandir(path) as entries:
+                found = [(entry.name, entry.is_dir()) for entry in entries]
+        except FileNotFoundError:  # pragma: no cover - Windows
+            return None, []
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return [name for name, _ in found], [kind for _, kind in found]
+
     def list(self, prefix: str) -> list[str]:
         """The names in the directory ``prefix`` ("" for the root), sorted."""
         if not prefix:
@@ -392,6 +469,36 @@ def _read(fd: int, position: int, size: int) -> bytes:
         pieces.append(piece)
         size -= len(piece)
     return b"".join(pieces)
+
+
+_IOV_MAX = 1024 if not hasattr(os, "sysconf") else max(1, os.sysconf("SC_IOV_MAX"))
+
+
+def _read_into(fd: int, buffers: Sequence[memoryview], where: str) -> None:
+    """Fill ``buffers`` from the start of the file, with as few reads as the system allows."""
+    if not hasattr(os, "preadv"):  # pragma: no cover - Windows
+        position = 0
+        for buffer in buffers:
+            data = _read(fd, position, buffer.nbytes)
+            if len(data) < buffer.nbytes:
+                raise FormatError(f"{where} ended early: was it truncated while it was read?")
+            buffer[:] = data
+            position += buffer.nbytes
+        return
+    pending, position = [buffer for buffer in buffers if buffer.nbytes], 0
+    while pending:
+        group = pending[:_IOV_MAX]
+        got = os.preadv(fd, group, position)
+        if got == 0:
+            raise FormatError(f"{where} ended early: was it truncated while it was read?")
+        position += got
+        done = 0
+        while got and got >= pending[done].nbytes:  # whole buffers filled
+            got -= pending[done].nbytes
+            done += 1
+        pending = pending[done:]
+        if got:  # a buffer filled in part: read the rest of it next
+            pending[0] = pending[0][got:]
 
 
 _KINDS = {
