@@ -110,7 +110,9 @@ def bench_absent(args: argparse.Namespace, root: Path) -> list[tuple[str, Times]
             "cytepool": lambda p=path: np.asarray(open_array(p)),
             "tensorstore": lambda p=path: ts_read(p),
         }
-        rows.append((f"2^{args.log2_chunks} one-byte chunks, {label}", alternate(functions, args.repeats)))
+        rows.append(
+            (f"2^{args.log2_chunks} one-byte chunks, {label}", alternate(functions, args.repeats))
+        )
     return rows
 
 

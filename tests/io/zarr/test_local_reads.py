@@ -241,7 +241,9 @@ def test_reads_match_zarr_python(case: Any, data: st.DataObject) -> None:
     kwargs: dict[str, Any] = {
         "chunks": chunks,
         "compressors": data.draw(st.sampled_from([None, None, codecs.ZstdCodec(level=1)])),
-        "serializer": codecs.BytesCodec(endian="big" if values.dtype.byteorder == ">" else "little"),
+        "serializer": codecs.BytesCodec(
+            endian="big" if values.dtype.byteorder == ">" else "little"
+        ),
         "chunk_key_encoding": data.draw(
             st.sampled_from(
                 [
@@ -277,11 +279,19 @@ def test_reads_match_zarr_python(case: Any, data: st.DataObject) -> None:
 # Uncompressed chunks straight into the result
 
 
+def page_aligned(shape: tuple[int, ...], dtype: Any, skew: int = 0) -> np.ndarray:
+    """A C-contiguous array that starts ``skew`` bytes into a memory page."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(int(np.prod(shape)) * itemsize + 8192, dtype=np.uint8)
+    start = (skew - raw.ctypes.data) % 4096
+    return raw[start : start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
+
+
 @pytest.mark.parametrize(
     ("shape", "chunks"),
     [
         ((16, 2**17), (2, 2**17)),  # whole chunks are C-contiguous blocks of the result
-        ((1024, 2048), (256, 1024)),  # rows of 4 KiB
+        ((1024, 2048), (256, 1024)),  # rows of 8 KiB
     ],
 )
 def test_uncompressed_reads_hold_no_chunk_buffer(
@@ -291,17 +301,30 @@ def test_uncompressed_reads_hold_no_chunk_buffer(
     data = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
     write_array(tmp_path / "a", data, chunks=chunks, compression=None)
     array = open_array(tmp_path / "a")
+    out = page_aligned(shape, np.float64)
     chunk_bytes = int(np.prod(chunks)) * 8  # 2 MiB
     tracemalloc.start()
     try:
-        result = array[...]
+        array.read_into(out)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert np.array_equal(result, data)
-    # the result and a few small objects: no chunk read into bytes (the peak was the result and
-    # a chunk per thread)
-    assert peak < result.nbytes + chunk_bytes // 4
+    assert np.array_equal(out, data)
+    # small objects (a buffer object per row): no chunk read into bytes (the peak was a chunk
+    # per thread)
+    assert peak < chunk_bytes // 4
+
+
+@pytest.mark.parametrize("skew", [0, 8, 16, 40, 63, 64, 2048])
+def test_straight_reads_and_copies_at_any_alignment(tmp_path: Path, skew: int) -> None:
+    # 1 to 63 bytes past a page start, a chunk is read and copied (see _reading._SKEW)
+    data = np.arange(64 * 1024, dtype=np.int32).reshape(64, 1024)
+    write_array(tmp_path / "a", data, chunks=(8, 1024), compression=None)
+    write_array(tmp_path / "b", data, chunks=(64, 256), compression=None)  # rows of 1 KiB
+    for name in ("a", "b"):
+        out = page_aligned(data.shape, np.int32, skew)
+        open_array(tmp_path / name).read_into(out)
+        assert np.array_equal(out, data)
 
 
 def test_straight_reads_of_many_rows_and_byte_orders(tmp_path: Path) -> None:

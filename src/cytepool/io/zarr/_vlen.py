@@ -6,13 +6,15 @@ trailing bytes and UTF-8 (each item on its own), and raises FormatError naming t
 
 Decoded items are made into strings a batch at a time (items of at most 256 KiB together, or
 one larger item alone), so decoding holds the chunk's bytes, the strings made so far and one
-batch: at most about twice the decoded strings plus the chunk.
+batch: at most about twice the decoded strings plus the chunk. A last item alone in its batch is
+decoded, then the chunk is let go before the string goes into the result, so a chunk of one
+large string never holds the chunk, the string and its copy in a StringDType array at once.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -261,7 +263,7 @@ class Decoder:
 
 def _batches(
     data: bytes | bytearray, lengths: np.ndarray[Any, Any]
-) -> Iterator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+) -> Generator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]], None, None]:
     """Items ``a:b`` of at most _BATCH_BYTES together (or one larger item alone).
 
     Yields ``a``, ``b``, the bytes of those items with their length fields (a view of

@@ -309,7 +309,8 @@ class Selection:
         per_shard = [s // c for s, c in zip(shard_shape, chunks, strict=True)]
         for where in coords:
             runs = tuple(
-                _shard_run(plan, shard, k) for plan, shard, k in zip(plans, where, per_shard)
+                _shard_run(plan, shard, k)
+                for plan, shard, k in zip(plans, where, per_shard, strict=True)
             )
             if all(first < stop for _, first, stop in runs):
                 yield where, _shard_pieces(plans, per_shard, runs)

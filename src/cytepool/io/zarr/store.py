@@ -474,6 +474,10 @@ def _read(fd: int, position: int, size: int) -> bytes:
 _IOV_MAX = 1024 if not hasattr(os, "sysconf") else max(1, os.sysconf("SC_IOV_MAX"))
 
 
+def _ended_early(where: str) -> FormatError:
+    return FormatError(f"{where} ended early: was it truncated while it was read?")
+
+
 def _read_into(fd: int, buffers: Sequence[memoryview], where: str) -> None:
     """Fill ``buffers`` from the start of the file, with as few reads as the system allows."""
     if not hasattr(os, "preadv"):  # pragma: no cover - Windows
@@ -481,7 +485,7 @@ def _read_into(fd: int, buffers: Sequence[memoryview], where: str) -> None:
         for buffer in buffers:
             data = _read(fd, position, buffer.nbytes)
             if len(data) < buffer.nbytes:
-                raise FormatError(f"{where} ended early: was it truncated while it was read?")
+                raise _ended_early(where)
             buffer[:] = data
             position += buffer.nbytes
         return
@@ -490,7 +494,7 @@ def _read_into(fd: int, buffers: Sequence[memoryview], where: str) -> None:
         group = pending[:_IOV_MAX]
         got = os.preadv(fd, group, position)
         if got == 0:
-            raise FormatError(f"{where} ended early: was it truncated while it was read?")
+            raise _ended_early(where)
         position += got
         done = 0
         while got and got >= pending[done].nbytes:  # whole buffers filled
