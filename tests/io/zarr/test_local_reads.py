@@ -381,13 +381,17 @@ def test_one_large_string_is_read_with_its_chunk_and_the_result(
     tracemalloc.start()
     try:
         result = np.asarray(array, dtype=object) if objects else array[...]
-        peak = tracemalloc.get_traced_memory()[1]
+        held, peak = tracemalloc.get_traced_memory()  # held: the result (numpy 2.5 gives a
+        # StringDType string 1.25 times its size)
     finally:
         tracemalloc.stop()
     assert result[0] == text
-    # the floor is the stored chunk, the decoded one if compressed, and the result (2x); it was
-    # 3x and more, with the string made and then copied into the result while the chunk was held
-    assert peak <= 2.3 * size + (stored if compression else 0)
+    assert size <= held < 1.3 * size
+    # the floor: the stored chunk, the decoded one if compressed (a bytearray grown by up to an
+    # eighth), and the result (2x to 2.25x uncompressed); it was the string more (3.3x), made
+    # and then copied into the result while the chunk was held
+    floor = held + (stored + 1.125 * size if compression else size)
+    assert peak <= floor + 0.05 * size
 
 
 def test_a_large_last_item_after_small_ones(tmp_path: Path) -> None:
