@@ -89,10 +89,16 @@ def test_a_directory_of_more_entries_than_needed_is_not_listed_whole(
     seen: list[int] = []
     original = LocalHandle.keys_under
 
-    def logged(handle: LocalHandle, prefix: str, depth: int, most: int) -> Any:
-        keys = original(handle, prefix, depth, most)
-        seen.append(-1 if keys is None else len(keys))
-        return keys
+    def logged(handle: LocalHandle, prefix: str, depth: int, most: int, take: Any) -> Any:
+        given: list[str] = []
+
+        def counted(key: str) -> None:
+            given.append(key)
+            take(key)
+
+        complete = original(handle, prefix, depth, most, counted)
+        seen.append(len(given) if complete else -1)
+        return complete
 
     monkeypatch.setattr(LocalHandle, "keys_under", logged)
     lookups = Lookups(monkeypatch)
@@ -181,13 +187,19 @@ def test_keys_under(tmp_path: Path) -> None:
         (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / key).write_bytes(b"")
     handle = LocalStore(tmp_path).open()
+
+    def keys(prefix: str, depth: int, most: int) -> list[str] | None:
+        found: list[str] = []
+        return sorted(found) if handle.keys_under(prefix, depth, most, found.append) else None
+
     try:
-        assert sorted(handle.keys_under("c", 2, 10) or []) == ["c/0/1", "c/0/2", "c/3/0"]
-        assert handle.keys_under("c", 2, 4) is None  # 2 + 3 entries met
-        assert handle.keys_under("c", 2, 5) is not None
-        assert handle.keys_under("missing", 2, 5) == []
-        assert handle.keys_under("", 2, 10) is None  # zarr.json is no directory
-        assert sorted(handle.keys_under("", 1, 10) or []) == ["c", "zarr.json"]
+        assert keys("c", 2, 10) == ["c/0/1", "c/0/2", "c/3/0"]
+        assert keys("c", 2, 4) is None  # 2 + 3 entries met
+        assert keys("c", 2, 5) is not None
+        assert keys("missing", 2, 5) == []
+        assert keys("", 2, 10) is None  # zarr.json is no directory
+        assert keys("", 1, 10) == ["c", "zarr.json"]
+        assert keys("zarr.json", 1, 10) is None  # no directory
     finally:
         handle.close()
 

@@ -7,9 +7,9 @@ straight into the result when a whole chunk fills a C-contiguous block of it or 
 rows are contiguous, otherwise into a reusable chunk buffer of the decoding thread that is then
 copied into place. An uncompressed chunk that fills such a block is read from a local store
 straight into it, with no chunk buffer and no bytes object at all (unless its place in memory
-makes that slow: see :data:`_SKEW`). A read of many chunks of a
-local store first lists the chunk directory once (see :mod:`cytepool.io.zarr._stored`), fills
-the result with the fill value, and reads only the chunks found. Chunks cover disjoint parts of
+makes that slow: see :data:`_SKEW`). A read of many chunks of a local store first lists the
+chunk directory once (see :mod:`cytepool.io.zarr._stored`), fills the result with the fill
+value, and reads only the chunks found. Chunks cover disjoint parts of
 the result, so the threads never write to the same element.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError, InputTypeError
-from cytepool.io.zarr._stored import stored_chunks
+from cytepool.io.zarr._stored import coordinates, stored_chunks
 from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr._vlen import Decoder
 from cytepool.io.zarr.codecs import (
@@ -121,8 +121,8 @@ class _RowsDone:
     """Calls ``callback(start, stop)`` once every chunk of rows ``start:stop`` (along the first
     axis) of a whole read has been decoded, on the thread that decoded the last of them.
 
-    With ``stored`` (the coordinates of the only chunks the read decodes, the rest of the result
-    being filled first), a band of rows waits for those of its chunks only.
+    With ``stored`` (the positions in the chunk grid of the only chunks the read decodes, the
+    rest of the result being filled first), a band of rows waits for those of its chunks only.
     """
 
     def __init__(
@@ -130,17 +130,15 @@ class _RowsDone:
         shape: Sequence[int],
         chunks: Sequence[int],
         callback: Callable[..., Any],
-        stored: Sequence[tuple[int, ...]] | None = None,
+        stored: np.ndarray[Any, Any] | None = None,
     ):
         self.rows, self.step, self.callback = shape[0], chunks[0], callback
         bands = -(-self.rows // self.step)
+        per_row = math.prod(-(-n // c) for n, c in zip(shape[1:], chunks[1:], strict=True))
         if stored is None:
-            per_row = math.prod(-(-n // c) for n, c in zip(shape[1:], chunks[1:], strict=True))
             self.left = [per_row] * bands
         else:
-            self.left = [0] * bands
-            for coords in stored:
-                self.left[coords[0]] += 1
+            self.left = np.bincount(stored // max(per_row, 1), minlength=bands).tolist()
         self.lock = threading.Lock()
 
     def done(self, index: int) -> None:
@@ -280,30 +278,33 @@ class Reader:
             if rows is not None:
                 rows.done(shard[0][0])
 
+        counts = _grid(self.meta.shape, grid)
+        found = None if stored is None else coordinates(stored, counts)
         if self.shard is None:
             pieces = (
                 selection.pieces(self.chunk_shape)
-                if stored is None
-                else selection.pieces_at(self.chunk_shape, stored)
+                if found is None
+                else selection.pieces_at(self.chunk_shape, found)
             )
             for_each(read_chunk, pieces)
             return
         shape, inner = self._shard_shape, self.chunk_shape
         shards = (
             selection.shards(shape, inner)
-            if stored is None
-            else selection.shards_at(shape, inner, stored)
+            if found is None
+            else selection.shards_at(shape, inner, found)
         )
         for_each(read_shard, shards)
 
-    def _stored(self, selection: Selection, grid: tuple[int, ...]) -> list[tuple[int, ...]] | None:
-        """The chunks (shards) stored, if one listing found fewer than the read needs (see
-        :mod:`cytepool.io.zarr._stored`); None to look each of them up."""
+    def _stored(self, selection: Selection, grid: tuple[int, ...]) -> np.ndarray[Any, Any] | None:
+        """The chunks (shards) stored, as positions in the grid, if one listing found fewer than
+        the read needs (see :mod:`cytepool.io.zarr._stored`); None to look each of them up."""
         if self.pieces is not None:
             return None
         needed = selection.count(grid)
-        counts = tuple(-(-n // c) for n, c in zip(self.meta.shape, grid, strict=True))
-        stored = stored_chunks(self.handle, self.key, self.meta, counts, needed)
+        stored = stored_chunks(
+            self.handle, self.key, self.meta, _grid(self.meta.shape, grid), needed
+        )
         return None if stored is None or len(stored) >= needed else stored
 
     def _chunk_key(self, coords: Sequence[int]) -> str:
@@ -510,6 +511,11 @@ class Reader:
         for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
             decoder.feed(out)
         return decoder
+
+
+def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
+    """The number of chunks along each axis."""
+    return tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
 
 
 def _index(selection: Sequence[Any]) -> Any:

@@ -35,7 +35,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -350,63 +350,63 @@ class LocalHandle:
             os.close(fd)
         return info.st_size
 
-    def keys_under(self, prefix: str, depth: int, most: int) -> list[str] | None:
-        """The keys of the entries ``depth`` directory levels under ``prefix`` ("" for the
-        root), of any kind; one listing of each directory on the way instead of a lookup per
-        key.
+    def keys_under(self, prefix: str, depth: int, most: int, take: Callable[[str], object]) -> bool:
+        """Call ``take(key)`` for each entry ``depth`` directory levels under ``prefix`` (""
+        for the root), of any kind, as the listing goes: one listing of each directory on the
+        way instead of a lookup per key, and no list of the keys.
 
-        An empty list if ``prefix`` is absent. None, to say "look each key up instead", if more
-        than ``most`` entries are met on the way, an entry above ``depth`` is not a directory
-        (looking a key up under it is an error that the caller should meet as usual), or a
-        directory cannot be listed.
+        Returns True once every key was given (none if ``prefix`` is absent), or False, to say
+        "look each key up instead", as soon as more than ``most`` entries are met on the way,
+        an entry above ``depth`` is not a directory (looking a key up under it is an error the
+        caller should meet as usual), or a directory cannot be listed.
         """
-        keys: list[str] = []
         try:
-            complete = self._walk(prefix, depth, [most], keys)
+            return self._walk(prefix, depth, [most], take)
         except OSError:
-            return None
-        return keys if complete else None
+            return False
 
-    def _walk(self, prefix: str, depth: int, left: list[int], keys: list[str]) -> bool:
-        """Add to ``keys`` the entries ``depth`` levels under ``prefix``; False if that meets
-        more entries than ``left[0]`` (which counts down) or an entry above ``depth`` that is
-        not a directory."""
+    def _walk(
+        self, prefix: str, depth: int, left: list[int], take: Callable[[str], object]
+    ) -> bool:
+        """:meth:`keys_under`, ``left[0]`` counting down the entries it may still meet."""
         if prefix:
             _check_key(prefix)
-        names, kinds = self._scan(prefix)
-        if names is None:
-            return True
-        left[0] -= len(names)
-        if left[0] < 0:
-            return False
-        if depth == 1:
-            keys.extend(join(prefix, name) for name in names)
-            return True
-        if not all(kinds):
-            return False
-        return all(self._walk(join(prefix, name), depth - 1, left, keys) for name in names)
+        directories: list[str] = []
+        with self._entries(prefix) as entries:
+            for entry in entries:
+                left[0] -= 1
+                if left[0] < 0:
+                    return False
+                if depth == 1:
+                    take(join(prefix, entry.name))
+                elif not entry.is_dir():
+                    return False
+                else:
+                    directories.append(entry.name)
+        return all(self._walk(join(prefix, name), depth - 1, left, take) for name in directories)
 
-    def _scan(self, prefix: str) -> tuple[list[str] | None, list[bool]]:
-        """The names in the directory ``prefix`` and whether each is a directory (following
-        links); None if it is absent, NotADirectoryError if it is not a directory."""
+    @contextlib.contextmanager
+    def _entries(self, prefix: str) -> Iterator[Iterator[os.DirEntry[str]]]:
+        """The entries of the directory ``prefix`` (none if it is absent; NotADirectoryError if
+        it is no directory), listed relative to the store's directory."""
         if self._fd is None:  # pragma: no cover - Windows
-            path: Any = os.path.join(self._store.absolute, *prefix.split("/"))
-            fd = None
-        else:
-            try:
-                fd = os.open(prefix or ".", _DIRECTORY, dir_fd=self._fd)
-            except FileNotFoundError:
-                return None, []
-            path = fd
+            path = os.path.join(self._store.absolute, *prefix.split("/"))
+            if not os.path.exists(path):
+                yield iter(())
+                return
+            with os.scandir(path) as listing:
+                yield listing
+            return
         try:
-            with os.scandir(path) as entries:
-                found = [(entry.name, entry.is_dir()) for entry in entries]
-        except FileNotFoundError:  # pragma: no cover - Windows
-            return None, []
+            fd = os.open(prefix or ".", _DIRECTORY, dir_fd=self._fd)
+        except FileNotFoundError:
+            yield iter(())
+            return
+        try:
+            with os.scandir(fd) as entries:
+                yield entries
         finally:
-            if fd is not None:
-                os.close(fd)
-        return [name for name, _ in found], [kind for _, kind in found]
+            os.close(fd)
 
     def list(self, prefix: str) -> list[str]:
         """The names in the directory ``prefix`` ("" for the root), sorted."""
