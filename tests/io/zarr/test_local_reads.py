@@ -242,6 +242,18 @@ def selections(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
     return tuple(key)
 
 
+def oindex(values: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+    """Orthogonal indexing with numpy: each axis on its own."""
+    axis = 0
+    for part in key:
+        if isinstance(part, int):
+            values = np.take(values, part, axis=axis)
+        else:
+            values = values[(slice(None),) * axis + (part,)]
+            axis += 1
+    return values
+
+
 @pytest.mark.interop
 @FAST
 @given(case=stored_arrays(), data=st.data())
@@ -276,15 +288,16 @@ def test_reads_match_zarr_python(case: Any, data: st.DataObject) -> None:
         path = Path(name) / "a"
         theirs = zarr.create_array(path, shape=values.shape, dtype=native.dtype, **kwargs)
         theirs[...] = native
-        expected_all, expected = theirs[...], theirs.oindex[key]
+        expected_all = np.asarray(theirs[...])
+        expected = oindex(expected_all, key)  # zarr-python 3.1.4's oindex fails on some shards
         for list_from in (1, 10**9):  # one listing; a lookup per chunk
             with listing_from(list_from):
                 ours = open_array(path)
                 assert np.asarray(ours).tobytes() == np.asarray(expected_all).tobytes()
                 got = np.asarray(ours.oindex[key])
                 assert got.dtype == expected.dtype
-                assert got.shape == np.shape(expected)
-                assert got.tobytes() == np.asarray(expected).tobytes()
+                assert got.shape == expected.shape
+                assert got.tobytes() == np.ascontiguousarray(expected).tobytes()
 
 
 # ---------------------------------------------------------------------------------------------
