@@ -22,6 +22,7 @@ Usage::
 
     python benchmarks/zarr_local.py --repeats 1        # 2**20 chunks, 256 MiB (tensorstore: ~15 s per read of 2**20 chunks)
     python benchmarks/zarr_local.py --quick            # a small smoke run
+    python benchmarks/zarr_local.py --cases uncompressed --repeats 5
 """
 
 from __future__ import annotations
@@ -185,12 +186,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--string-mib", type=float, default=128, help="string (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
     parser.add_argument("--dir", type=Path, default=None, help="where to write the stores")
+    parser.add_argument(
+        "--cases",
+        default="absent,uncompressed,string",
+        help="comma-separated cases to run (default: absent,uncompressed,string)",
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     args = parser.parse_args(argv)
     if args.quick:
         args.log2_chunks, args.mib, args.string_mib, args.repeats = 12, 64, 1, 1
     if args.repeats < 1 or args.mib <= 0 or args.string_mib <= 0 or args.log2_chunks < 1:
         parser.error("--log2-chunks, --mib, --string-mib and --repeats must be positive")
+    args.cases = set(args.cases.split(","))
+    if not args.cases or not args.cases <= {"absent", "uncompressed", "string"}:
+        parser.error("--cases takes absent, uncompressed and string, separated by commas")
     return args
 
 
@@ -202,20 +211,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("this benchmark needs tensorstore: pip install tensorstore") from None
     with tempfile.TemporaryDirectory(prefix="zarr-local-bench-", dir=args.dir) as name:
         root = Path(name)
-        rows = bench_absent(args, root) + bench_uncompressed(args, root)
-        peaks = string_peaks(args, root)
+        rows = bench_absent(args, root) if "absent" in args.cases else []
+        rows += bench_uncompressed(args, root) if "uncompressed" in args.cases else []
+        peaks = string_peaks(args, root) if "string" in args.cases else []
     print(
         f"Python {platform.python_version()}, numpy {np.__version__}, tensorstore "
         f"{version('tensorstore')}, {os.cpu_count()} CPUs, {platform.machine()}; medians of "
         f"{args.repeats} repeats, contenders alternating; tensorstore: default context, a fresh "
         "one per read\n"
     )
-    print(times_table(rows))
-    print()
-    print(f"| one {args.string_mib:g} MiB string read | peak / string |")
-    print("|---|---|")
-    for label, ratio in peaks:
-        print(f"| {label} | {ratio:.2f} |")
+    if rows:
+        print(times_table(rows))
+        print()
+    if peaks:
+        print(f"| one {args.string_mib:g} MiB string read | peak / string |")
+        print("|---|---|")
+        for label, ratio in peaks:
+            print(f"| {label} | {ratio:.2f} |")
     return 0
 
 

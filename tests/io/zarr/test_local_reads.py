@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cytepool.errors import FormatError, StoreChangedError
-from cytepool.io.zarr import _stored, open_array, write_array
+from cytepool.io.zarr import _stored, open_array, store, write_array
 from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr._threads import ENV_THREADS
 from cytepool.io.zarr.store import LocalHandle, LocalStore
@@ -382,6 +382,22 @@ def test_straight_reads_check_sizes_and_bools(tmp_path: Path) -> None:
     (tmp_path / "b/c/1").write_bytes(b"\1" * 999 + b"\2")
     with pytest.raises(FormatError, match=r"c/1: a bool chunk holds a byte other than 0 and 1"):
         open_array(tmp_path / "b")[...]
+
+
+def test_read_into_fills_many_buffers_and_notices_a_short_file(tmp_path: Path) -> None:
+    payload = os.urandom(6000)
+    (tmp_path / "f").write_bytes(payload)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        out = bytearray(6000)
+        view = memoryview(out)
+        buffers = [view[i : i + 3] for i in range(0, 6000, 3)]  # more than one preadv takes
+        store._read_into(fd, buffers, "f")
+        assert bytes(out) == payload
+        with pytest.raises(FormatError, match=r"^g ended early: was it truncated"):
+            store._read_into(fd, [memoryview(bytearray(7000))], "g")
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------

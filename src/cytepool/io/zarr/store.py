@@ -14,6 +14,11 @@ is fetched through that handle by a key (``"zarr.json"``, ``"layers/counts/c/0/0
 - ``verify()`` raises :class:`~cytepool.errors.StoreChangedError` unless the store the handle
   opened is still the one at the store's location.
 
+A :class:`LocalHandle` also reads a whole file straight into the caller's buffers
+(``read_into``, one ``preadv``), and lists the keys a few directory levels under a prefix
+without a lookup per key (``keys_under``); readers use them where a handle has them (a remote
+one has neither).
+
 :func:`reading` wraps one read: it verifies the store when the read ends, and turns any error
 raised while the store was being replaced into StoreChangedError, so a read returns values
 wholly from the store it opened, or raises StoreChangedError; never a mix of two stores, and
@@ -471,7 +476,15 @@ def _read(fd: int, position: int, size: int) -> bytes:
     return b"".join(pieces)
 
 
-_IOV_MAX = 1024 if not hasattr(os, "sysconf") else max(1, os.sysconf("SC_IOV_MAX"))
+def _iov_max() -> int:
+    """The most buffers one ``preadv`` takes (1024 on Linux)."""
+    try:
+        return max(1, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - no such limit known
+        return 16
+
+
+_IOV_MAX = _iov_max()
 
 
 def _ended_early(where: str) -> FormatError:
