@@ -288,7 +288,7 @@ class Selection:
         Examples
         --------
         >>> s = parse_selection(slice(3, 9), (10,), orthogonal=False)
-        >>> [p.out_sel for p in s.pieces_at((4,), [(0,), (2,), (1,)])]
+        >>> [p.out_sel for p in s.pieces_at((4,), [(0,), (2,), (3,)])]
         [(slice(0, 1, 1),), (slice(5, 6, 1),)]
         """
         plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
