@@ -554,7 +554,8 @@ def test_stamp_through_another_mount() -> None:
 
 
 class ReadLog:
-    """Records every object read through a local store handle: its key and the bytes read."""
+    """Records every object read through a local store handle (whole, in a range or straight
+    into place): its key and the bytes read."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.keys: list[str] = []
@@ -576,8 +577,18 @@ class ReadLog:
                 log.reads.append(len(part.data))
             return part
 
+        read_into = LocalHandle.read_into
+
+        def logged_read_into(handle: LocalHandle, key: str, buffers: Any) -> Any:
+            size = read_into(handle, key, buffers)
+            if size is not None and size == sum(buffer.nbytes for buffer in buffers):
+                log.keys.append(key)
+                log.reads.append(size)
+            return size
+
         monkeypatch.setattr(LocalHandle, "get", logged_get)
         monkeypatch.setattr(LocalHandle, "get_range", logged_range)
+        monkeypatch.setattr(LocalHandle, "read_into", logged_read_into)
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zstd"])

@@ -53,33 +53,55 @@ with FormatError without being opened for reading, so a read never blocks on one
 
 **Memory is bounded by the result.** A read allocates its result once and walks its chunk plan
 as it goes, keeping no record per chunk (a few numbers per axis, and for integer-array
-selections a few per selected position), then holds about one chunk per decoding thread: it
-fetches only the chunks that hold a selected element, each whole and refused unread if it is
-larger than any valid encoding of the chunk can be, and decodes compressed chunks in pieces of
-at most 256 KiB, each chunk once. A string chunk decodes its items a batch of at most 256 KiB
-at a time (a larger item alone), so decoding holds the chunk's bytes, the strings made so far,
-8 bytes per item and one batch: about twice the decoded strings plus the chunk. A metadata
-document larger than MAX_METADATA_BYTES (64 MiB) is refused with FormatError unread. Unlike the
-base text, which decodes one chunk at a time, chunks are decoded (and, when writing, encoded) a
-few at a time on a small shared thread pool, since zlib and zstd release the GIL: as many
-threads as the process may use CPUs, at most four. The environment variable
-``CYTEPOOL_ZARR_THREADS`` (an integer from 1 to 64) sets the number; ``1`` works on one chunk at
-a time in the calling thread, as in the base text. Results, stored files and errors do not
-depend on it: chunks go to disjoint parts of the result, are stored in order, and a failure is
-raised for the first bad chunk in order once the chunks being decoded have settled. A zstd
-decoder also keeps its frame's window, outside Python's allocations: up to the size of the
-chunk, and 2 MiB at zstd's default level of 3 (frames asking for a window larger than both the
-chunk and the 8 MiB that RFC 8878 asks every decoder to support are refused). With the
-optional extra ``cytepool[fast]``, a chunk of a fixed-size data type under one gzip codec is
-first inflated whole by libdeflate (the ``deflate`` package) into a buffer of exactly its decoded
-size, about three times as fast, and one under one zstd codec is decoded by ``zstandard`` straight
-into its place in the result (or the thread's chunk buffer); either is taken only for one complete
-member or frame of exactly the chunk's size with nothing after it, and anything else is decoded
-again as above, so results and errors do not depend on the extra (``CYTEPOOL_ZARR_FAST=0``
-switches it off). Decoding threads keep their
-chunk buffer (up to 16 MiB) from one read to the next. A chunk compressed twice is decoded as a
-stream through both steps. Selections take integers and
-slices, and, through ZarrArray.oindex, integer arrays and boolean masks along any axes.
+selections a few per selected position). It fetches only the chunks that hold a selected
+element, each whole and refused unread if it is larger than any valid encoding of the chunk can
+be, and decodes each once. Chunks are decoded (and, when writing, encoded) a few at a time on a
+small shared thread pool, since zlib and zstd release the GIL, unlike the base text, which
+decodes one chunk at a time: as many threads as the process may use CPUs, at most four. The
+environment variable ``CYTEPOOL_ZARR_THREADS`` (an integer from 1 to 64) sets the number; ``1``
+works on one chunk at a time in the calling thread, as in the base text. Results, stored files
+and errors do not depend on it: chunks go to disjoint parts of the result, are stored in order,
+and a failure is raised for the first bad chunk in order once the chunks being decoded have
+settled. Besides its result, a read holds what the chunk each thread works on takes:
+
+- an uncompressed chunk that fills a block of the result whose rows are contiguous (rows of at
+  least 512 bytes) is read from a local store straight into that block (``os.preadv``), with no
+  chunk buffer at all, unless a row would land 1 to 63 bytes past its offset in the file within
+  a 4 KiB memory page, where some processors (AMD Zen) copy from the file many times slower (a
+  large numpy array starts 16 bytes into a page). Any other uncompressed chunk is read whole,
+  then copied into place;
+- a compressed chunk is held as stored while it is decoded, in pieces of 256 KiB of its stored
+  bytes, straight into the result where the whole chunk fills such a block of it, else into the
+  thread's chunk buffer, which is then copied into place and kept (up to 16 MiB) for the
+  thread's later reads;
+- with the optional extra ``cytepool[fast]``, a chunk of a fixed-size data type under one gzip
+  codec is first inflated whole by libdeflate (the ``deflate`` package) into a new buffer of
+  exactly its decoded size, about three times as fast, so the thread holds the stored chunk and
+  its output; one under one zstd codec is decoded by ``zstandard`` straight into its place in
+  the result (or the thread's chunk buffer). Either is taken only for one complete member or
+  frame of exactly the chunk's size with nothing after it, and anything else is decoded again
+  as above, so results and errors do not depend on the extra (``CYTEPOOL_ZARR_FAST=0``
+  switches it off).
+
+So a read holds about one chunk per thread beyond its result, two (the stored chunk and its
+output) with libdeflate or a chunk buffer: for chunks of 8 MiB on two threads, about 16 MiB,
+32 MiB with libdeflate. A zstd decoder also keeps its frame's window, outside Python's
+allocations: up to the size of the chunk, and 2 MiB at zstd's default level of 3 (frames asking
+for a window larger than both the chunk and the 8 MiB that RFC 8878 asks every decoder to
+support are refused). A chunk compressed twice is decoded as a stream through both steps. A
+string chunk decodes its items a batch of at most 256 KiB at a time (a larger item alone), so
+decoding holds the chunk's bytes, the strings made so far, 8 bytes per item and one batch:
+about twice the decoded strings plus the chunk; a large last item is stored in the result only
+once the chunk is let go, so a chunk of one large string is read holding its stored bytes (and
+the decoded ones, when compressed) and the result: twice the string for ASCII text (three
+times for other text, which Python decodes through a working copy). A read that
+needs at least 64 chunks (shards) of a local store first lists the directories that hold them,
+once, if they have fewer entries than the read needs chunks: the chunks that are not stored are
+then filled at once, with no lookup each (a million of them in milliseconds), and a chunk
+listed but gone when opened reads as not stored, as ever; remote stores are never listed. A
+metadata document larger than MAX_METADATA_BYTES (64 MiB) is refused with FormatError unread.
+Selections take integers and slices, and, through ZarrArray.oindex, integer arrays and boolean
+masks along any axes.
 
 Reading is strict. A metadata document must be a JSON object without repeated keys or NaN and
 Infinity tokens, and every field must be valid; a field the specification does not define is

@@ -1,12 +1,13 @@
 """A small shared thread pool for chunk codecs: zlib and zstd release the GIL while they work.
 
 Reads decode, and writes encode, up to :func:`threads` chunks at a time: the calling thread and
-``threads() - 1`` pool threads take the chunks in order, one at a time each, so memory stays at
-about one chunk per thread, and the caller starts at once instead of waiting for a pool thread to
-wake up. A failure is raised for the first chunk in order, as a plain loop would raise it, once
-every call under way has returned, so nothing runs on after a read or write has returned. Set the
-environment variable ``CYTEPOOL_ZARR_THREADS`` to ``1`` to work on one chunk at a time in the
-calling thread.
+``threads() - 1`` pool threads take the chunks in order, one at a time each, so memory stays at what
+one chunk takes per thread (its stored bytes and, for a compressed chunk not decoded straight into
+the result, its decoded bytes: see :mod:`cytepool.io.zarr`), and the caller starts at once instead
+of waiting for a pool thread to wake up. A failure is raised for the first chunk in order, as a
+plain loop would raise it, once every call under way has returned, so nothing runs on after a read
+or write has returned. Set the environment variable ``CYTEPOOL_ZARR_THREADS`` to ``1`` to work on
+one chunk at a time in the calling thread.
 """
 
 from __future__ import annotations

@@ -6,13 +6,15 @@ trailing bytes and UTF-8 (each item on its own), and raises FormatError naming t
 
 Decoded items are made into strings a batch at a time (items of at most 256 KiB together, or
 one larger item alone), so decoding holds the chunk's bytes, the strings made so far and one
-batch: at most about twice the decoded strings plus the chunk.
+batch: at most about twice the decoded strings plus the chunk. A last item alone in its batch is
+decoded, then the chunk is let go before the string goes into the result, so a chunk of one
+large string never holds the chunk, the string and its copy in a StringDType array at once.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -221,13 +223,16 @@ class Decoder:
         """Check that the stream is complete and return its strings.
 
         The strings go into ``out`` (a 1-D array of ``count`` elements, object or StringDType)
-        if given, else into a new StringDType (or, with ``objects``, object) array. Feed
-        nothing after ``finish`` or ``buffers``.
+        if given, else into a new StringDType (or, with ``objects``, object) array. The decoder
+        gives the decoded bytes up (to let them go as early as it can): call ``finish`` or
+        ``buffers`` once, and feed nothing after it.
         """
         lengths = self._lengths()
         if out is None:
             out = np.empty(self.count, dtype=object if objects else _STRING)
-        _split(self.data, lengths, self.where, out)
+        chunk = [self.data]  # given to _split, which lets it go before the last item goes in
+        self.data = b""
+        _split(chunk, lengths, self.where, out)
         return out
 
     def buffers(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -258,7 +263,7 @@ class Decoder:
 
 def _batches(
     data: bytes | bytearray, lengths: np.ndarray[Any, Any]
-) -> Iterator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+) -> Generator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]], None, None]:
     """Items ``a:b`` of at most _BATCH_BYTES together (or one larger item alone).
 
     Yields ``a``, ``b``, the bytes of those items with their length fields (a view of
@@ -300,17 +305,29 @@ def _compact(
 
 
 def _split(
-    data: bytes | bytearray, lengths: np.ndarray[Any, Any], where: str, out: np.ndarray[Any, Any]
+    chunk: list[bytes | bytearray],
+    lengths: np.ndarray[Any, Any],
+    where: str,
+    out: np.ndarray[Any, Any],
 ) -> None:
-    """Decode the items into ``out``, a batch at a time.
+    """Decode the items of ``chunk[0]`` into ``out``, a batch at a time.
 
     A batch of several items is joined with one separator byte, an ASCII byte that none of
     them holds, decoded once and split in C; since a character cut by an item boundary gets a
     separator in the middle, decoding also checks that each item is valid UTF-8 on its own.
+    A last item alone in its batch (a large one) is decoded, then the chunk is let go (taken
+    out of ``chunk``) before the string is stored, so a chunk of one large string is never held
+    with both the string and its copy in a StringDType ``out``.
     """
-    for a, b, span, fields in _batches(data, lengths):
+    batches = _batches(chunk[0], lengths)
+    for a, b, span, fields in batches:
         if b - a == 1:
-            out[a] = _utf8(span[4:].data, where)
+            text = _utf8(span[4:].data, where)
+            if b == len(lengths):
+                del span
+                batches.close()
+                chunk.clear()
+            out[a] = text
             continue
         joined = _compact(span, fields, lengths[a:b], 0)
         if len(joined) - np.count_nonzero(joined) == b - a:  # no item holds a NUL

@@ -13,8 +13,9 @@ of the ``default`` and ``v2`` encodings are made here too.
 from __future__ import annotations
 
 import bisect
+import math
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias
 
@@ -268,6 +269,52 @@ class Selection:
         for index in _odometer([(0, len(plan)) for plan in plans]):
             yield _combine(pieces, index)
 
+    def count(self, chunks: Sequence[int]) -> int:
+        """The number of chunks (of shape ``chunks``) the selection touches.
+
+        Examples
+        --------
+        >>> parse_selection((slice(1, 7), 0), (8, 8), orthogonal=False).count((2, 4))
+        4
+        """
+        return math.prod(len(axis.pieces(c)) for axis, c in zip(self.axes, chunks, strict=True))
+
+    def pieces_at(
+        self, chunks: Sequence[int], coords: Iterable[tuple[int, ...]]
+    ) -> Iterator[ChunkPiece]:
+        """The pieces of the chunks at ``coords`` (grid coordinates), in the order given; those
+        the selection does not touch are left out.
+
+        Examples
+        --------
+        >>> s = parse_selection(slice(3, 9), (10,), orthogonal=False)
+        >>> [p.out_sel for p in s.pieces_at((4,), [(0,), (2,), (3,)])]
+        [(slice(0, 1, 1),), (slice(5, 6, 1),)]
+        """
+        plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
+        for where in coords:
+            index = [_find(plan, c) for plan, c in zip(plans, where, strict=True)]
+            if all(i >= 0 for i in index):
+                yield _combine(plans, tuple(index))
+
+    def shards_at(
+        self,
+        shard_shape: Sequence[int],
+        chunks: Sequence[int],
+        coords: Iterable[tuple[int, ...]],
+    ) -> Iterator[tuple[tuple[int, ...], Iterator[tuple[int, ChunkPiece]]]]:
+        """:meth:`shards` for the shards at ``coords`` only, in the order given; those the
+        selection does not touch are left out."""
+        plans = [axis.pieces(c) for axis, c in zip(self.axes, chunks, strict=True)]
+        per_shard = [s // c for s, c in zip(shard_shape, chunks, strict=True)]
+        for where in coords:
+            runs = tuple(
+                _shard_run(plan, shard, k)
+                for plan, shard, k in zip(plans, where, per_shard, strict=True)
+            )
+            if all(first < stop for _, first, stop in runs):
+                yield where, _shard_pieces(plans, per_shard, runs)
+
     def shards(
         self, shard_shape: Sequence[int], chunks: Sequence[int]
     ) -> Iterator[tuple[tuple[int, ...], Iterator[tuple[int, ChunkPiece]]]]:
@@ -320,6 +367,20 @@ def _combine(plans: Sequence[Sequence[AxisPiece]], index: tuple[int, ...]) -> Ch
     pieces = [plan[i] for plan, i in zip(plans, index, strict=True)]
     coords = tuple(p.chunk for p in pieces)
     return ChunkPiece(coords, tuple(p.chunk_sel for p in pieces), tuple(p.out_sel for p in pieces))
+
+
+def _find(plan: AxisPlan, chunk: int) -> int:
+    """The piece of ``plan`` in chunk ``chunk``, or -1 if the plan does not touch it."""
+    i = bisect.bisect_left(range(len(plan)), chunk, key=plan.chunk)
+    return i if i < len(plan) and plan.chunk(i) == chunk else -1
+
+
+def _shard_run(plan: AxisPlan, shard: int, per_shard: int) -> Run:
+    """The pieces of ``plan`` in shard ``shard`` (first piece, stop piece; empty if none)."""
+    n = len(plan)
+    first = bisect.bisect_left(range(n), shard * per_shard, key=plan.chunk)
+    stop = bisect.bisect_left(range(n), (shard + 1) * per_shard, lo=first, key=plan.chunk)
+    return shard, first, stop
 
 
 def _runs(plan: AxisPlan, per_shard: int) -> Iterator[Run]:

@@ -14,6 +14,11 @@ is fetched through that handle by a key (``"zarr.json"``, ``"layers/counts/c/0/0
 - ``verify()`` raises :class:`~cytepool.errors.StoreChangedError` unless the store the handle
   opened is still the one at the store's location.
 
+A :class:`LocalHandle` also reads a whole file straight into the caller's buffers
+(``read_into``, one ``preadv``), and lists the keys a few directory levels under a prefix
+without a lookup per key (``keys_under``); readers use them where a handle has them (a remote
+one has neither).
+
 :func:`reading` wraps one read: it verifies the store when the read ends, and turns any error
 raised while the store was being replaced into StoreChangedError, so a read returns values
 wholly from the store it opened, or raises StoreChangedError; never a mix of two stores, and
@@ -35,7 +40,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -331,6 +336,83 @@ class LocalHandle:
             os.close(fd)
         return Part(data, size)
 
+    def read_into(self, key: str, buffers: Sequence[memoryview]) -> int | None:
+        """Read the file at ``key`` straight into ``buffers`` (writable, in order) if it holds
+        exactly as many bytes as they do.
+
+        Returns None if the file is absent, else its size: nothing is read unless that is the
+        buffers' size. FormatError if the file ends before the buffers are full (it shrank
+        while it was read).
+        """
+        opened = self._open(key)
+        if opened is None:
+            return None
+        fd, info = opened
+        try:
+            if info.st_size == sum(buffer.nbytes for buffer in buffers):
+                _read_into(fd, buffers, self.where(key))
+        finally:
+            os.close(fd)
+        return info.st_size
+
+    def keys_under(self, prefix: str, depth: int, most: int, take: Callable[[str], object]) -> bool:
+        """Call ``take(key)`` for each entry ``depth`` directory levels under ``prefix`` (""
+        for the root), of any kind, as the listing goes: one listing of each directory on the
+        way instead of a lookup per key, and no list of the keys.
+
+        Returns True once every key was given (none if ``prefix`` is absent), or False, to say
+        "look each key up instead", as soon as more than ``most`` entries are met on the way,
+        an entry above ``depth`` is not a directory (looking a key up under it is an error the
+        caller should meet as usual), or a directory cannot be listed.
+        """
+        try:
+            return self._walk(prefix, depth, [most], take)
+        except OSError:
+            return False
+
+    def _walk(
+        self, prefix: str, depth: int, left: list[int], take: Callable[[str], object]
+    ) -> bool:
+        """:meth:`keys_under`, ``left[0]`` counting down the entries it may still meet."""
+        if prefix:
+            _check_key(prefix)
+        directories: list[str] = []
+        with self._entries(prefix) as entries:
+            for entry in entries:
+                left[0] -= 1
+                if left[0] < 0:
+                    return False
+                if depth == 1:
+                    take(join(prefix, entry.name))
+                elif not entry.is_dir():
+                    return False
+                else:
+                    directories.append(entry.name)
+        return all(self._walk(join(prefix, name), depth - 1, left, take) for name in directories)
+
+    @contextlib.contextmanager
+    def _entries(self, prefix: str) -> Iterator[Iterator[os.DirEntry[str]]]:
+        """The entries of the directory ``prefix`` (none if it is absent; NotADirectoryError if
+        it is no directory), listed relative to the store's directory."""
+        if self._fd is None:  # pragma: no cover - Windows
+            path = os.path.join(self._store.absolute, *prefix.split("/"))
+            if not os.path.exists(path):
+                yield iter(())
+                return
+            with os.scandir(path) as listing:
+                yield listing
+            return
+        try:
+            fd = os.open(prefix or ".", _DIRECTORY, dir_fd=self._fd)
+        except FileNotFoundError:
+            yield iter(())
+            return
+        try:
+            with os.scandir(fd) as entries:
+                yield entries
+        finally:
+            os.close(fd)
+
     def list(self, prefix: str) -> list[str]:
         """The names in the directory ``prefix`` ("" for the root), sorted."""
         if not prefix:
@@ -392,6 +474,48 @@ def _read(fd: int, position: int, size: int) -> bytes:
         pieces.append(piece)
         size -= len(piece)
     return b"".join(pieces)
+
+
+def _iov_max() -> int:
+    """The most buffers one ``preadv`` takes (1024 on Linux)."""
+    try:
+        return max(1, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - no such limit known
+        return 16
+
+
+_IOV_MAX = _iov_max()
+
+
+def _ended_early(where: str) -> FormatError:
+    return FormatError(f"{where} ended early: was it truncated while it was read?")
+
+
+def _read_into(fd: int, buffers: Sequence[memoryview], where: str) -> None:
+    """Fill ``buffers`` from the start of the file, with as few reads as the system allows."""
+    if not hasattr(os, "preadv"):  # pragma: no cover - Windows
+        position = 0
+        for buffer in buffers:
+            data = _read(fd, position, buffer.nbytes)
+            if len(data) < buffer.nbytes:
+                raise _ended_early(where)
+            buffer[:] = data
+            position += buffer.nbytes
+        return
+    pending, position = [buffer for buffer in buffers if buffer.nbytes], 0
+    while pending:
+        group = pending[:_IOV_MAX]
+        got = os.preadv(fd, group, position)
+        if got == 0:
+            raise _ended_early(where)
+        position += got
+        done = 0
+        while got and got >= pending[done].nbytes:  # whole buffers filled
+            got -= pending[done].nbytes
+            done += 1
+        pending = pending[done:]
+        if got:  # a buffer filled in part: read the rest of it next
+            pending[0] = pending[0][got:]
 
 
 _KINDS = {
