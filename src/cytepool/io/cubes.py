@@ -66,8 +66,16 @@ from cytepool.io.zarr.consolidated import (
 from cytepool.io.zarr.groups import read_node_document
 from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.remote import is_url, locate, refuse_url
-from cytepool.io.zarr.store import LocalStore, StoreHandle, StorePath, join, reading
+from cytepool.io.zarr.store import (
+    LocalStore,
+    StoreHandle,
+    StorePath,
+    is_url,
+    join,
+    locate,
+    reading,
+    refuse_url,
+)
 
 if TYPE_CHECKING:
     from cytepool.cube import Cube
@@ -288,15 +296,13 @@ def read_cube(
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
     check_backend(backend)
-    if is_url(path):
-        return _read_url(str(path), backend, storage_options)
-    root = _local_path(path)
-    locate(root, storage_options)  # refuses storage_options for a local path
+    store = locate(path if is_url(path) else _local_path(path), storage_options)
+    root = store.where("")
     try:
-        handle = LocalStore(root).open()
-    except FileNotFoundError as error:
+        handle = store.open()
+    except FileNotFoundError as error:  # a local store (a remote one opens without a request)
         message = f"there is no cube file at {root}"
-        raise FileNotFoundError(errno.ENOENT, message, str(root)) from error
+        raise FileNotFoundError(errno.ENOENT, message, root) from error
     except NotADirectoryError as error:
         message = f"{root} is not a cube file: it is not a directory"
         raise FormatError(message) from error
@@ -304,17 +310,8 @@ def read_cube(
         with reading(handle):
             return _read(handle, backend)
     except StoreChangedError as error:
-        message = f"the cube file {root} was replaced while it was being read; open it again"
-        raise StoreChangedError(message) from error
-
-
-def _read_url(url: str, backend: str, storage_options: Mapping[str, Any] | None) -> Cube:
-    handle = locate(url, storage_options).open()
-    try:
-        with reading(handle):
-            return _read(handle, backend)
-    except StoreChangedError as error:
-        message = f"the cube file {handle.where('')} changed while it was being read; open it again"
+        changed = "was replaced" if isinstance(store, LocalStore) else "changed"
+        message = f"the cube file {root} {changed} while it was being read; open it again"
         raise StoreChangedError(message) from error
 
 

@@ -21,8 +21,7 @@ from cytepool.io.tables import backends as _b
 from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.remote import is_url, locate, refuse_url
-from cytepool.io.zarr.store import LocalStore, StorePath, reading
+from cytepool.io.zarr.store import StorePath, locate, reading, refuse_url
 
 __all__ = [
     "StoredTable",
@@ -230,15 +229,13 @@ def read_table(
     _b.import_backend(backend)
     if isinstance(path, StorePath):
         return read_table_at(path, backend=backend, columns=columns)
-    if is_url(path):
-        with reading(locate(path, storage_options).open()) as remote:
-            return read_table_at(StorePath(remote), backend=backend, columns=columns)
-    root = Path(os.fspath(locate(path, storage_options).where("")))
+    store = locate(path, storage_options)
     try:
-        handle = LocalStore(root).open()
-    except (FileNotFoundError, NotADirectoryError) as error:
+        handle = store.open()
+    except (FileNotFoundError, NotADirectoryError) as error:  # a local store: no directory
+        root = store.where("")
         msg = f"no Zarr v3 metadata at {root}: there is no directory"
-        _r.add_path_note(error, "reading", str(root))
+        _r.add_path_note(error, "reading", root)
         raise FileNotFoundError(msg) from error
     with reading(handle):
         return read_table_at(StorePath(handle), backend=backend, columns=columns)

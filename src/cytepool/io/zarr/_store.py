@@ -9,7 +9,6 @@ from typing import Any
 
 from cytepool.errors import FormatError, InputTypeError
 from cytepool.io.zarr.fields import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
-from cytepool.io.zarr.remote import locate
 from cytepool.io.zarr.store import (
     LocalStore,
     StoreHandle,
@@ -17,6 +16,7 @@ from cytepool.io.zarr.store import (
     TooLargeError,
     Version,
     join,
+    locate,
     reading,
 )
 

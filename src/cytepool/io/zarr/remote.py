@@ -31,12 +31,10 @@ import builtins
 import dataclasses
 import datetime
 import os
-import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -48,7 +46,7 @@ from cytepool.errors import (
     StoreChangedError,
 )
 from cytepool.io.zarr.fetching import Range, Span, Window
-from cytepool.io.zarr.store import Blob, LocalStore, Part, Store, TooLargeError
+from cytepool.io.zarr.store import Blob, Part, TooLargeError, is_url
 
 if TYPE_CHECKING:  # asyncio is imported when a URL is first read: local stores never need it
     import asyncio
@@ -59,9 +57,6 @@ __all__ = [
     "ETag",
     "RemoteHandle",
     "RemoteStore",
-    "is_url",
-    "locate",
-    "refuse_url",
 ]
 
 SCHEMES = ("http", "https", "s3", "gs", "az")
@@ -70,7 +65,6 @@ SCHEMES = ("http", "https", "s3", "gs", "az")
 DEFAULT_IN_FLIGHT = 16
 """Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``."""
 
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _MOST_IN_FLIGHT = 1024
 _INSTALL = "install the extra with: pip install 'cytepool[remote]'"
 _CONFIG = {
@@ -137,56 +131,6 @@ _CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "120s"}
 _RETRY_DEFAULTS = {"max_retries": 4, "retry_timeout": 30.0}
 
 T = TypeVar("T")
-
-
-def is_url(path: object) -> bool:
-    """Whether ``path`` is a string that starts with a URL scheme (``s3://...``).
-
-    Examples
-    --------
-    >>> is_url("s3://bucket/x.cube.zarr"), is_url("x.cube.zarr"), is_url(3)
-    (True, False, False)
-    """
-    return isinstance(path, str) and _URL.match(path) is not None
-
-
-def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store:
-    """The store at ``path``: a :class:`RemoteStore` for a URL (``storage_options`` go to its
-    client), else a :class:`~cytepool.io.zarr.store.LocalStore`.
-
-    Examples
-    --------
-    >>> locate("s3://bucket/x.cube.zarr"), locate("x.cube.zarr")
-    (RemoteStore(url='s3://bucket/x.cube.zarr'), LocalStore(path=PosixPath('x.cube.zarr')))
-    """
-    if is_url(path):
-        return RemoteStore(path, storage_options or {})
-    if storage_options:
-        msg = f"storage_options apply to URLs only; {path!r} is a local path"
-        raise InputError(msg)
-    if not isinstance(path, str | os.PathLike):
-        msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
-        raise InputTypeError(msg)
-    return LocalStore(Path(path))
-
-
-def refuse_url(path: object, what: str) -> None:
-    """InputError if ``path`` is a URL: cytepool writes local directories only.
-
-    Examples
-    --------
-    >>> refuse_url("s3://bucket/x.cube.zarr", "a cube file")
-    Traceback (most recent call last):
-    ...
-    cytepool.errors.InputError: cannot write a cube file to the URL 's3://bucket/x.cube.zarr': ...
-    """
-    if is_url(path):
-        msg = (
-            f"cannot write {what} to the URL {path!r}: cytepool writes local directories only;"
-            " write it locally, then upload the directory with a sync tool (aws s3 sync, gcloud"
-            " storage rsync, azcopy sync, rclone) and read it back by URL"
-        )
-        raise InputError(msg)
 
 
 def import_obstore() -> Any:

@@ -27,6 +27,10 @@ regular file (a FIFO, socket, device or directory) is refused with FormatError w
 opened for reading (it is examined with ``stat`` first, and opened non-blocking), so a read
 never blocks on one. :class:`StorePath` names a node of an open store, for the functions of
 :mod:`cytepool.io.zarr` and :mod:`cytepool.io.tables` that read many nodes through one handle.
+
+:func:`locate` is the one place that chooses between a local and a remote store: a URL gives a
+:class:`~cytepool.io.zarr.remote.RemoteStore`, and only then is the remote module (and with it
+obstore and asyncio, when a read first needs them) imported, so local reads never load it.
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import FormatError, InputError, InputTypeError, StoreChangedError
 from cytepool.io.zarr.names import node_name_problem
 
 __all__ = [
@@ -53,14 +58,18 @@ __all__ = [
     "StorePath",
     "TooLargeError",
     "Version",
+    "is_url",
     "join",
+    "locate",
     "reading",
+    "refuse_url",
 ]
 
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
 _READ = os.O_RDONLY | _O_BINARY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NONBLOCK", 0)
 _AT_SUPPORTED = os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 @runtime_checkable
@@ -401,6 +410,66 @@ _KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
 }
+
+
+def is_url(path: object) -> bool:
+    """Whether ``path`` is a string that starts with a URL scheme (``s3://...``).
+
+    Examples
+    --------
+    >>> is_url("s3://bucket/x.cube.zarr"), is_url("x.cube.zarr"), is_url(3)
+    (True, False, False)
+    """
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store:
+    """The store at ``path``: a :class:`~cytepool.io.zarr.remote.RemoteStore` for a URL
+    (``storage_options`` go to its client), else a :class:`LocalStore`.
+
+    The remote module is imported for a URL only. Raises InputTypeError if ``path`` is neither
+    a str nor an os.PathLike of text, and InputError for ``storage_options`` with a local path
+    (or, for a URL, an unsupported scheme or an unknown option).
+
+    Examples
+    --------
+    >>> locate("s3://bucket/x.cube.zarr"), locate("x.cube.zarr")
+    (RemoteStore(url='s3://bucket/x.cube.zarr'), LocalStore(path=PosixPath('x.cube.zarr')))
+    """
+    if is_url(path):
+        from cytepool.io.zarr.remote import RemoteStore
+
+        return RemoteStore(path, storage_options or {})
+    if storage_options:
+        msg = f"storage_options apply to URLs only; {path!r} is a local path"
+        raise InputError(msg)
+    if not isinstance(path, str | os.PathLike):
+        msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
+        raise InputTypeError(msg)
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        msg = f"path must be a text path, not {type(text).__name__}"
+        raise InputTypeError(msg)
+    return LocalStore(Path(text))
+
+
+def refuse_url(path: object, what: str) -> None:
+    """InputError if ``path`` is a URL: cytepool writes local directories only.
+
+    Examples
+    --------
+    >>> refuse_url("s3://bucket/x.cube.zarr", "a cube file")
+    Traceback (most recent call last):
+    ...
+    cytepool.errors.InputError: cannot write a cube file to the URL 's3://bucket/x.cube.zarr': ...
+    """
+    if is_url(path):
+        msg = (
+            f"cannot write {what} to the URL {path!r}: cytepool writes local directories only;"
+            " write it locally, then upload the directory with a sync tool (aws s3 sync, gcloud"
+            " storage rsync, azcopy sync, rclone) and read it back by URL"
+        )
+        raise InputError(msg)
 
 
 @contextlib.contextmanager
