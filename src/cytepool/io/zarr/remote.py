@@ -515,13 +515,18 @@ class RemoteHandle:
         """The URL of ``key``, for messages."""
         return self._store.where(key)
 
-    async def _limited(self, coroutine: Awaitable[T]) -> T:
+    async def _limited(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Await ``make()`` within the bound of requests in flight.
+
+        The coroutine is made only once a slot is free: a request cancelled while it waits for
+        one (a read that failed, closing its handle) leaves no coroutine behind unawaited.
+        """
         if self._semaphore is None:
             import asyncio
 
             self._semaphore = asyncio.Semaphore(self._in_flight)
         async with self._semaphore:
-            return await coroutine
+            return await make()
 
     async def _call(self, key: str, make: Callable[[], Awaitable[T]]) -> T | None:
         """Await an obstore call; None if the object is absent, cytepool errors otherwise."""
@@ -569,7 +574,7 @@ class RemoteHandle:
         """The whole object at ``key`` (None if absent); TooLargeError beyond ``limit``."""
         future = self._window.take_object(key)
         if future is None:
-            got = _run(self._limited(self._get(key, limit)))
+            got = _run(self._limited(lambda: self._get(key, limit)))
         else:
             got = future.result()
             if got is not None and len(got[0]) > limit:
@@ -581,7 +586,7 @@ class RemoteHandle:
         item = Range(key, start, length)
         taken = self._window.take_range(item)
         if taken is None:
-            return _run(self._limited(self._get_range(key, start, length)))
+            return _run(self._limited(lambda: self._get_range(key, start, length)))
         return _member(taken[0], item, taken[1].result())
 
     def peek_range(self, item: Range) -> Part | None:
@@ -624,7 +629,7 @@ class RemoteHandle:
     def list(self, prefix: str) -> list[str]:
         """The names directly under ``prefix``; [] where the server cannot list (plain HTTP)."""
         try:
-            return _run(self._limited(self._list(prefix)))
+            return _run(self._limited(lambda: self._list(prefix)))
         except RemoteStoreError:
             return []
 
@@ -641,7 +646,7 @@ class RemoteHandle:
 
     def version(self, key: str) -> ETag | None:
         """The version of the object at ``key`` (one HEAD), or None if it is absent."""
-        return _run(self._limited(self._head(key)))
+        return _run(self._limited(lambda: self._head(key)))
 
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
         """Start fetching the objects at ``keys``, in order, for ``get`` to take.
@@ -658,16 +663,16 @@ class RemoteHandle:
         self._window.ranges(ranges, now=now)
 
     def _send_object(self, key: str, limit: int) -> Future[tuple[bytes, ETag] | None]:
-        return _submit(self._limited(self._get(key, limit)))
+        return _submit(self._limited(lambda: self._get(key, limit)))
 
     def _send_span(self, span: Span) -> Future[Part | None]:
-        return _submit(self._limited(self._get_range(span.key, span.start, span.length)))
+        return _submit(self._limited(lambda: self._get_range(span.key, span.start, span.length)))
 
     def watch(self, version: ETag) -> None:
         """Check the root zarr.json against ``version`` now (a HEAD with If-Match sent at
         once, alongside later requests); :meth:`verify` waits for the answer."""
         self._store = self._store.expecting(version)
-        self._check = _submit(self._limited(self._head("zarr.json", version)))
+        self._check = _submit(self._limited(lambda: self._head("zarr.json", version)))
 
     def verify(self) -> None:
         """Raise StoreChangedError if the root zarr.json is no longer the expected version."""
@@ -676,7 +681,7 @@ class RemoteHandle:
             return
         check = self._check
         if check is None:
-            check = _submit(self._limited(self._head("zarr.json", expected)))
+            check = _submit(self._limited(lambda: self._head("zarr.json", expected)))
         self._check = None
         try:
             current = check.result()

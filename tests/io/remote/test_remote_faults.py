@@ -1,0 +1,139 @@
+"""Remote reads under hostile servers and failures (issue 22): bounds taken from the length a
+server announces, digest failures told apart from replaced stores, no coroutine left behind by
+a failed read, and no listing request for a missing root. All against the real test servers."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("obstore")
+
+from remote_servers import ServedHTTP
+
+from cytepool.errors import FormatError
+from cytepool.io import read_cube, write_cube
+from cytepool.io.zarr import open_array, write_array
+from cytepool.io.zarr.remote import RemoteStore
+from factories import make_cube, string_values
+
+LATENCY = 0.4  # seconds per request: what was fetched ahead waits for a slot when a read fails
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cube file with an int64 sample column (``n``) and a layer of 4 groups."""
+    rng = np.random.default_rng(5)
+    cube = make_cube(
+        {"counts": rng.integers(0, 40, size=(4, 6, 50)).astype(np.int32)},
+        ids={
+            "samples": [f"s{i}" for i in range(6)],
+            "groups": [f"type {i}" for i in range(4)],
+            "features": [f"g{i}" for i in range(50)],
+        },
+        samples={"n": np.arange(6, dtype=np.int64)},
+        cells=rng.integers(1, 9, size=(4, 6)),
+    )
+    path = tmp_path_factory.mktemp("faults") / "x.cube.zarr"
+    write_cube(cube, path)
+    return path
+
+
+@pytest.fixture
+def copy(local: Path, tmp_path: Path) -> Path:
+    """A copy of the cube file, to spoil before serving it."""
+    target = tmp_path / "x.cube.zarr"
+    shutil.copytree(local, target)
+    return target
+
+
+@pytest.fixture
+def unawaited() -> Iterator[Callable[[], list[str]]]:
+    """``unawaited()``: the "never awaited" warnings of coroutines finalised so far, on any
+    thread (the remote event loop's included)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+
+        def found() -> list[str]:
+            gc.collect()
+            return [str(w.message) for w in seen if "never awaited" in str(w.message)]
+
+        yield found
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 3: no coroutine left unawaited after a failed read
+
+
+def _chunked_array(tmp_path: Path) -> Path:
+    values = np.arange(40 * 8, dtype=np.int64).reshape(40, 8)
+    write_array(tmp_path / "a", values, chunks=(1, 8), compression=None)
+    (tmp_path / "a" / "c" / "0" / "0").write_bytes(b"short")  # the first chunk is corrupt
+    return tmp_path / "a"
+
+
+def test_requests_cancelled_while_waiting_for_a_slot_leave_no_coroutine(
+    tmp_path: Path, serve_http: Callable[..., ServedHTTP], unawaited: Callable[[], list[str]]
+) -> None:
+    """What a failed read does to the chunks it fetched ahead: its handle is closed while they
+    wait for a slot (one in flight here), and every one of them is cancelled."""
+    http = serve_http(_chunked_array(tmp_path))
+    http.fault("*", latency=LATENCY)
+    handle = RemoteStore(http.url, {"max_in_flight": 1}).open()
+    handle.prefetch([f"c/{row}/0" for row in range(1, 9)], limit=64)
+    handle.close()
+    handle = RemoteStore(http.url).open()
+    assert handle.get("c/1/0", limit=64) is not None  # the loop ran on
+    assert unawaited() == []
+
+
+def test_a_failed_read_leaves_no_coroutine_unawaited(
+    tmp_path: Path, serve_http: Callable[..., ServedHTTP], unawaited: Callable[[], list[str]]
+) -> None:
+    http = serve_http(_chunked_array(tmp_path))
+    http.fault("*", latency=LATENCY)
+    array = open_array(http.url, storage_options={"max_in_flight": 2})
+    with pytest.raises(FormatError, match=r"corrupt chunk .*/a/c/0/0: it has 5 bytes"):
+        array[...]  # fails at once: the chunks fetched ahead, queued for a slot, are cancelled
+    assert array[1:3, :].tolist() == [list(range(8, 16)), list(range(16, 24))]  # the loop ran
+    assert unawaited() == []
+
+
+def test_a_failed_cube_opening_leaves_no_coroutine_unawaited(
+    copy: Path, serve_http: Callable[..., ServedHTTP], unawaited: Callable[[], list[str]]
+) -> None:
+    http = serve_http(copy)
+    ids = string_values(http.path / "samples" / "sample_id") / "c" / "0"
+    good = ids.read_bytes()
+    ids.write_bytes(b"short")  # read first, while the other tables' chunks wait for a slot
+    http.fault("*", latency=LATENCY)
+    with pytest.raises(FormatError, match=r"samples/sample_id"):
+        read_cube(http.url, storage_options={"max_in_flight": 1})
+    ids.write_bytes(good)
+    assert read_cube(http.url).shape == (4, 6, 50)  # the loop ran
+    assert unawaited() == []
+
+
+def test_a_failed_layer_read_leaves_no_coroutine_unawaited(
+    copy: Path,
+    serve_http: Callable[..., ServedHTTP],
+    unawaited: Callable[[], list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one chunk decoded at a time, in order: the read fails on the first chunk while the
+    # third, fetched ahead, still waits for the one slot
+    monkeypatch.setenv("CYTEPOOL_ZARR_THREADS", "1")
+    http = serve_http(copy)
+    cube = read_cube(http.url, storage_options={"max_in_flight": 1})
+    (http.path / "layers" / "counts" / "c" / "0" / "0" / "0").write_bytes(b"short")
+    http.fault("*", latency=LATENCY)
+    with pytest.raises(FormatError, match=r"layers/counts/c/0/0/0"):
+        cube.to_numpy("counts")  # the root's check and the chunks fetched ahead are cancelled
+    assert cube.select(groups=["type 3"]).to_numpy("counts").shape == (1, 6, 50)
+    assert unawaited() == []
