@@ -49,7 +49,6 @@ from cytepool.io._cube_tables import read_cube_table
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
     DATA_TYPES,
-    MAX_CHUNK_BYTES,
     METADATA_FILE,
     check_compression,
     open_array,
@@ -698,7 +697,7 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     documents = consolidated_documents(document, where)
     if documents is not None:
         root = StorePath(read_through(handle, document, documents, version))
-        fetch_ahead(root.handle, documents, _PARTS, limit=MAX_CHUNK_BYTES)
+        fetch_ahead(root.handle, documents, _PARTS)
     return _read_parts(root, backend, header)
 
 

@@ -137,3 +137,24 @@ def test_a_failed_layer_read_leaves_no_coroutine_unawaited(
         cube.to_numpy("counts")  # the root's check and the chunks fetched ahead are cancelled
     assert cube.select(groups=["type 3"]).to_numpy("counts").shape == (1, 6, 50)
     assert unawaited() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 1: every fetch bounded by the most bytes a valid encoding of its chunk can take
+
+BIG = 32 * 2**20  # an honest body, far larger than any valid encoding of these chunks
+
+
+@pytest.mark.parametrize("key", ["samples/n/c/0", "cells/c/0/0"])
+def test_a_small_chunk_answered_with_a_large_body_is_refused_from_its_length(
+    copy: Path, serve_http: Callable[..., ServedHTTP], key: str
+) -> None:
+    http = serve_http(copy)
+    with open(http.path / key, "r+b") as file:
+        file.truncate(BIG)
+    # the body goes out in pieces: the server sends its last piece only to a client that reads
+    http.fault(key, slow=0.001, piece=2**20)
+    with pytest.raises(FormatError, match=rf"corrupt chunk .*/{key}: it has {BIG} bytes, more"):
+        read_cube(http.url)
+    (request,) = [r for r in http.requests() if r.path.endswith(key)]
+    assert request.end is None  # the client stopped at the headers: the body was never sent

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError
+from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr.fields import METADATA_FILE, dumps, loads
 from cytepool.io.zarr.metadata import ArrayMetadata, check_attributes
 from cytepool.io.zarr.store import Blob, Part, Store, StoreHandle, TooLargeError, Version
@@ -137,7 +138,10 @@ def chunk_keys(prefix: str, document: Any, where: str) -> list[str]:
     >>> chunk_keys("a", doc, "a/zarr.json")
     ['a/c/0', 'a/c/1']
     """
-    meta = ArrayMetadata.from_json(document, where)
+    return _chunk_keys(prefix, ArrayMetadata.from_json(document, where))
+
+
+def _chunk_keys(prefix: str, meta: ArrayMetadata) -> list[str]:
     grid = [
         -(-size // chunk)
         for size, chunk in zip(meta.shape, meta.chunk_grid.chunk_shape, strict=True)
@@ -294,21 +298,25 @@ def read_through(
     return ConsolidatedHandle(store, handle)
 
 
-def fetch_ahead(
-    handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str], *, limit: int
-) -> None:
+def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str]) -> None:
     """Ask a handle that fetches ahead (a remote one) for every chunk of the arrays at or
-    under ``nodes``, each refused beyond ``limit`` bytes (its reader checks its own bound)."""
+    under ``nodes``, in the order of ``nodes``; each is refused from its length beyond the most
+    bytes a valid encoding of one of its array's chunks can take (as its reader refuses it).
+
+    Sharded arrays are left to their reads, which fetch the ranges they need.
+    """
     prefetch = getattr(handle, "prefetch", None)
     if prefetch is None:
         return
-    roots = tuple(nodes)
-    keys: list[str] = []
-    for key, document in documents.items():
-        under = key in roots or key.startswith(tuple(f"{root}/" for root in roots))
-        if under and document.get("node_type") == "array":
-            keys.extend(chunk_keys(key, document, handle.where(f"{key}/{METADATA_FILE}")))
-    prefetch(keys, limit=limit)
+    for root in nodes:
+        for key, document in documents.items():
+            under = key == root or key.startswith(f"{root}/")
+            if not under or document.get("node_type") != "array":
+                continue
+            meta = ArrayMetadata.from_json(document, handle.where(f"{key}/{METADATA_FILE}"))
+            reader = Reader(handle, key, meta)
+            if reader.shard is None:
+                prefetch(_chunk_keys(key, meta), limit=reader.chunk_limit)
 
 
 def _json_copy(value: Any) -> Any:
