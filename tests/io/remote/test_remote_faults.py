@@ -9,17 +9,18 @@ import shutil
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 pytest.importorskip("obstore")
 
-from remote_servers import ServedHTTP
+from remote_servers import ServedHTTP, round_trips
 
 from cytepool.errors import FormatError
 from cytepool.io import read_cube, write_cube
-from cytepool.io.zarr import open_array, write_array
+from cytepool.io.zarr import open_array, read_group_attributes, write_array
 from cytepool.io.zarr.remote import RemoteStore
 from factories import make_cube, string_values
 
@@ -158,3 +159,47 @@ def test_a_small_chunk_answered_with_a_large_body_is_refused_from_its_length(
         read_cube(http.url)
     (request,) = [r for r in http.requests() if r.path.endswith(key)]
     assert request.end is None  # the client stopped at the headers: the body was never sent
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 4: reads by URL never list
+
+
+def _listings(requests: list[Any]) -> list[Any]:
+    """Requests that list: WebDAV PROPFIND (HTTP), ListObjects (S3)."""
+    return [r for r in requests if r.method == "PROPFIND" or "list-type" in r.query]
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_a_missing_root_is_missing_without_a_listing(
+    tmp_path: Path, serve_http: Any, serve_s3: Any, kind: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "other").write_text("x")
+    served = (serve_http if kind == "http" else serve_s3)(tmp_path / "empty")
+    options = getattr(served, "storage_options", {})
+    with pytest.raises(FormatError, match="is not a cube file: it has no Zarr group metadata"):
+        read_cube(served.url, storage_options=options)
+    with pytest.raises(FileNotFoundError, match=r"no Zarr v3 metadata at .*: .*zarr\.json does"):
+        read_group_attributes(served.url, storage_options=options)
+    with pytest.raises(FileNotFoundError, match=r"no Zarr v3 metadata"):
+        open_array(served.url + "/other", storage_options=options)
+    requests = served.requests()
+    assert requests
+    assert _listings(requests) == []
+    assert {r.method for r in requests} <= {"GET", "HEAD"}
+
+
+def test_a_zarr_v2_node_is_recognised_without_a_listing(
+    tmp_path: Path, serve_http: Callable[..., ServedHTTP]
+) -> None:
+    import zarr
+
+    zarr.open_group(str(tmp_path / "v2"), mode="w", zarr_format=2).attrs["a"] = 1
+    http = serve_http(tmp_path / "v2")
+    http.fault("*", latency=0.1)
+    with pytest.raises(FormatError, match=r"is a Zarr v2 node \(\.zgroup\); only Zarr v3"):
+        read_group_attributes(http.url)
+    requests = http.requests()
+    assert _listings(requests) == []
+    assert round_trips(requests) == 2  # zarr.json, then the v2 files together

@@ -99,9 +99,17 @@ def _read(node: StorePath) -> tuple[Any, Version, str]:
 
 
 def _check_not_v2(node: StorePath) -> None:
-    names = node.handle.list(node.key)
-    for name in _V2_FILES:
-        if name in names:
+    """FormatError if ``node`` holds Zarr v2 metadata.
+
+    Its files are asked for by name (a ``stat`` each; a remote store fetches them together, in
+    one round), never by listing the node, which most web servers refuse.
+    """
+    keys = [join(node.key, name) for name in _V2_FILES]
+    gather = getattr(node.handle, "gather", None)
+    if gather is not None:
+        gather(keys, limit=MAX_METADATA_BYTES)
+    for name, key in zip(_V2_FILES, keys, strict=True):
+        if node.handle.version(key) is not None:
             msg = (
                 f"{node} is a Zarr v2 node ({name}); only Zarr v3 (zarr.json) is supported:"
                 " convert it with zarr-python"

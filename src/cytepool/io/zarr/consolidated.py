@@ -261,6 +261,12 @@ class ConsolidatedHandle:
             return self._store.version
         return self._inner.version(METADATA_FILE)
 
+    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+        """Objects fetched together by the store under it, if it can (a remote one)."""
+        gather = getattr(self._inner, "gather", None)
+        result: dict[str, Blob | None] = {} if gather is None else gather(keys, limit=limit)
+        return result
+
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
         """Fetch ahead through the store under it, if it fetches ahead."""
         prefetch = getattr(self._inner, "prefetch", None)

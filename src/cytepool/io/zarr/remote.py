@@ -490,6 +490,7 @@ class RemoteHandle:
         self._closed = False
         self._window = Window(2 * self._in_flight, self._send_object, self._send_span)
         self._check: Future[ETag | None] | None = None
+        self._kept: dict[str, tuple[bytes, ETag] | None] = {}  # what gather() fetched
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -572,6 +573,11 @@ class RemoteHandle:
 
     def get(self, key: str, *, limit: int) -> Blob | None:
         """The whole object at ``key`` (None if absent); TooLargeError beyond ``limit``."""
+        if key in self._kept:
+            kept = self._kept[key]
+            if kept is not None and len(kept[0]) > limit:
+                raise TooLargeError(self.where(key), len(kept[0]), limit)
+            return None if kept is None else Blob(*kept)
         future = self._window.take_object(key)
         if future is None:
             got = _run(self._limited(lambda: self._get(key, limit)))
@@ -645,8 +651,33 @@ class RemoteHandle:
         return sorted({name.rstrip("/").rpartition("/")[2] for name in names})
 
     def version(self, key: str) -> ETag | None:
-        """The version of the object at ``key`` (one HEAD), or None if it is absent."""
+        """The version of the object at ``key`` (one HEAD, unless :meth:`gather` kept it), or
+        None if it is absent."""
+        if key in self._kept:
+            kept = self._kept[key]
+            return None if kept is None else kept[1]
         return _run(self._limited(lambda: self._head(key)))
+
+    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+        """Fetch the small objects at ``keys`` (metadata documents) concurrently, in one round,
+        and keep them for the rest of this read: ``get`` and ``version`` of a key kept are
+        answered without a request, with what this read saw.
+
+        Returns what was had, by key: the object, or None if it is absent. An object that could
+        not be had (larger than ``limit``, or a failure) is left out: ``get`` meets the problem
+        again and reports it where the read reports its errors.
+        """
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._kept]
+        sent = [
+            (key, _submit(self._limited(lambda key=key: self._get(key, limit)))) for key in wanted
+        ]
+        for key, future in sent:
+            try:
+                self._kept[key] = future.result()
+            except Exception:  # get() fetches it again and raises the error
+                continue
+        got = {key: self._kept[key] for key in dict.fromkeys(keys) if key in self._kept}
+        return {key: None if kept is None else Blob(*kept) for key, kept in got.items()}
 
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
         """Start fetching the objects at ``keys``, in order, for ``get`` to take.
@@ -693,8 +724,9 @@ class RemoteHandle:
             raise StoreChangedError(msg)
 
     def close(self) -> None:
-        """Cancel what was fetched ahead and not taken."""
+        """Cancel what was fetched ahead and not taken; forget what was gathered."""
         self._window.cancel()
+        self._kept.clear()
         if self._check is not None:
             self._check.cancel()
             self._check = None
