@@ -5,6 +5,7 @@ a failed read, and no listing request for a missing root. All against the real t
 from __future__ import annotations
 
 import gc
+import json
 import shutil
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ pytest.importorskip("obstore")
 
 from remote_servers import ServedHTTP, round_trips
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, StoreChangedError
 from cytepool.io import read_cube, write_cube
 from cytepool.io.zarr import open_array, read_group_attributes, write_array
 from cytepool.io.zarr.remote import RemoteStore
@@ -203,3 +204,53 @@ def test_a_zarr_v2_node_is_recognised_without_a_listing(
     requests = http.requests()
     assert _listings(requests) == []
     assert round_trips(requests) == 2  # zarr.json, then the v2 files together
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 2: a digest that fails asks the root again: StoreChangedError if it changed
+
+
+def _replaced_as_checked(http: ServedHTTP, tmp_path: Path) -> None:
+    """Make the served cube change under a read: a chunk of group 1 holds other values (those
+    of the new store), and the root zarr.json is replaced just after the read's first check of
+    it is answered (as still the version the cube was opened with)."""
+    root = json.loads((http.path / "zarr.json").read_text())
+    root["attributes"]["metadata"] = {"edited": True}
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps(root))
+    chunks = http.path / "layers" / "counts" / "c"
+    (chunks / "1" / "0" / "0").write_bytes((chunks / "3" / "0" / "0").read_bytes())
+    http.fault("zarr.json", methods=["HEAD"], replace_after=1, replace_with=str(newer))
+    http.clear()
+
+
+READS: dict[str, Callable[[Any], Any]] = {
+    "whole layer": lambda cube: cube.to_numpy("counts"),  # verified on the decoding threads
+    "one group": lambda cube: cube.profiles("type 1"),  # verified once read
+}
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_values_of_a_replacing_store_raise_store_changed_not_corrupt(
+    copy: Path, tmp_path: Path, serve_http: Callable[..., ServedHTTP], read: str
+) -> None:
+    http = serve_http(copy)
+    cube = read_cube(http.url)
+    _replaced_as_checked(http, tmp_path)
+    with pytest.raises(StoreChangedError, match=r"zarr\.json is another version") as info:
+        READS[read](cube)
+    assert "do not match their stored digest" in str(info.value.__cause__)
+    heads = [r for r in http.requests() if r.method == "HEAD" and r.path.endswith("/zarr.json")]
+    assert [r.status for r in heads] == [200, 412]  # the first check, then the question again
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_values_that_fail_their_digest_in_an_unchanged_store_are_corrupt(
+    copy: Path, serve_http: Callable[..., ServedHTTP], read: str
+) -> None:
+    http = serve_http(copy)
+    cube = read_cube(http.url)
+    chunks = http.path / "layers" / "counts" / "c"
+    (chunks / "1" / "0" / "0").write_bytes((chunks / "3" / "0" / "0").read_bytes())
+    with pytest.raises(FormatError, match="group 'type 1': the values do not match"):
+        READS[read](cube)

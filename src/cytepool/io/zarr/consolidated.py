@@ -282,9 +282,9 @@ class ConsolidatedHandle:
         result: Part | None = self._inner.peek_range(item)  # type: ignore[attr-defined]
         return result
 
-    def verify(self) -> None:
+    def verify(self, *, again: bool = False) -> None:
         """Verify the store under it."""
-        self._inner.verify()
+        self._inner.verify(again=again)
 
     def close(self) -> None:
         """Close the handle under it."""

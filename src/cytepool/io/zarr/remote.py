@@ -705,15 +705,26 @@ class RemoteHandle:
         self._store = self._store.expecting(version)
         self._check = _submit(self._limited(lambda: self._head("zarr.json", version)))
 
-    def verify(self) -> None:
-        """Raise StoreChangedError if the root zarr.json is no longer the expected version."""
+    def verify(self, *, again: bool = False) -> None:
+        """Raise StoreChangedError if the root zarr.json is no longer the expected version.
+
+        The answer to the check sent when the handle opened (or :meth:`watch` was called) is
+        used, unless ``again``: then the root is asked now, since that answer may predate a
+        replacement (a read that failed asks again, so that values of a new store are never
+        reported as a corrupt store). What was fetched ahead is cancelled first: the read
+        takes nothing more.
+        """
         expected = self._store.expected
         if expected is None:
             return
-        check = self._check
+        check, self._check = self._check, None
+        if again:
+            self._window.cancel()
+            if check is not None:
+                check.cancel()
+            check = None
         if check is None:
             check = _submit(self._limited(lambda: self._head("zarr.json", expected)))
-        self._check = None
         try:
             current = check.result()
         except StoreChangedError:  # If-Match failed

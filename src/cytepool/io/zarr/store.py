@@ -131,8 +131,13 @@ class StoreHandle(Protocol):
     def version(self, key: str) -> Version | None:
         """The version of the object at ``key``, or None if it is absent."""
 
-    def verify(self) -> None:
-        """Raise StoreChangedError unless the opened store is still at its location."""
+    def verify(self, *, again: bool = False) -> None:
+        """Raise StoreChangedError unless the opened store is still at its location.
+
+        ``again``: ask the store now, even where the answer to an earlier question is at hand
+        (a remote handle's check sent when it opened); :func:`reading` asks again after an
+        error.
+        """
 
     def close(self) -> None:
         """Release what the handle holds."""
@@ -363,8 +368,9 @@ class LocalHandle:
         self._regular(key, info)
         return Stamp.from_stat(info)
 
-    def verify(self) -> None:
-        """Raise StoreChangedError unless the directory is still at the store's path."""
+    def verify(self, *, again: bool = False) -> None:
+        """Raise StoreChangedError unless the directory is still at the store's path (asked
+        now, ``again`` or not)."""
         try:
             info = os.stat(self._store.absolute)
         except OSError:
@@ -477,7 +483,9 @@ def reading(handle: StoreHandle) -> Iterator[StoreHandle]:
     """Use an open handle for one read, then verify the store and close the handle.
 
     An error raised inside becomes :class:`~cytepool.errors.StoreChangedError` (with the error
-    as its cause) if the store was replaced meanwhile, since it may come from the replacement.
+    as its cause) if the store was replaced meanwhile, since it may come from the replacement:
+    the store is then asked again (``verify(again=True)``), not judged by an answer that may
+    predate the replacement.
     """
     try:
         yield handle
@@ -486,7 +494,7 @@ def reading(handle: StoreHandle) -> Iterator[StoreHandle]:
         raise
     except Exception as error:
         try:
-            handle.verify()
+            handle.verify(again=True)
         except StoreChangedError as changed:
             raise changed from error
         raise
