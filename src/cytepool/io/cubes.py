@@ -45,6 +45,7 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
+from cytepool.io._cube_documents import gather_documents
 from cytepool.io._cube_tables import read_cube_table
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.zarr import (
@@ -683,8 +684,9 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
-    every other document comes from it, and the chunks of the tables, cell numbers and
-    normalization are all asked for at once (a remote handle fetches them concurrently).
+    every other document comes from it; otherwise a remote handle fetches them a level at a
+    time (see :mod:`cytepool.io._cube_documents`). The chunks of the tables, cell numbers and
+    normalization are then all asked for at once (a remote handle fetches them concurrently).
     """
     root = StorePath(handle)
     try:
@@ -697,8 +699,15 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     documents = consolidated_documents(document, where)
     if documents is not None:
         root = StorePath(read_through(handle, document, documents, version))
+    else:
+        documents = gather_documents(handle, version, (*_PARTS, "layers", *_layer_keys(header)))
+    if documents is not None:
         fetch_ahead(root.handle, documents, _PARTS)
     return _read_parts(root, backend, header)
+
+
+def _layer_keys(header: _Header) -> list[str]:
+    return [f"layers/{name}" for name in header.layers]
 
 
 def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
