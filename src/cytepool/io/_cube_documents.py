@@ -33,11 +33,12 @@ _MOST_DOCUMENTS = 8192
 
 
 def gather_documents(
-    handle: StoreHandle, version: Version, parts: Iterable[str]
+    handle: StoreHandle, version: Version, parts: Iterable[str], layers: Iterable[str]
 ) -> dict[str, Any] | None:
-    """The parsed documents of the nodes ``parts`` and every element under them, by key,
-    fetched level by level through ``handle`` and kept by it for the read; None if the handle
-    does not gather (a local store, whose documents cost no round trip).
+    """The parsed documents of the nodes ``parts`` and every element under them, and of the
+    group ``layers`` and its arrays ``layers``, by key, fetched level by level through
+    ``handle`` and kept by it for the read; None if the handle does not gather (a local store,
+    whose documents cost no round trip).
 
     The root document, of ``version``, is watched as it is for a consolidated cube: checked
     with a request sent now, and again when a read fails. A document that is absent, cannot be
@@ -50,7 +51,7 @@ def gather_documents(
     if watch is not None:
         watch(version)
     documents: dict[str, Any] = {}
-    level = list(dict.fromkeys(parts))
+    level = list(dict.fromkeys([*parts, "layers", *(join("layers", name) for name in layers)]))
     while level and len(documents) < _MOST_DOCUMENTS:
         level = level[: _MOST_DOCUMENTS - len(documents)]
         got = gather([join(key, METADATA_FILE) for key in level], limit=MAX_METADATA_BYTES)

@@ -57,6 +57,7 @@ from cytepool.io.zarr import (
     write_array,
     write_group,
 )
+from cytepool.io.zarr._store import locate
 from cytepool.io.zarr.consolidated import (
     consolidated_documents,
     fetch_ahead,
@@ -72,7 +73,6 @@ from cytepool.io.zarr.store import (
     StorePath,
     is_url,
     join,
-    locate,
     reading,
     refuse_url,
 )
@@ -109,7 +109,6 @@ _TABLES = (("samples", "sample_id"), ("groups", "group_id"), ("features", "featu
 _TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shape each describes
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
 _CHUNK_BYTES = 1 << 20  # the decoded size a layer chunk aims at
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
 _ATTEMPTS = 16
@@ -700,14 +699,10 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     if documents is not None:
         root = StorePath(read_through(handle, document, documents, version))
     else:
-        documents = gather_documents(handle, version, (*_PARTS, "layers", *_layer_keys(header)))
+        documents = gather_documents(handle, version, _PARTS, header.layers)
     if documents is not None:
         fetch_ahead(root.handle, documents, _PARTS)
     return _read_parts(root, backend, header)
-
-
-def _layer_keys(header: _Header) -> list[str]:
-    return [f"layers/{name}" for name in header.layers]
 
 
 def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:

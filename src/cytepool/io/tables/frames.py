@@ -20,8 +20,9 @@ from cytepool.io._atomic import replace_directory
 from cytepool.io.tables import backends as _b
 from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
+from cytepool.io.zarr._store import locate
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.store import StorePath, locate, reading, refuse_url
+from cytepool.io.zarr.store import StorePath, reading, refuse_url
 
 __all__ = [
     "StoredTable",

@@ -30,6 +30,7 @@ import base64
 import builtins
 import dataclasses
 import datetime
+import functools
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -669,7 +670,8 @@ class RemoteHandle:
         """
         wanted = [key for key in dict.fromkeys(keys) if key not in self._kept]
         sent = [
-            (key, _submit(self._limited(lambda key=key: self._get(key, limit)))) for key in wanted
+            (key, _submit(self._limited(functools.partial(self._get, key, limit))))
+            for key in wanted
         ]
         for key, future in sent:
             try:

@@ -28,9 +28,8 @@ opened for reading (it is examined with ``stat`` first, and opened non-blocking)
 never blocks on one. :class:`StorePath` names a node of an open store, for the functions of
 :mod:`cytepool.io.zarr` and :mod:`cytepool.io.tables` that read many nodes through one handle.
 
-:func:`locate` is the one place that chooses between a local and a remote store: a URL gives a
-:class:`~cytepool.io.zarr.remote.RemoteStore`, and only then is the remote module (and with it
-obstore and asyncio, when a read first needs them) imported, so local reads never load it.
+:func:`is_url` tells a URL from a local path (:func:`cytepool.io.zarr._store.locate` makes the
+store of either).
 """
 
 from __future__ import annotations
@@ -40,12 +39,12 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from cytepool.errors import FormatError, InputError, InputTypeError, StoreChangedError
+from cytepool.errors import FormatError, InputError, StoreChangedError
 from cytepool.io.zarr.names import node_name_problem
 
 __all__ = [
@@ -60,7 +59,6 @@ __all__ = [
     "Version",
     "is_url",
     "join",
-    "locate",
     "reading",
     "refuse_url",
 ]
@@ -427,36 +425,6 @@ def is_url(path: object) -> bool:
     (True, False, False)
     """
     return isinstance(path, str) and _URL.match(path) is not None
-
-
-def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store:
-    """The store at ``path``: a :class:`~cytepool.io.zarr.remote.RemoteStore` for a URL
-    (``storage_options`` go to its client), else a :class:`LocalStore`.
-
-    The remote module is imported for a URL only. Raises InputTypeError if ``path`` is neither
-    a str nor an os.PathLike of text, and InputError for ``storage_options`` with a local path
-    (or, for a URL, an unsupported scheme or an unknown option).
-
-    Examples
-    --------
-    >>> locate("s3://bucket/x.cube.zarr"), locate("x.cube.zarr")
-    (RemoteStore(url='s3://bucket/x.cube.zarr'), LocalStore(path=PosixPath('x.cube.zarr')))
-    """
-    if is_url(path):
-        from cytepool.io.zarr.remote import RemoteStore
-
-        return RemoteStore(path, storage_options or {})
-    if storage_options:
-        msg = f"storage_options apply to URLs only; {path!r} is a local path"
-        raise InputError(msg)
-    if not isinstance(path, str | os.PathLike):
-        msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
-        raise InputTypeError(msg)
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        msg = f"path must be a text path, not {type(text).__name__}"
-        raise InputTypeError(msg)
-    return LocalStore(Path(text))
 
 
 def refuse_url(path: object, what: str) -> None:
