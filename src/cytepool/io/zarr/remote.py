@@ -10,18 +10,25 @@ a short or mixed body), supports conditional requests, and keeps credentials out
 zarr-python's ``ObjectStore`` uses it too.
 
 Requests run on one private event loop thread (so reads work inside Jupyter's running loop),
-at most ``max_in_flight`` of a handle at a time (16 by default). A handle fetches ahead the
-chunks a read will ask for (:meth:`RemoteHandle.prefetch`), keeping at most twice that many
-fetched and not yet decoded, so memory is the result plus a bounded number of chunks.
+at most ``max_in_flight`` of a handle at a time (16 by default); a request's coroutine is made
+only once it holds a slot, so one cancelled while it waits (a read failed) leaves none behind.
+A handle fetches ahead the chunks a read will ask for (:meth:`RemoteHandle.prefetch`), keeping
+at most twice that many fetched and not yet decoded, so memory is the result plus a bounded
+number of chunks; each is refused from the length the server announces, before its body is
+read, beyond the bound its reader gives (the most bytes a valid encoding of the chunk takes).
+:meth:`RemoteHandle.gather` fetches small objects (metadata documents) together, in one round,
+and keeps them for the read. Reads never list: :meth:`RemoteHandle.list` is there for the
+:class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
 ``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
 :meth:`RemoteHandle.verify` raises :class:`~cytepool.errors.StoreChangedError` if the answer
-says the document changed. Faults become errors: a missing object reads as absent (a chunk is
-then the fill value; a missing metadata document or table part is a FormatError raised by the
-reader), a short body is a FormatError, a server that keeps failing beyond the retries is a
-:class:`~cytepool.errors.RemoteStoreError`. Credentials (``storage_options`` and any
-``user:password@`` of a URL) never appear in messages or reprs.
+says the document changed; after a failed read it asks again (``verify(again=True)``), since
+that answer may predate a replacement. Faults become errors: a missing object reads as absent
+(a chunk is then the fill value; a missing metadata document or table part is a FormatError
+raised by the reader), a short body is a FormatError, a server that keeps failing beyond the
+retries is a :class:`~cytepool.errors.RemoteStoreError`. Credentials (``storage_options`` and
+any ``user:password@`` of a URL) never appear in messages or reprs.
 """
 
 from __future__ import annotations
@@ -634,7 +641,10 @@ class RemoteHandle:
         return Part(data, int(result.meta["size"]))
 
     def list(self, prefix: str) -> list[str]:
-        """The names directly under ``prefix``; [] where the server cannot list (plain HTTP)."""
+        """The names directly under ``prefix``; [] where the server cannot list (plain HTTP).
+
+        No read calls it (reads by URL never list); it completes the StoreHandle protocol.
+        """
         try:
             return _run(self._limited(lambda: self._list(prefix)))
         except RemoteStoreError:
