@@ -45,9 +45,9 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
-from cytepool.io._cube_documents import gather_documents
 from cytepool.io._cube_tables import read_cube_table
 from cytepool.io.tables.backends import check_backend
+from cytepool.io.tables.gather import gather_documents
 from cytepool.io.zarr import (
     DATA_TYPES,
     METADATA_FILE,
@@ -684,7 +684,7 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
     every other document comes from it; otherwise a remote handle fetches them a level at a
-    time (see :mod:`cytepool.io._cube_documents`). The chunks of the tables, cell numbers and
+    time (see :mod:`cytepool.io.tables.gather`). The chunks of the tables, cell numbers and
     normalization are then all asked for at once (a remote handle fetches them concurrently).
     """
     root = StorePath(handle)
@@ -699,7 +699,8 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     if documents is not None:
         root = StorePath(read_through(handle, document, documents, version))
     else:
-        documents = gather_documents(handle, version, _PARTS, header.layers)
+        layers = [f"layers/{name}" for name in header.layers]
+        documents = gather_documents(handle, [*_PARTS, "layers", *layers], version)
     if documents is not None:
         fetch_ahead(root.handle, documents, _PARTS)
     return _read_parts(root, backend, header)

@@ -394,3 +394,35 @@ def test_a_cube_without_consolidated_metadata_opens_in_a_round_per_level(
     encoded = any(p.name in ("values", "codes") for p in copy.glob("*/*/*"))
     assert round_trips(log) == (5 if encoded else 4)
     _same(cube, copy)
+
+
+def test_read_table_by_url_takes_a_round_per_level(tmp_path: Path, serve_http) -> None:
+    """A table (write_table stores no consolidated metadata) is read a level per round, each
+    object once: its document, its columns', the parts of its encoded columns, its chunks."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"n": [1, 2, 3], "s": ["a", None, "c"], "c": pd.Categorical(["x", "y", "x"])},
+        index=pd.Index(["a", "b", "c"], name="id"),
+    )
+    write_table(frame, tmp_path / "t")
+    http = serve_http(tmp_path / "t")
+    http.fault("*", latency=LATENCY)
+    http.clear()
+    pd.testing.assert_frame_equal(read_table(http.url), read_table(tmp_path / "t"))
+    log = http.requests()
+    assert len(log) == len({r.path for r in log})  # each object once
+    assert round_trips(log) == 4
+    http.clear()
+    selected = read_table(http.url, columns=["c"])
+    pd.testing.assert_frame_equal(selected, read_table(tmp_path / "t", columns=["c"]))
+    log = http.requests()
+    chunks = {r.path.removeprefix(http.root + "/") for r in log if not r.path.endswith(".json")}
+    stored = {
+        p.relative_to(tmp_path / "t").as_posix()
+        for p in (tmp_path / "t").rglob("*")
+        if p.is_file() and p.name != "zarr.json"
+    }
+    assert {key for key in stored if key.split("/")[0] in ("id", "c")} <= chunks
+    assert {key.split("/")[0] for key in chunks} == {"id", "c"}  # no chunk of another column
+    assert round_trips(log) == 4

@@ -306,8 +306,9 @@ def read_through(
 
 def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str]) -> None:
     """Ask a handle that fetches ahead (a remote one) for every chunk of the arrays at or
-    under ``nodes``, in the order of ``nodes``; each is refused from its length beyond the most
-    bytes a valid encoding of one of its array's chunks can take (as its reader refuses it).
+    under ``nodes`` (``""``: the whole store), in the order of ``nodes``; each is refused from
+    its length beyond the most bytes a valid encoding of one of its array's chunks can take (as
+    its reader refuses it).
 
     Sharded arrays are left to their reads, which fetch the ranges they need.
     """
@@ -316,7 +317,7 @@ def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterab
         return
     for root in nodes:
         for key, document in documents.items():
-            under = key == root or key.startswith(f"{root}/")
+            under = not root or key == root or key.startswith(f"{root}/")
             if not under or document.get("node_type") != "array":
                 continue
             meta = ArrayMetadata.from_json(document, handle.where(f"{key}/{METADATA_FILE}"))
