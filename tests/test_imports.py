@@ -176,3 +176,29 @@ def test_first_from_cells_does_not_start_numba(size: str) -> None:
     assert f"half float64 {float(total) - 1.5}" in out
     # pandas builds the id-only tables (their documented backend)
     assert not loaded & {"numba", "llvmlite", "anndata", "polars"}, sorted(loaded)
+
+
+def test_local_reads_never_import_the_remote_module(tmp_path: Any) -> None:
+    """The store seam chooses a remote store for URLs only (issue 22, item 11): reading a cube,
+    a table and an array from local paths loads neither the remote module nor asyncio."""
+    path = str(tmp_path / "small.cube.zarr")
+    code = (
+        "import numpy as np, cytepool\n"
+        "from cytepool.io import write_cube\n"
+        f"{SMALL_CUBES['pooled']}write_cube(cube, {path!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    probe = (
+        "import sys\n"
+        "from cytepool.io import read_cube, read_table\n"
+        "from cytepool.io.zarr import open_array, read_group_attributes\n"
+        f"cube = read_cube({path!r})\n"
+        "cube.to_numpy('counts'), cube.samples\n"
+        f"read_table({path!r} + '/samples'), open_array({path!r} + '/cells')[...]\n"
+        f"read_group_attributes({path!r})\n"
+        "print(sorted(m for m in ('cytepool.io.zarr.remote', 'asyncio', 'obstore')"
+        " if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

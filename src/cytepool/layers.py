@@ -424,13 +424,14 @@ class ArrayLayer(LazyLayer):
         """Read one group's block, checked and (when whole and known) verified."""
         samples = None if is_full(samples, self.shape[1]) else samples
         features = None if is_full(features, self.shape[2]) else features
-        block = np.asarray(self._fetch(group, samples, features))
-        if block.dtype != self.dtype:
-            block = block.astype(self.dtype)
         whole = samples is None and features is None
         expected = self.digests[group] if whole and self.digests is not None else None
-        if expected is not None:
-            self._verify(group, block, expected)
+        with self.reading([group], samples, features):  # a digest that fails asks the store
+            block = np.asarray(self._fetch(group, samples, features))  # whether it changed
+            if block.dtype != self.dtype:
+                block = block.astype(self.dtype)
+            if expected is not None:
+                self._verify(group, block, expected)
         self._check(group, block, samples, features)
         return block
 

@@ -47,9 +47,9 @@ from cytepool.errors import (
 from cytepool.io._atomic import replace_directory
 from cytepool.io._cube_tables import read_cube_table
 from cytepool.io.tables.backends import check_backend
+from cytepool.io.tables.gather import gather_documents
 from cytepool.io.zarr import (
     DATA_TYPES,
-    MAX_CHUNK_BYTES,
     METADATA_FILE,
     check_compression,
     open_array,
@@ -57,6 +57,7 @@ from cytepool.io.zarr import (
     write_array,
     write_group,
 )
+from cytepool.io.zarr._store import locate
 from cytepool.io.zarr.consolidated import (
     consolidated_documents,
     fetch_ahead,
@@ -66,8 +67,15 @@ from cytepool.io.zarr.consolidated import (
 from cytepool.io.zarr.groups import read_node_document
 from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.remote import is_url, locate, refuse_url
-from cytepool.io.zarr.store import LocalStore, StoreHandle, StorePath, join, reading
+from cytepool.io.zarr.store import (
+    LocalStore,
+    StoreHandle,
+    StorePath,
+    is_url,
+    join,
+    reading,
+    refuse_url,
+)
 
 if TYPE_CHECKING:
     from cytepool.cube import Cube
@@ -101,7 +109,6 @@ _TABLES = (("samples", "sample_id"), ("groups", "group_id"), ("features", "featu
 _TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shape each describes
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
 _CHUNK_BYTES = 1 << 20  # the decoded size a layer chunk aims at
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _PROFILE_AXES: dict[str, Any] = {"dimension_names": ("groups", "samples")}
 _WINDOWS_CHARACTERS = ':*?"<>|'
 _ATTEMPTS = 16
@@ -288,15 +295,13 @@ def read_cube(
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
     check_backend(backend)
-    if is_url(path):
-        return _read_url(str(path), backend, storage_options)
-    root = _local_path(path)
-    locate(root, storage_options)  # refuses storage_options for a local path
+    store = locate(path if is_url(path) else _local_path(path), storage_options)
+    root = store.where("")
     try:
-        handle = LocalStore(root).open()
-    except FileNotFoundError as error:
+        handle = store.open()
+    except FileNotFoundError as error:  # a local store (a remote one opens without a request)
         message = f"there is no cube file at {root}"
-        raise FileNotFoundError(errno.ENOENT, message, str(root)) from error
+        raise FileNotFoundError(errno.ENOENT, message, root) from error
     except NotADirectoryError as error:
         message = f"{root} is not a cube file: it is not a directory"
         raise FormatError(message) from error
@@ -304,17 +309,8 @@ def read_cube(
         with reading(handle):
             return _read(handle, backend)
     except StoreChangedError as error:
-        message = f"the cube file {root} was replaced while it was being read; open it again"
-        raise StoreChangedError(message) from error
-
-
-def _read_url(url: str, backend: str, storage_options: Mapping[str, Any] | None) -> Cube:
-    handle = locate(url, storage_options).open()
-    try:
-        with reading(handle):
-            return _read(handle, backend)
-    except StoreChangedError as error:
-        message = f"the cube file {handle.where('')} changed while it was being read; open it again"
+        changed = "was replaced" if isinstance(store, LocalStore) else "changed"
+        message = f"the cube file {root} {changed} while it was being read; open it again"
         raise StoreChangedError(message) from error
 
 
@@ -687,8 +683,9 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
-    every other document comes from it, and the chunks of the tables, cell numbers and
-    normalization are all asked for at once (a remote handle fetches them concurrently).
+    every other document comes from it; otherwise a remote handle fetches them a level at a
+    time (see :mod:`cytepool.io.tables.gather`). The chunks of the tables, cell numbers and
+    normalization are then all asked for at once (a remote handle fetches them concurrently).
     """
     root = StorePath(handle)
     try:
@@ -701,7 +698,11 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     documents = consolidated_documents(document, where)
     if documents is not None:
         root = StorePath(read_through(handle, document, documents, version))
-        fetch_ahead(root.handle, documents, _PARTS, limit=MAX_CHUNK_BYTES)
+    else:
+        layers = [f"layers/{name}" for name in header.layers]
+        documents = gather_documents(handle, [*_PARTS, "layers", *layers], version)
+    if documents is not None:
+        fetch_ahead(root.handle, documents, _PARTS)
     return _read_parts(root, backend, header)
 
 

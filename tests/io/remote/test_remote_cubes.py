@@ -362,3 +362,67 @@ def test_groups_read_in_one_round_are_still_verified(local: Path, tmp_path: Path
     cube = read_cube(http.url)
     with pytest.raises(FormatError, match="group 'type 1': the values do not match"):
         cube.to_numpy("counts")
+
+
+def _without_consolidated_metadata(local: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "old.cube.zarr"
+    shutil.copytree(local, copy)
+    root = json.loads((copy / "zarr.json").read_text())
+    del root["consolidated_metadata"]
+    (copy / "zarr.json").write_text(json.dumps(root))
+    return copy
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_a_cube_without_consolidated_metadata_opens_in_a_round_per_level(
+    local: Path, tmp_path: Path, serve_http, serve_s3, kind: str
+) -> None:
+    """Issue 22, item 5: the documents of a level are fetched together, each once (they were
+    67 round trips one after another): a round for the root, the parts (tables, cells, layers),
+    the table columns, the parts of columns encoded as groups (pandas 3 strings), the chunks."""
+    copy = _without_consolidated_metadata(local, tmp_path)
+    served = serve_http(copy) if kind == "http" else serve_s3(copy)
+    options = getattr(served, "storage_options", {})
+    served.fault("*", latency=LATENCY)
+    served.clear()
+    cube = read_cube(served.url, storage_options=options)
+    log = served.requests()
+    assert len(log) == len({(r.method, r.path) for r in log})  # nothing twice
+    documents = {p.relative_to(copy).as_posix() for p in copy.rglob("zarr.json")}
+    asked = {r.path.removeprefix(served.root + "/") for r in log if r.path.endswith("zarr.json")}
+    assert asked == documents | {"normalization/zarr.json"}  # every one, the absent one too
+    encoded = any(p.name in ("values", "codes") for p in copy.glob("*/*/*"))
+    assert round_trips(log) == (5 if encoded else 4)
+    _same(cube, copy)
+
+
+def test_read_table_by_url_takes_a_round_per_level(tmp_path: Path, serve_http) -> None:
+    """A table (write_table stores no consolidated metadata) is read a level per round, each
+    object once: its document, its columns', the parts of its encoded columns, its chunks."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"n": [1, 2, 3], "s": ["a", None, "c"], "c": pd.Categorical(["x", "y", "x"])},
+        index=pd.Index(["a", "b", "c"], name="id"),
+    )
+    write_table(frame, tmp_path / "t")
+    http = serve_http(tmp_path / "t")
+    http.fault("*", latency=LATENCY)
+    http.clear()
+    pd.testing.assert_frame_equal(read_table(http.url), read_table(tmp_path / "t"))
+    log = http.requests()
+    assert len(log) == len({r.path for r in log})  # each object once
+    assert round_trips(log) == 4
+    http.clear()
+    selected = read_table(http.url, columns=["c"])
+    pd.testing.assert_frame_equal(selected, read_table(tmp_path / "t", columns=["c"]))
+    log = http.requests()
+    chunks = {r.path.removeprefix(http.root + "/") for r in log if not r.path.endswith(".json")}
+    stored = {
+        p.relative_to(tmp_path / "t").as_posix()
+        for p in (tmp_path / "t").rglob("*")
+        if p.is_file() and p.name != "zarr.json"
+    }
+    assert {key for key in stored if key.split("/")[0] in ("id", "c")} <= chunks
+    assert {key.split("/")[0] for key in chunks} == {"id", "c"}  # no chunk of another column
+    assert round_trips(log) == 4

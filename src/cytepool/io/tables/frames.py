@@ -20,9 +20,11 @@ from cytepool.io._atomic import replace_directory
 from cytepool.io.tables import backends as _b
 from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
+from cytepool.io.tables.gather import gather_documents
+from cytepool.io.zarr._store import locate
+from cytepool.io.zarr.consolidated import fetch_ahead
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.remote import is_url, locate, refuse_url
-from cytepool.io.zarr.store import LocalStore, StorePath, reading
+from cytepool.io.zarr.store import StorePath, reading, refuse_url
 
 __all__ = [
     "StoredTable",
@@ -230,18 +232,29 @@ def read_table(
     _b.import_backend(backend)
     if isinstance(path, StorePath):
         return read_table_at(path, backend=backend, columns=columns)
-    if is_url(path):
-        with reading(locate(path, storage_options).open()) as remote:
-            return read_table_at(StorePath(remote), backend=backend, columns=columns)
-    root = Path(os.fspath(locate(path, storage_options).where("")))
+    store = locate(path, storage_options)
     try:
-        handle = LocalStore(root).open()
-    except (FileNotFoundError, NotADirectoryError) as error:
+        handle = store.open()
+    except (FileNotFoundError, NotADirectoryError) as error:  # a local store: no directory
+        root = store.where("")
         msg = f"no Zarr v3 metadata at {root}: there is no directory"
-        _r.add_path_note(error, "reading", str(root))
+        _r.add_path_note(error, "reading", root)
         raise FileNotFoundError(msg) from error
     with reading(handle):
+        documents = gather_documents(handle, [""])  # a remote store: a level per round
+        if documents is not None:
+            fetch_ahead(handle, documents, _read_nodes(documents, columns))  # one more round
         return read_table_at(StorePath(handle), backend=backend, columns=columns)
+
+
+def _read_nodes(documents: Mapping[str, Any], columns: Sequence[str] | None) -> list[str]:
+    """The nodes whose chunks a read of ``columns`` (None: all) takes: the table's ``""``, or
+    its index and those columns (names as given; the reader checks them)."""
+    if columns is None:
+        return [""]
+    attributes = documents.get("", {}).get("attributes")
+    index = attributes.get("_index") if isinstance(attributes, dict) else None
+    return [name for name in (index, *columns) if isinstance(name, str) and name]
 
 
 def read_table_at(

@@ -33,6 +33,7 @@ __all__ = [
     "WriteOptions",
     "add_path_note",
     "check_lengths",
+    "element_children",
     "read_element",
     "read_node",
     "write_element",
@@ -228,6 +229,38 @@ def read_element(path: StorePath, *, objects: bool = True) -> _c.Column:
     except Exception as error:
         add_path_note(error, "reading", str(path))
         raise
+
+
+def element_children(document: Any) -> list[str]:
+    """The names of the elements a table element's zarr.json says it holds: a dataframe's index
+    and columns, a categorical's codes and categories, a nullable array's values and mask.
+
+    For fetching ahead only, so it never raises: an array, an encoding cytepool does not read or
+    a malformed document gives what can be told from it (its reader reports the problem).
+
+    Examples
+    --------
+    >>> element_children({"node_type": "group", "attributes": {"encoding-type": "dataframe",
+    ...     "encoding-version": "0.2.0", "_index": "id", "column-order": ["a", "b"]}})
+    ['id', 'a', 'b']
+    >>> element_children({"node_type": "group", "attributes": {"encoding-type": "categorical"}})
+    ['codes', 'categories']
+    """
+    if not isinstance(document, dict) or document.get("node_type") != "group":
+        return []
+    attributes = document.get("attributes")
+    if not isinstance(attributes, dict):
+        return []
+    kind = attributes.get("encoding-type")
+    if kind == DATAFRAME.encoding_type:
+        order = attributes.get("column-order")
+        names = [attributes.get("_index"), *(order if isinstance(order, list) else [])]
+        return [name for name in dict.fromkeys(names) if isinstance(name, str)]
+    if kind == "categorical":
+        return ["codes", "categories"]
+    if isinstance(kind, str) and kind.startswith("nullable-"):
+        return ["values", "mask"]
+    return []
 
 
 def add_path_note(error: BaseException, action: str, shown: str) -> None:

@@ -249,6 +249,18 @@ class Reader:
         self.read_into = getattr(getattr(handle, "inner", handle), "read_into", None)
 
     @property
+    def exact(self) -> bool:
+        """Whether a stored chunk has exactly ``nbytes`` bytes (fixed-size, uncompressed)."""
+        return self.stored is not None and not self.chain.compressors
+
+    @property
+    def chunk_limit(self) -> int:
+        """The most bytes a stored chunk (not a shard) can have: exactly its size if it is
+        uncompressed, else the most any valid encoding of it takes; a store's object larger than
+        that is refused from its length, unread (a remote one before its body is fetched)."""
+        return self.nbytes if self.exact else self.max_encoded
+
+    @property
     def _shard_shape(self) -> tuple[int, ...]:
         return self.meta.chunk_grid.chunk_shape
 
@@ -320,14 +332,13 @@ class Reader:
 
     def _get(self, key: str) -> _Source | None:
         """The chunk at ``key``, refused unread if no valid encoding is that large."""
-        exact = self.stored is not None and not self.chain.compressors
-        limit = self.nbytes if exact else self.max_encoded
+        limit = self.chunk_limit
         try:
             blob = self.handle.get(key, limit=limit)
         except TooLargeError as error:
             problem = f"it has {error.size} bytes, " + (
                 f"expected exactly {limit}"
-                if exact
+                if self.exact
                 else f"more than any valid encoding of the chunk ({limit})"
             )
             raise _corrupt(error.where, problem) from None

@@ -1,4 +1,10 @@
-"""Metadata documents: reading zarr.json through a store handle, and writing it locally."""
+"""The store seam, and metadata documents: reading zarr.json through a store handle, and
+writing it locally.
+
+:func:`locate` is the one place that chooses between a local and a remote store: a URL gives a
+:class:`~cytepool.io.zarr.remote.RemoteStore`, and only then is the remote module (and with it
+obstore and asyncio, when a read first needs them) imported, so local reads never load it.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +13,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cytepool.errors import FormatError, InputTypeError
+from cytepool.errors import FormatError, InputError, InputTypeError
 from cytepool.io.zarr.fields import MAX_METADATA_BYTES, METADATA_FILE, dumps, loads
-from cytepool.io.zarr.remote import locate
 from cytepool.io.zarr.store import (
     LocalStore,
+    Store,
     StoreHandle,
     StorePath,
     TooLargeError,
     Version,
+    is_url,
     join,
     reading,
 )
 
-__all__ = ["as_path", "open_local", "open_store", "read_document", "write_document"]
+__all__ = ["as_path", "locate", "open_local", "open_store", "read_document", "write_document"]
 
 _V2_FILES = (".zarray", ".zgroup", ".zattrs")
 
@@ -31,6 +38,36 @@ def as_path(path: Any, name: str = "path") -> Path:
         msg = f"{name} must be a str or os.PathLike, not {type(path).__name__}"
         raise InputTypeError(msg)
     return Path(path)
+
+
+def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store:
+    """The store at ``path``: a :class:`~cytepool.io.zarr.remote.RemoteStore` for a URL
+    (``storage_options`` go to its client), else a :class:`~cytepool.io.zarr.store.LocalStore`.
+
+    The remote module is imported for a URL only. Raises InputTypeError if ``path`` is neither
+    a str nor an os.PathLike of text, and InputError for ``storage_options`` with a local path
+    (or, for a URL, an unsupported scheme or an unknown option).
+
+    Examples
+    --------
+    >>> locate("s3://bucket/x.cube.zarr"), locate("x.cube.zarr")
+    (RemoteStore(url='s3://bucket/x.cube.zarr'), LocalStore(path=PosixPath('x.cube.zarr')))
+    """
+    if is_url(path):
+        from cytepool.io.zarr.remote import RemoteStore
+
+        return RemoteStore(path, storage_options or {})
+    if storage_options:
+        msg = f"storage_options apply to URLs only; {path!r} is a local path"
+        raise InputError(msg)
+    if not isinstance(path, str | os.PathLike):
+        msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
+        raise InputTypeError(msg)
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        msg = f"path must be a text path, not {type(text).__name__}"
+        raise InputTypeError(msg)
+    return LocalStore(Path(text))
 
 
 def open_store(path: Any, storage_options: Mapping[str, Any] | None = None) -> StoreHandle:
@@ -99,9 +136,17 @@ def _read(node: StorePath) -> tuple[Any, Version, str]:
 
 
 def _check_not_v2(node: StorePath) -> None:
-    names = node.handle.list(node.key)
-    for name in _V2_FILES:
-        if name in names:
+    """FormatError if ``node`` holds Zarr v2 metadata.
+
+    Its files are asked for by name (a ``stat`` each; a remote store fetches them together, in
+    one round), never by listing the node, which most web servers refuse.
+    """
+    keys = [join(node.key, name) for name in _V2_FILES]
+    gather = getattr(node.handle, "gather", None)
+    if gather is not None:
+        gather(keys, limit=MAX_METADATA_BYTES)
+    for name, key in zip(_V2_FILES, keys, strict=True):
+        if node.handle.version(key) is not None:
             msg = (
                 f"{node} is a Zarr v2 node ({name}); only Zarr v3 (zarr.json) is supported:"
                 " convert it with zarr-python"

@@ -382,7 +382,7 @@ def _fetch_ahead(
     keys = (
         join(array._key, encode(piece.coords)) for piece in selection.pieces(reader.chunk_shape)
     )
-    prefetch(keys, limit=reader.max_encoded)
+    prefetch(keys, limit=reader.chunk_limit)
 
 
 def _check_stamp(array: ZarrArray, handle: StoreHandle) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError
+from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr.fields import METADATA_FILE, dumps, loads
 from cytepool.io.zarr.metadata import ArrayMetadata, check_attributes
 from cytepool.io.zarr.store import Blob, Part, Store, StoreHandle, TooLargeError, Version
@@ -137,7 +138,10 @@ def chunk_keys(prefix: str, document: Any, where: str) -> list[str]:
     >>> chunk_keys("a", doc, "a/zarr.json")
     ['a/c/0', 'a/c/1']
     """
-    meta = ArrayMetadata.from_json(document, where)
+    return _chunk_keys(prefix, ArrayMetadata.from_json(document, where))
+
+
+def _chunk_keys(prefix: str, meta: ArrayMetadata) -> list[str]:
     grid = [
         -(-size // chunk)
         for size, chunk in zip(meta.shape, meta.chunk_grid.chunk_shape, strict=True)
@@ -257,6 +261,12 @@ class ConsolidatedHandle:
             return self._store.version
         return self._inner.version(METADATA_FILE)
 
+    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+        """Objects fetched together by the store under it, if it can (a remote one)."""
+        gather = getattr(self._inner, "gather", None)
+        result: dict[str, Blob | None] = {} if gather is None else gather(keys, limit=limit)
+        return result
+
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
         """Fetch ahead through the store under it, if it fetches ahead."""
         prefetch = getattr(self._inner, "prefetch", None)
@@ -272,9 +282,9 @@ class ConsolidatedHandle:
         result: Part | None = self._inner.peek_range(item)  # type: ignore[attr-defined]
         return result
 
-    def verify(self) -> None:
+    def verify(self, *, again: bool = False) -> None:
         """Verify the store under it."""
-        self._inner.verify()
+        self._inner.verify(again=again)
 
     def close(self) -> None:
         """Close the handle under it."""
@@ -294,21 +304,26 @@ def read_through(
     return ConsolidatedHandle(store, handle)
 
 
-def fetch_ahead(
-    handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str], *, limit: int
-) -> None:
+def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterable[str]) -> None:
     """Ask a handle that fetches ahead (a remote one) for every chunk of the arrays at or
-    under ``nodes``, each refused beyond ``limit`` bytes (its reader checks its own bound)."""
+    under ``nodes`` (``""``: the whole store), in the order of ``nodes``; each is refused from
+    its length beyond the most bytes a valid encoding of one of its array's chunks can take (as
+    its reader refuses it).
+
+    Sharded arrays are left to their reads, which fetch the ranges they need.
+    """
     prefetch = getattr(handle, "prefetch", None)
     if prefetch is None:
         return
-    roots = tuple(nodes)
-    keys: list[str] = []
-    for key, document in documents.items():
-        under = key in roots or key.startswith(tuple(f"{root}/" for root in roots))
-        if under and document.get("node_type") == "array":
-            keys.extend(chunk_keys(key, document, handle.where(f"{key}/{METADATA_FILE}")))
-    prefetch(keys, limit=limit)
+    for root in nodes:
+        for key, document in documents.items():
+            under = not root or key == root or key.startswith(f"{root}/")
+            if not under or document.get("node_type") != "array":
+                continue
+            meta = ArrayMetadata.from_json(document, handle.where(f"{key}/{METADATA_FILE}"))
+            reader = Reader(handle, key, meta)
+            if reader.shard is None:
+                prefetch(_chunk_keys(key, meta), limit=reader.chunk_limit)
 
 
 def _json_copy(value: Any) -> Any:

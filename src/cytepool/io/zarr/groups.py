@@ -14,15 +14,9 @@ from cytepool.io.zarr.metadata import (
     check_attributes,
     parse_document,
 )
-from cytepool.io.zarr.store import StorePath, Version
+from cytepool.io.zarr.store import StorePath, Version, is_url
 
 __all__ = ["node_type", "read_group_attributes", "read_node_document", "write_group"]
-
-
-def _is_url(path: object) -> bool:
-    from cytepool.io.zarr.remote import is_url
-
-    return is_url(path)
 
 
 def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | None = None) -> None:
@@ -102,7 +96,7 @@ def read_group_attributes(
     >>> read_group_attributes(tmp)
     {}
     """
-    node = path if isinstance(path, StorePath) or _is_url(path) else as_path(path)
+    node = path if isinstance(path, StorePath) or is_url(path) else as_path(path)
     doc, _, where = read_document(node, storage_options)
     if isinstance(doc, dict) and doc.get("node_type") == "array":
         msg = f"{node} is a Zarr array, not a group ({where})"

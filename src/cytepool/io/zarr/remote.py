@@ -10,18 +10,25 @@ a short or mixed body), supports conditional requests, and keeps credentials out
 zarr-python's ``ObjectStore`` uses it too.
 
 Requests run on one private event loop thread (so reads work inside Jupyter's running loop),
-at most ``max_in_flight`` of a handle at a time (16 by default). A handle fetches ahead the
-chunks a read will ask for (:meth:`RemoteHandle.prefetch`), keeping at most twice that many
-fetched and not yet decoded, so memory is the result plus a bounded number of chunks.
+at most ``max_in_flight`` of a handle at a time (16 by default); a request's coroutine is made
+only once it holds a slot, so one cancelled while it waits (a read failed) leaves none behind.
+A handle fetches ahead the chunks a read will ask for (:meth:`RemoteHandle.prefetch`), keeping
+at most twice that many fetched and not yet decoded, so memory is the result plus a bounded
+number of chunks; each is refused from the length the server announces, before its body is
+read, beyond the bound its reader gives (the most bytes a valid encoding of the chunk takes).
+:meth:`RemoteHandle.gather` fetches small objects (metadata documents) together, in one round,
+and keeps them for the read. Reads never list: :meth:`RemoteHandle.list` is there for the
+:class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
 ``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
 :meth:`RemoteHandle.verify` raises :class:`~cytepool.errors.StoreChangedError` if the answer
-says the document changed. Faults become errors: a missing object reads as absent (a chunk is
-then the fill value; a missing metadata document or table part is a FormatError raised by the
-reader), a short body is a FormatError, a server that keeps failing beyond the retries is a
-:class:`~cytepool.errors.RemoteStoreError`. Credentials (``storage_options`` and any
-``user:password@`` of a URL) never appear in messages or reprs.
+says the document changed; after a failed read it asks again (``verify(again=True)``), since
+that answer may predate a replacement. Faults become errors: a missing object reads as absent
+(a chunk is then the fill value; a missing metadata document or table part is a FormatError
+raised by the reader), a short body is a FormatError, a server that keeps failing beyond the
+retries is a :class:`~cytepool.errors.RemoteStoreError`. Credentials (``storage_options`` and
+any ``user:password@`` of a URL) never appear in messages or reprs.
 """
 
 from __future__ import annotations
@@ -30,13 +37,12 @@ import base64
 import builtins
 import dataclasses
 import datetime
+import functools
 import os
-import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -48,7 +54,7 @@ from cytepool.errors import (
     StoreChangedError,
 )
 from cytepool.io.zarr.fetching import Range, Span, Window
-from cytepool.io.zarr.store import Blob, LocalStore, Part, Store, TooLargeError
+from cytepool.io.zarr.store import Blob, Part, TooLargeError, is_url
 
 if TYPE_CHECKING:  # asyncio is imported when a URL is first read: local stores never need it
     import asyncio
@@ -59,9 +65,6 @@ __all__ = [
     "ETag",
     "RemoteHandle",
     "RemoteStore",
-    "is_url",
-    "locate",
-    "refuse_url",
 ]
 
 SCHEMES = ("http", "https", "s3", "gs", "az")
@@ -70,7 +73,6 @@ SCHEMES = ("http", "https", "s3", "gs", "az")
 DEFAULT_IN_FLIGHT = 16
 """Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``."""
 
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _MOST_IN_FLIGHT = 1024
 _INSTALL = "install the extra with: pip install 'cytepool[remote]'"
 _CONFIG = {
@@ -137,56 +139,6 @@ _CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "120s"}
 _RETRY_DEFAULTS = {"max_retries": 4, "retry_timeout": 30.0}
 
 T = TypeVar("T")
-
-
-def is_url(path: object) -> bool:
-    """Whether ``path`` is a string that starts with a URL scheme (``s3://...``).
-
-    Examples
-    --------
-    >>> is_url("s3://bucket/x.cube.zarr"), is_url("x.cube.zarr"), is_url(3)
-    (True, False, False)
-    """
-    return isinstance(path, str) and _URL.match(path) is not None
-
-
-def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store:
-    """The store at ``path``: a :class:`RemoteStore` for a URL (``storage_options`` go to its
-    client), else a :class:`~cytepool.io.zarr.store.LocalStore`.
-
-    Examples
-    --------
-    >>> locate("s3://bucket/x.cube.zarr"), locate("x.cube.zarr")
-    (RemoteStore(url='s3://bucket/x.cube.zarr'), LocalStore(path=PosixPath('x.cube.zarr')))
-    """
-    if is_url(path):
-        return RemoteStore(path, storage_options or {})
-    if storage_options:
-        msg = f"storage_options apply to URLs only; {path!r} is a local path"
-        raise InputError(msg)
-    if not isinstance(path, str | os.PathLike):
-        msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
-        raise InputTypeError(msg)
-    return LocalStore(Path(path))
-
-
-def refuse_url(path: object, what: str) -> None:
-    """InputError if ``path`` is a URL: cytepool writes local directories only.
-
-    Examples
-    --------
-    >>> refuse_url("s3://bucket/x.cube.zarr", "a cube file")
-    Traceback (most recent call last):
-    ...
-    cytepool.errors.InputError: cannot write a cube file to the URL 's3://bucket/x.cube.zarr': ...
-    """
-    if is_url(path):
-        msg = (
-            f"cannot write {what} to the URL {path!r}: cytepool writes local directories only;"
-            " write it locally, then upload the directory with a sync tool (aws s3 sync, gcloud"
-            " storage rsync, azcopy sync, rclone) and read it back by URL"
-        )
-        raise InputError(msg)
 
 
 def import_obstore() -> Any:
@@ -546,6 +498,7 @@ class RemoteHandle:
         self._closed = False
         self._window = Window(2 * self._in_flight, self._send_object, self._send_span)
         self._check: Future[ETag | None] | None = None
+        self._kept: dict[str, tuple[bytes, ETag] | None] = {}  # what gather() fetched
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -571,13 +524,18 @@ class RemoteHandle:
         """The URL of ``key``, for messages."""
         return self._store.where(key)
 
-    async def _limited(self, coroutine: Awaitable[T]) -> T:
+    async def _limited(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Await ``make()`` within the bound of requests in flight.
+
+        The coroutine is made only once a slot is free: a request cancelled while it waits for
+        one (a read that failed, closing its handle) leaves no coroutine behind unawaited.
+        """
         if self._semaphore is None:
             import asyncio
 
             self._semaphore = asyncio.Semaphore(self._in_flight)
         async with self._semaphore:
-            return await coroutine
+            return await make()
 
     async def _call(self, key: str, make: Callable[[], Awaitable[T]]) -> T | None:
         """Await an obstore call; None if the object is absent, cytepool errors otherwise."""
@@ -623,9 +581,14 @@ class RemoteHandle:
 
     def get(self, key: str, *, limit: int) -> Blob | None:
         """The whole object at ``key`` (None if absent); TooLargeError beyond ``limit``."""
+        if key in self._kept:
+            kept = self._kept[key]
+            if kept is not None and len(kept[0]) > limit:
+                raise TooLargeError(self.where(key), len(kept[0]), limit)
+            return None if kept is None else Blob(*kept)
         future = self._window.take_object(key)
         if future is None:
-            got = _run(self._limited(self._get(key, limit)))
+            got = _run(self._limited(lambda: self._get(key, limit)))
         else:
             got = future.result()
             if got is not None and len(got[0]) > limit:
@@ -637,7 +600,7 @@ class RemoteHandle:
         item = Range(key, start, length)
         taken = self._window.take_range(item)
         if taken is None:
-            return _run(self._limited(self._get_range(key, start, length)))
+            return _run(self._limited(lambda: self._get_range(key, start, length)))
         return _member(taken[0], item, taken[1].result())
 
     def peek_range(self, item: Range) -> Part | None:
@@ -678,9 +641,12 @@ class RemoteHandle:
         return Part(data, int(result.meta["size"]))
 
     def list(self, prefix: str) -> list[str]:
-        """The names directly under ``prefix``; [] where the server cannot list (plain HTTP)."""
+        """The names directly under ``prefix``; [] where the server cannot list (plain HTTP).
+
+        No read calls it (reads by URL never list); it completes the StoreHandle protocol.
+        """
         try:
-            return _run(self._limited(self._list(prefix)))
+            return _run(self._limited(lambda: self._list(prefix)))
         except RemoteStoreError:
             return []
 
@@ -696,8 +662,34 @@ class RemoteHandle:
         return sorted({name.rstrip("/").rpartition("/")[2] for name in names})
 
     def version(self, key: str) -> ETag | None:
-        """The version of the object at ``key`` (one HEAD), or None if it is absent."""
-        return _run(self._limited(self._head(key)))
+        """The version of the object at ``key`` (one HEAD, unless :meth:`gather` kept it), or
+        None if it is absent."""
+        if key in self._kept:
+            kept = self._kept[key]
+            return None if kept is None else kept[1]
+        return _run(self._limited(lambda: self._head(key)))
+
+    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+        """Fetch the small objects at ``keys`` (metadata documents) concurrently, in one round,
+        and keep them for the rest of this read: ``get`` and ``version`` of a key kept are
+        answered without a request, with what this read saw.
+
+        Returns what was had, by key: the object, or None if it is absent. An object that could
+        not be had (larger than ``limit``, or a failure) is left out: ``get`` meets the problem
+        again and reports it where the read reports its errors.
+        """
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._kept]
+        sent = [
+            (key, _submit(self._limited(functools.partial(self._get, key, limit))))
+            for key in wanted
+        ]
+        for key, future in sent:
+            try:
+                self._kept[key] = future.result()
+            except Exception:  # get() fetches it again and raises the error
+                continue
+        got = {key: self._kept[key] for key in dict.fromkeys(keys) if key in self._kept}
+        return {key: None if kept is None else Blob(*kept) for key, kept in got.items()}
 
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
         """Start fetching the objects at ``keys``, in order, for ``get`` to take.
@@ -714,26 +706,37 @@ class RemoteHandle:
         self._window.ranges(ranges, now=now)
 
     def _send_object(self, key: str, limit: int) -> Future[tuple[bytes, ETag] | None]:
-        return _submit(self._limited(self._get(key, limit)))
+        return _submit(self._limited(lambda: self._get(key, limit)))
 
     def _send_span(self, span: Span) -> Future[Part | None]:
-        return _submit(self._limited(self._get_range(span.key, span.start, span.length)))
+        return _submit(self._limited(lambda: self._get_range(span.key, span.start, span.length)))
 
     def watch(self, version: ETag) -> None:
         """Check the root zarr.json against ``version`` now (a HEAD with If-Match sent at
         once, alongside later requests); :meth:`verify` waits for the answer."""
         self._store = self._store.expecting(version)
-        self._check = _submit(self._limited(self._head("zarr.json", version)))
+        self._check = _submit(self._limited(lambda: self._head("zarr.json", version)))
 
-    def verify(self) -> None:
-        """Raise StoreChangedError if the root zarr.json is no longer the expected version."""
+    def verify(self, *, again: bool = False) -> None:
+        """Raise StoreChangedError if the root zarr.json is no longer the expected version.
+
+        The answer to the check sent when the handle opened (or :meth:`watch` was called) is
+        used, unless ``again``: then the root is asked now, since that answer may predate a
+        replacement (a read that failed asks again, so that values of a new store are never
+        reported as a corrupt store). What was fetched ahead is cancelled first: the read
+        takes nothing more.
+        """
         expected = self._store.expected
         if expected is None:
             return
-        check = self._check
+        check, self._check = self._check, None
+        if again:
+            self._window.cancel()
+            if check is not None:
+                check.cancel()
+            check = None
         if check is None:
-            check = _submit(self._limited(self._head("zarr.json", expected)))
-        self._check = None
+            check = _submit(self._limited(lambda: self._head("zarr.json", expected)))
         try:
             current = check.result()
         except StoreChangedError:  # If-Match failed
@@ -744,8 +747,9 @@ class RemoteHandle:
             raise StoreChangedError(msg)
 
     def close(self) -> None:
-        """Cancel what was fetched ahead and not taken."""
+        """Cancel what was fetched ahead and not taken; forget what was gathered."""
         self._window.cancel()
+        self._kept.clear()
         if self._check is not None:
             self._check.cancel()
             self._check = None

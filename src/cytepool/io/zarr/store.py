@@ -32,6 +32,9 @@ regular file (a FIFO, socket, device or directory) is refused with FormatError w
 opened for reading (it is examined with ``stat`` first, and opened non-blocking), so a read
 never blocks on one. :class:`StorePath` names a node of an open store, for the functions of
 :mod:`cytepool.io.zarr` and :mod:`cytepool.io.tables` that read many nodes through one handle.
+
+:func:`is_url` tells a URL from a local path (:func:`cytepool.io.zarr._store.locate` makes the
+store of either).
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import FormatError, InputError, StoreChangedError
 from cytepool.io.zarr.names import node_name_problem
 
 __all__ = [
@@ -58,14 +62,17 @@ __all__ = [
     "StorePath",
     "TooLargeError",
     "Version",
+    "is_url",
     "join",
     "reading",
+    "refuse_url",
 ]
 
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
 _READ = os.O_RDONLY | _O_BINARY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NONBLOCK", 0)
 _AT_SUPPORTED = os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 @runtime_checkable
@@ -127,8 +134,13 @@ class StoreHandle(Protocol):
     def version(self, key: str) -> Version | None:
         """The version of the object at ``key``, or None if it is absent."""
 
-    def verify(self) -> None:
-        """Raise StoreChangedError unless the opened store is still at its location."""
+    def verify(self, *, again: bool = False) -> None:
+        """Raise StoreChangedError unless the opened store is still at its location.
+
+        ``again``: ask the store now, even where the answer to an earlier question is at hand
+        (a remote handle's check sent when it opened); :func:`reading` asks again after an
+        error.
+        """
 
     def close(self) -> None:
         """Release what the handle holds."""
@@ -436,8 +448,9 @@ class LocalHandle:
         self._regular(key, info)
         return Stamp.from_stat(info)
 
-    def verify(self) -> None:
-        """Raise StoreChangedError unless the directory is still at the store's path."""
+    def verify(self, *, again: bool = False) -> None:
+        """Raise StoreChangedError unless the directory is still at the store's path (asked
+        now, ``again`` or not)."""
         try:
             info = os.stat(self._store.absolute)
         except OSError:
@@ -527,12 +540,44 @@ _KINDS = {
 }
 
 
+def is_url(path: object) -> bool:
+    """Whether ``path`` is a string that starts with a URL scheme (``s3://...``).
+
+    Examples
+    --------
+    >>> is_url("s3://bucket/x.cube.zarr"), is_url("x.cube.zarr"), is_url(3)
+    (True, False, False)
+    """
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def refuse_url(path: object, what: str) -> None:
+    """InputError if ``path`` is a URL: cytepool writes local directories only.
+
+    Examples
+    --------
+    >>> refuse_url("s3://bucket/x.cube.zarr", "a cube file")
+    Traceback (most recent call last):
+    ...
+    cytepool.errors.InputError: cannot write a cube file to the URL 's3://bucket/x.cube.zarr': ...
+    """
+    if is_url(path):
+        msg = (
+            f"cannot write {what} to the URL {path!r}: cytepool writes local directories only;"
+            " write it locally, then upload the directory with a sync tool (aws s3 sync, gcloud"
+            " storage rsync, azcopy sync, rclone) and read it back by URL"
+        )
+        raise InputError(msg)
+
+
 @contextlib.contextmanager
 def reading(handle: StoreHandle) -> Iterator[StoreHandle]:
     """Use an open handle for one read, then verify the store and close the handle.
 
     An error raised inside becomes :class:`~cytepool.errors.StoreChangedError` (with the error
-    as its cause) if the store was replaced meanwhile, since it may come from the replacement.
+    as its cause) if the store was replaced meanwhile, since it may come from the replacement:
+    the store is then asked again (``verify(again=True)``), not judged by an answer that may
+    predate the replacement.
     """
     try:
         yield handle
@@ -541,7 +586,7 @@ def reading(handle: StoreHandle) -> Iterator[StoreHandle]:
         raise
     except Exception as error:
         try:
-            handle.verify()
+            handle.verify(again=True)
         except StoreChangedError as changed:
             raise changed from error
         raise
