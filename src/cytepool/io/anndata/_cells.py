@@ -28,6 +28,7 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
+from cytepool.io.anndata._many import check_single, many_paths, pool_files
 from cytepool.io.anndata._readers import (
     Modality,
     Source,
@@ -42,18 +43,22 @@ from cytepool.io.anndata._record import stamped
 
 
 def from_anndata(
-    adata: anndata.AnnData | str | os.PathLike[str],
+    adata: anndata.AnnData | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
-    sample_key: str,
+    sample_key: str | None = None,
     group_key: str,
     layer: str | None = None,
     use_raw: bool = False,
     samples: Covariates = None,
     groups: Covariates = None,
-    features: Covariates = None,
+    features: Covariates | str = None,
     layers: Sequence[str] = ("counts",),
     allow_float: bool = False,
     progress: bool | None = None,
+    sample_ids: Sequence[str] | None = None,
+    duplicates: str = "error",
+    jobs: int | None = None,
+    client: Any = None,
 ) -> Cube:
     """Pool the cells of an AnnData into a cube, one profile per sample and group.
 
@@ -144,6 +149,9 @@ def from_anndata(
     d1         30
     d2         41
     """
+    if many_paths(adata):
+        return pool_files(adata, pool_file, mudata=False, options=locals())
+    check_single(locals())
     if isinstance(adata, str | os.PathLike):
         with open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, source):
             return _pool(matrix, obs, var, source, **_keys(locals()))
@@ -158,10 +166,47 @@ def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in (*names, "allow_float", "progress")}
 
 
-def from_mudata_cells(
-    mdata: mudata.MuData | str | os.PathLike[str],
+def pool_file(
+    path: str | os.PathLike[str],
+    sample: tuple[str, str] | None,
+    options: Mapping[str, Any],
     *,
-    sample_key: str,
+    mudata: bool,
+) -> tuple[Cube | dict[str, Cube], pd.DataFrame, str]:
+    """One file of several (see ``_many``): :func:`from_anndata` or :func:`from_mudata_cells`
+    of ``path``, with ``sample`` (an obs column and its value) added when a file is a sample.
+
+    Returns the cube (a cube per modality), the obs its covariates come from and its name.
+    """
+    keys = {name: options[name] for name in ("sample_key", "group_key", "samples", "groups")}
+    keys |= {"layers": options["layers"], "allow_float": options["allow_float"], "progress": False}
+    if not mudata:
+        with open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened:
+            matrix, obs, var, source = opened
+            obs = _with_sample(obs, sample)
+            features = None if isinstance(options["features"], str) else options["features"]
+            return _pool(matrix, obs, var, source, features=features, **keys), obs, source.obs
+    wanted = _wanted_modalities(options["modalities"])
+    with open_modalities(path) as (everyone, found):
+        everyone = _with_sample(everyone, sample)
+        chosen = _chosen(found, wanted, os.fspath(path))
+        pair = (keys["sample_key"], keys["group_key"])
+        every = [_modality_obs(m.obs, everyone, name, pair) for name, m in chosen.items()]
+        cubes = _pool_modalities(everyone, chosen, **keys)
+        return cubes, concat_frames(every), f"the obs of the modalities of {os.fspath(path)}"
+
+
+def _with_sample(obs: pd.DataFrame, sample: tuple[str, str] | None) -> pd.DataFrame:
+    if sample is None:
+        return obs
+    column, value = sample
+    return obs.assign(**{column: np.full(len(obs), value, dtype=object)})
+
+
+def from_mudata_cells(
+    mdata: mudata.MuData | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    sample_key: str | None = None,
     group_key: str,
     samples: Covariates = None,
     groups: Covariates = None,
@@ -169,6 +214,11 @@ def from_mudata_cells(
     modalities: Sequence[str] | None = None,
     allow_float: bool = False,
     progress: bool | None = None,
+    features: str | None = None,
+    sample_ids: Sequence[str] | None = None,
+    duplicates: str = "error",
+    jobs: int | None = None,
+    client: Any = None,
 ) -> dict[str, Cube]:
     """Pool each modality of a cell-level MuData (e.g. RNA + protein) into its own cube.
 
@@ -222,6 +272,9 @@ def from_mudata_cells(
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
     """
+    if many_paths(mdata):
+        return pool_files(mdata, pool_file, mudata=True, options=locals())
+    check_single(locals())
     pool = functools.partial(
         _pool_modalities,
         sample_key=sample_key,
