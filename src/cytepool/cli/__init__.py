@@ -2,7 +2,7 @@
 
 Commands (each has ``--help``, with examples)::
 
-    cytepool pool INPUT OUTPUT.cube.zarr --sample-key K --group-key K [--layer L | --raw]
+    cytepool pool INPUT... OUTPUT.cube.zarr --sample-key K --group-key K [--layer L | --raw]
     cytepool info CUBE [--json]
     cytepool export CUBE OUTPUT.h5ad|OUTPUT.zarr [--layer L] [--group G]
     cytepool demo [DIR]

@@ -122,8 +122,8 @@ def add_command(
 
 def as_typed(text: str, args: argparse.Namespace) -> str:
     """The message with the paths of the command line as they were typed, not resolved."""
-    for name in ("input", "output", "cube", "directory"):
-        typed = getattr(args, name, None)
+    given = [getattr(args, name, None) for name in ("input", "output", "cube", "directory")]
+    for typed in (text for item in given for text in (item if isinstance(item, list) else [item])):
         if not isinstance(typed, str):
             continue
         path = Path(typed)

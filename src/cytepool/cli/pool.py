@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cytepool.cli._shared import add_command, check_output, pooled_covariates
@@ -24,6 +25,14 @@ EXAMPLES = """
           --layers counts,detected,squares
       cytepool pool cells.h5mu protein.cube.zarr --sample-key donor --group-key cell_type \\
           --modality prot
+      cytepool pool batch1.h5ad batch2.h5ad all.cube.zarr --sample-key donor \\
+          --group-key cell_type --jobs 2
+      cytepool pool samples/ all.cube.zarr --sample-from-filename --group-key cell_type
+      cytepool pool 'atlas/*.h5ad' atlas.cube.zarr --sample-key donor --group-key cell_type \\
+          --features intersection
+
+    Several inputs (files, a directory of .h5ad / .h5mu / .zarr inputs, or a quoted glob)
+    are pooled one file per process, at most --jobs at once, and added up into one cube.
 
     Without --sample-covariates, every obs column that is constant within each sample
     becomes a sample covariate; the command prints the columns kept and those dropped,
@@ -37,14 +46,26 @@ def add(commands: Any) -> None:
         commands,
         "pool",
         "Pool the cells of an .h5ad file or AnnData .zarr store (or one modality of a MuData "
-        "file) into a cube file. The input is read backed, in row blocks, so memory stays "
-        "small whatever its size.",
+        "file), or of many, into a cube file. The input is read backed, in row blocks, so "
+        "memory stays small whatever its size.",
         EXAMPLES,
         run,
     )
-    pool.add_argument("input", metavar="INPUT", help="an .h5ad file or AnnData .zarr store")
+    pool.add_argument(
+        "input",
+        metavar="INPUT",
+        nargs="+",
+        help="an .h5ad file or AnnData .zarr store; several inputs (or a directory of them, "
+        "or a glob) are pooled into one cube",
+    )
     pool.add_argument("output", metavar="OUTPUT", help="the cube file to write (*.cube.zarr)")
-    pool.add_argument("--sample-key", required=True, help="obs column with each cell's sample")
+    samples = pool.add_mutually_exclusive_group(required=True)
+    samples.add_argument("--sample-key", help="obs column with each cell's sample")
+    samples.add_argument(
+        "--sample-from-filename",
+        action="store_true",
+        help="each input is one sample, named by its file name without its extensions",
+    )
     pool.add_argument("--group-key", required=True, help="obs column with each cell's group")
     matrix = pool.add_mutually_exclusive_group()
     matrix.add_argument("--layer", help="the layer holding the counts (default: X)")
@@ -62,7 +83,43 @@ def add(commands: Any) -> None:
         "them without the warning that they are not counts",
     )
     _add_covariates(pool)
+    _add_many(pool)
     _add_outputs(pool)
+
+
+def _add_many(pool: argparse.ArgumentParser) -> None:
+    pool.add_argument(
+        "--features",
+        choices=("same", "intersection"),
+        default="same",
+        help="with several inputs: 'same' requires the same feature ids in every file (in "
+        "any order); 'intersection' pools those all files share (default: same)",
+    )
+    pool.add_argument(
+        "--duplicates",
+        choices=("error", "add"),
+        default="error",
+        help="with several inputs: the same profile (group and sample) in two files is an "
+        "error, or (add) one sample split over files whose sums add (default: error)",
+    )
+    pool.add_argument(
+        "--jobs",
+        type=_positive,
+        metavar="N",
+        help="with several inputs: pool at most N files at once, each in its own process "
+        "(default: the number of usable CPUs)",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"expected a positive integer, found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def _add_covariates(pool: argparse.ArgumentParser) -> None:
@@ -158,9 +215,11 @@ def run(args: argparse.Namespace) -> None:
         cube, args.output, compression=compression, level=args.level, overwrite=args.overwrite
     )
     n_groups, n_samples, n_features = cube.shape
+    files = f" from {len(args.input)} files" if len(args.input) > 1 else ""
     print(
-        f"pooled {int(np.sum(cube.cells)):,} cells into {n_groups} groups x {n_samples} samples "
-        f"x {n_features:,} features -> {args.output} ({time.perf_counter() - started:.1f} s)"
+        f"pooled {int(np.sum(cube.cells)):,} cells{files} into {n_groups} groups x "
+        f"{n_samples} samples x {n_features:,} features -> {args.output} "
+        f"({time.perf_counter() - started:.1f} s)"
     )
     covariates = pooled_covariates(cube) or {}
     for axis in ("samples", "groups"):
@@ -174,7 +233,18 @@ def _pooled(args: argparse.Namespace) -> Cube:
     """The cube ``pool`` makes: of an AnnData, or of one modality of a MuData."""
     from cytepool.io.anndata import from_anndata, from_mudata_cells
 
+    inputs = _inputs(args.input)
+    many: dict[str, Any] = {}
+    if len(inputs) > 1 or args.sample_from_filename:
+        many = {"jobs": args.jobs, "duplicates": args.duplicates}
+        if args.features == "intersection":
+            many["features"] = "intersection"
+        if args.sample_from_filename:
+            many["sample_ids"] = [_sample_name(path) for path in inputs]
+    source: Any = inputs if many else inputs[0]
+    args.input = inputs
     options = {
+        **many,
         "sample_key": args.sample_key,
         "group_key": args.group_key,
         "samples": args.sample_covariates,
@@ -184,6 +254,49 @@ def _pooled(args: argparse.Namespace) -> Cube:
         "progress": False if args.no_progress else None,
     }
     if args.modality is not None:
-        cubes = from_mudata_cells(args.input, modalities=[args.modality], **options)
+        cubes = from_mudata_cells(source, modalities=[args.modality], **options)
         return cubes[args.modality]
-    return from_anndata(args.input, layer=args.layer, use_raw=args.raw, **options)
+    return from_anndata(source, layer=args.layer, use_raw=args.raw, **options)
+
+
+_SUFFIXES = (".h5ad", ".h5mu", ".zarr")
+
+
+def _inputs(typed: list[str]) -> list[str]:
+    """The input paths: each as typed, a directory's inputs, or the matches of a glob."""
+    import glob
+
+    found = []
+    for text in typed:
+        path = Path(text)
+        if path.is_dir() and not _is_store(path):
+            inside = sorted(str(p) for p in path.iterdir() if _is_input(p))
+            if not inside:
+                msg = f"the directory {text} holds no .h5ad, .h5mu or .zarr input"
+                raise FileNotFoundError(msg)
+            found += inside
+        elif not path.exists() and glob.has_magic(text):
+            matches = sorted(glob.glob(text))
+            if not matches:
+                msg = f"no file matches {text}"
+                raise FileNotFoundError(msg)
+            found += matches
+        else:
+            found.append(text)
+    return found
+
+
+def _is_input(path: Path) -> bool:
+    """An input in a directory: .h5ad, .h5mu or .zarr, but not a cube file (.cube.zarr)."""
+    return path.suffix in _SUFFIXES and not path.name.endswith(".cube.zarr")
+
+
+def _is_store(path: Path) -> bool:
+    return any((path / name).is_file() for name in ("zarr.json", ".zgroup", ".zattrs"))
+
+
+def _sample_name(path: str) -> str:
+    """A file's name without its extensions: donor1.h5ad, donor1.zarr and donor1.raw.h5ad
+    give donor1."""
+    name = Path(path).name
+    return name.split(".")[0] or name

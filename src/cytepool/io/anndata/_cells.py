@@ -28,7 +28,7 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
-from cytepool.io.anndata._many import check_single, many_paths, pool_files
+from cytepool.io.anndata._many import check_single, pool_files
 from cytepool.io.anndata._readers import (
     Modality,
     Source,
@@ -43,7 +43,7 @@ from cytepool.io.anndata._record import stamped
 
 
 def from_anndata(
-    adata: anndata.AnnData | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    adata: anndata.AnnData | str | os.PathLike[str] | list[str | os.PathLike[str]],
     *,
     sample_key: str | None = None,
     group_key: str,
@@ -149,7 +149,7 @@ def from_anndata(
     d1         30
     d2         41
     """
-    if many_paths(adata):
+    if isinstance(adata, list | tuple):  # several files
         return pool_files(adata, pool_file, mudata=False, options=locals())
     check_single(locals())
     if isinstance(adata, str | os.PathLike):
@@ -180,6 +180,8 @@ def pool_file(
     """
     keys = {name: options[name] for name in ("sample_key", "group_key", "samples", "groups")}
     keys |= {"layers": options["layers"], "allow_float": options["allow_float"], "progress": False}
+    if sample is not None:
+        keys["sample_key"] = sample[0]
     if not mudata:
         with open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened:
             matrix, obs, var, source = opened
@@ -204,7 +206,7 @@ def _with_sample(obs: pd.DataFrame, sample: tuple[str, str] | None) -> pd.DataFr
 
 
 def from_mudata_cells(
-    mdata: mudata.MuData | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    mdata: mudata.MuData | str | os.PathLike[str] | list[str | os.PathLike[str]],
     *,
     sample_key: str | None = None,
     group_key: str,
@@ -272,9 +274,9 @@ def from_mudata_cells(
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
     """
-    if many_paths(mdata):
+    if isinstance(mdata, list | tuple):  # several files
         return pool_files(mdata, pool_file, mudata=True, options=locals())
-    check_single(locals())
+    sample_key = check_single(locals())
     pool = functools.partial(
         _pool_modalities,
         sample_key=sample_key,

@@ -43,23 +43,18 @@ if TYPE_CHECKING:
 
     from cytepool.cube import Cube
 
-__all__ = ["FILE_SAMPLE", "check_single", "many_paths", "pool_files"]
+__all__ = ["FILE_SAMPLE", "check_single", "pool_files", "usable_cpus"]
 
 #: The obs column that holds a file's sample id when each file is one sample.
 FILE_SAMPLE = "cytepool:file"
 _ANNDATA = ""  # the one "modality" of an AnnData file
 _DUPLICATES = ("error", "add")
+# What a worker needs, imported once by the fork server rather than by every worker
+_PRELOAD = ("cytepool.io.anndata", "cytepool.pooling", "pandas", "scipy.sparse", "h5py", "zarr")
 
 
-def many_paths(value: Any) -> bool:
-    """True if ``value`` is a list (or tuple) of paths: several inputs, not one."""
-    return isinstance(value, list | tuple) and all(
-        isinstance(item, str | os.PathLike) for item in value
-    )
-
-
-def check_single(options: Mapping[str, Any]) -> None:
-    """Refuse the options of several files given with one input."""
+def check_single(options: Mapping[str, Any]) -> str:
+    """Refuse the options of several files given with one input; the sample key."""
     if options["sample_ids"] is not None:
         msg = "sample_ids= names the sample of each file: give a list of paths"
         raise InputError(msg)
@@ -69,6 +64,7 @@ def check_single(options: Mapping[str, Any]) -> None:
     if options["sample_key"] is None:
         msg = "sample_key= is required (sample_ids= only with a list of paths)"
         raise InputError(msg)
+    return str(options["sample_key"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,12 +135,16 @@ def _tasks(
     if not paths:
         msg = "expected at least one path, found an empty list"
         raise InputError(msg)
+    if not all(isinstance(path, str | os.PathLike) for path in paths):
+        msg = f"expected a list of paths (str or os.PathLike), found {paths!r}"
+        raise InputTypeError(msg)
     texts = [os.fspath(path) for path in paths]
-    seen: dict[str, str] = {}
-    for text in texts:
-        other = seen.setdefault(os.path.realpath(text), text)
-        if other is not text:
-            msg = f"the file {text} is given twice ({other!r} and {text!r})"
+    seen: dict[str, int] = {}
+    for i, text in enumerate(texts):
+        other = texts[seen.setdefault(os.path.realpath(text), i)]
+        if seen[os.path.realpath(text)] != i:
+            twice = "" if other == text else f" (as {other!r} and {text!r})"
+            msg = f"the file {text} is given twice{twice}"
             raise InputError(msg)
     if options["duplicates"] not in _DUPLICATES:
         msg = f"duplicates must be 'error' or 'add', found {options['duplicates']!r}"
@@ -217,7 +217,8 @@ class _Runner:
     raised naming its file."""
 
     def __init__(self, jobs: int, client: Any) -> None:
-        self.jobs, self.client, self.executor = jobs, client, None
+        self.jobs, self.client = jobs, client
+        self.executor: Any = None
 
     def __enter__(self) -> _Run:
         if self.client is not None:
@@ -229,6 +230,8 @@ class _Runner:
         methods = multiprocessing.get_all_start_methods()
         method = "forkserver" if "forkserver" in methods else "spawn"
         context = multiprocessing.get_context(method)  # numba's threads and fork do not mix
+        if method == "forkserver":  # its workers start with these imported (once per process)
+            context.set_forkserver_preload(list(_PRELOAD))
         self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
         return self._in_processes
 
@@ -513,7 +516,7 @@ def _summed(
         for name in cubes[0].layers
     }
     for i, cube in enumerate(cubes):
-        rows = np.ix_(
+        rows: Any = np.ix_(
             group_index.get_indexer(cube.groups.index), sample_index.get_indexer(cube.samples.index)
         )
         present = np.asarray(cube.cells) > 0
@@ -674,8 +677,8 @@ def _merged_features(
                 dropped.append(str(column))
                 break
     table = first.drop(columns=dropped)
-    report = {"ids": "intersection" if options.get("features") == "intersection" else "same"}
-    report |= {"n": len(ids), "dropped_columns": dropped}
+    mode = "intersection" if options.get("features") == "intersection" else "same"
+    report: dict[str, Any] = {"ids": mode, "n": len(ids), "dropped_columns": dropped}
     return table, report
 
 
@@ -689,13 +692,13 @@ def _records(
     """A record per file (path, size, cells, and its cube's fingerprint), then the pooling's."""
     records = []
     for task, part in zip(tasks, parts, strict=True):
-        parameters: dict[str, Any] = {"path": task.path, "bytes": part.size}
-        parameters["cells"] = int(np.sum(part.cubes[modality].cells))
+        cells = int(np.sum(part.cubes[modality].cells))
+        of_file: dict[str, Any] = {"path": task.path, "bytes": part.size, "cells": cells}
         if task.sample is not None:
-            parameters["sample"] = task.sample[1]
-        records.append(stamp("pool_file", parameters, [part.fingerprints[modality]]))
+            of_file["sample"] = task.sample[1]
+        records.append(stamp("pool_file", of_file, [part.fingerprints[modality]]))
     options = tasks[0].options
-    parameters = {"files": len(tasks)}
+    parameters: dict[str, Any] = {"files": len(tasks)}
     if modality:
         parameters["modality"] = modality
     if tasks[0].sample is None:
