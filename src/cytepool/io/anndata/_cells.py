@@ -75,11 +75,15 @@ def from_anndata(
         the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
         dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
         ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
-        blocks.
+        blocks. A list of paths pools every file into one cube: each file on its own, in
+        worker processes (``jobs``) or on a dask client's workers (``client``), the cubes
+        added up with features aligned by id; the cube equals pooling the files concatenated
+        in memory (see "Many files" in the dask guide).
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
         ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
         (labels and their texts must match one to one: ``1`` and ``1.0`` are an error).
+        ``sample_key`` may be left out for a list of paths given ``sample_ids``.
     layer
         The layer that holds the counts; None for ``X``.
     use_raw
@@ -92,7 +96,10 @@ def from_anndata(
         The ``obs`` columns kept as group covariates. None keeps every column that is
         constant within each group and is not a sample covariate.
     features
-        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all.
+        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all. With a
+        list of paths, every file must hold the same feature ids (in any order), else
+        InputError; ``"intersection"`` pools only the ids all files share (keeping the ``var``
+        columns that are the same in every file, as None does).
     layers
         The layers to make, as in :func:`cytepool.from_cells`: any of ``"counts"``,
         ``"detected"`` (the number of cells with a nonzero value) and ``"squares"`` (the
@@ -102,13 +109,29 @@ def from_anndata(
         :class:`~cytepool.errors.NotCountsWarning` (see :func:`cytepool.from_cells`).
     progress
         Show a progress bar while an on-disk matrix is read: None shows it on stderr when
-        that is a terminal, and in the notebook when run in Jupyter.
+        that is a terminal, and in the notebook when run in Jupyter. With a list of paths it
+        counts the cells of all files, as files finish.
+    sample_ids
+        With a list of paths whose files are one sample each: the sample id of each file,
+        in their order (instead of ``sample_key``).
+    duplicates
+        With a list of paths: ``"error"`` (default) refuses a profile (group and sample) with
+        cells in two files, naming both; ``"add"`` adds them (one sample split over files).
+    jobs
+        With a list of paths: how many files are pooled at once, each in its own worker
+        process; None uses every CPU this process may run on; 1 pools them here, one after
+        the other.
+    client
+        With a list of paths: a ``dask.distributed`` client whose workers pool the files
+        (``jobs`` is then unused); the cubes are added on this side.
 
     Returns
     -------
     Cube
         With the layer ``"counts"`` (integer when every value is a whole number, else
-        float64) and the cell numbers of every profile. Its last provenance record,
+        float64) and the cell numbers of every profile. With a list of paths, a provenance
+        record ``"pool_file"`` per file (its path, size, cells, and the fingerprint of its own
+        cube), then the record ``"from_anndata"``. Its last provenance record,
         ``"from_anndata"``, holds the obs columns kept as covariates and those dropped, with
         the reason (see "Cube files and provenance records").
 
@@ -127,7 +150,10 @@ def from_anndata(
     ValueError
         If a label is missing, labels do not match their texts one to one, a named covariate
         varies within a sample or group, the values are negative or not finite, var names
-        are not unique, or ``layer`` and ``use_raw`` are both given.
+        are not unique, or ``layer`` and ``use_raw`` are both given. With a list of paths,
+        also if the files' features differ, a profile is in two files (unless
+        ``duplicates="add"``), or ``sample_ids`` does not name one sample per file; a file
+        that fails stops the run with its error, naming the file.
 
     Examples
     --------
@@ -236,8 +262,13 @@ def from_mudata_cells(
         which is opened read-only; each modality's ``X`` is then read in row blocks, as
         :func:`from_anndata` reads a path. Labels and covariates are read from each
         modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
+        A list of paths pools every file, as :func:`from_anndata` does, into one cube per
+        modality; the cubes share their samples and groups.
     sample_key, group_key, samples, groups, layers, allow_float, progress
         As in :func:`from_anndata`.
+    features, sample_ids, duplicates, jobs, client
+        With a list of paths, as in :func:`from_anndata` (``features`` is None or
+        ``"intersection"``, per modality).
     modalities
         The names of the modalities to pool, in this order (default: all, in MuData's order).
 

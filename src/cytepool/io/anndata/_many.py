@@ -289,7 +289,14 @@ class _Runner:
 
 def _naming(error: Exception, path: str) -> Exception:
     """The error with ``path`` in its message (most already name it), of the same type."""
+    from concurrent.futures.process import BrokenProcessPool
+
     text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if isinstance(error, BrokenProcessPool):
+        text = (
+            "a worker process ended abruptly while pooling it (out of memory? or, in a "
+            "script, a call not under `if __name__ == '__main__':`); try fewer jobs="
+        )
     if path in text:
         return error
     message = f"{path}: {text}"
