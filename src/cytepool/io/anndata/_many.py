@@ -326,12 +326,8 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
     with _words.speaking(command_line=task.flags):
         try:
             if not task.mudata:
-                with open_cells(task.path, layer=options["layer"], use_raw=options["use_raw"]) as (
-                    matrix,
-                    _,
-                    var,
-                    _,
-                ):
+                layer, raw = options["layer"], options["use_raw"]
+                with open_cells(task.path, layer=layer, use_raw=raw) as (matrix, _, var, _):
                     return int(matrix.shape[0]), {_ANNDATA: [str(i) for i in var.index]}
             with open_modalities(task.path) as (_, found):
                 wanted = options["modalities"] or list(found)
