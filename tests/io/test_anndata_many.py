@@ -291,6 +291,30 @@ def test_many_mudata_files(tmp_path: Path) -> None:
     assert cubes["prot"].provenance[-1].parameters["modality"] == "prot"
 
 
+def test_many_mudata_files_one_sample_each_and_shared_features(tmp_path: Path) -> None:
+    md = pytest.importorskip("mudata")
+    paths = []
+    for i in range(2):
+        rna = cells(i)
+        prot = cells(i, seed=10)[:, :3].copy()
+        prot.obs = rna.obs.copy()
+        prot.var_names = ["CD3", "CD4", "CD19" if i == 0 else "CD8"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            mdata = md.MuData({"rna": rna, "prot": prot})
+        mdata.write(tmp_path / f"p{i}.h5mu")
+        paths.append(str(tmp_path / f"p{i}.h5mu"))
+    options = {"group_key": "cell_type", "sample_ids": ["a", "b"], **HERE}
+    with pytest.raises(InputError, match=r"same features in modality 'prot': .*\('CD8'\)"):
+        from_mudata_cells(paths, **options)
+    cubes = from_mudata_cells(paths, **options, features="intersection")
+    assert list(cubes["prot"].features.index) == ["CD3", "CD4"]
+    assert list(cubes["rna"].features.index) == GENES
+    for cube in cubes.values():
+        assert list(cube.samples.index) == ["a", "b"]
+        assert int(np.sum(cube.cells)) == 240
+
+
 # ---------------------------------------------------------------------------------------------
 # The command line
 # ---------------------------------------------------------------------------------------------
