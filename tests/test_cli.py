@@ -220,12 +220,12 @@ def test_errors_are_one_line(
 def test_unexpected_errors_are_one_line_too(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import cytepool.cli
+    import cytepool.cli.info
 
     def boom(args: Any) -> None:
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(cytepool.cli, "_info", boom)
+    monkeypatch.setattr(cytepool.cli.info, "run", boom)
     code, _, err = run(["info", "x"], capsys)
     assert_one_line_error(code, err, "cytepool info: error: something broke")
 

@@ -29,6 +29,8 @@ _OPTIONS = {
     "sample_key": ("sample_key", "--sample-key"),
     "group_key": ("group_key", "--group-key"),
     "modality": ("from_mudata_cells(path, modalities=[NAME])", "--modality NAME"),
+    "intersection": ("features='intersection'", "--features intersection"),
+    "duplicates": ("duplicates='add'", "--duplicates add"),
     "not_modality": ("pool it with from_anndata", "drop --modality to pool it"),
 }
 

@@ -4,7 +4,8 @@ Cells to cubes: :func:`from_anndata` pools the cells of an AnnData (in memory, b
 opened with dask, or a path to an ``.h5ad`` file or AnnData ``.zarr`` store) with
 :func:`cytepool.from_cells`, reading on-disk matrices in row blocks so that memory stays
 bounded by one block plus the cube; :func:`from_mudata_cells` does the same for every
-modality of a MuData.
+modality of a MuData. Both take a list of paths too: the files are pooled in worker processes
+(or on a dask client) and their cubes added up, features aligned by id.
 
 Cubes to pseudobulk AnnData and back: :func:`to_anndata` writes one observation per profile
 (sample x group) and :func:`from_pseudobulk` reads ours, scanpy's ``sc.get.aggregate``
@@ -35,7 +36,8 @@ needs them.
 
 The package keeps each part in its own module: ``_cells`` (pooling cells), ``_pseudobulk``
 (pseudobulk AnnData / MuData to and from cubes), ``_record`` (the ``uns`` record),
-``_covariates`` (labels, covariates, tables) and ``_readers`` (matrices, paths, legacy files).
+``_covariates`` (labels, covariates, tables), ``_readers`` (matrices, paths, legacy files) and
+``_many`` (many files into one cube).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
+from cytepool.io.anndata._many import check_single, pool_files
 from cytepool.io.anndata._readers import (
     Modality,
     Source,
@@ -42,18 +43,22 @@ from cytepool.io.anndata._record import stamped
 
 
 def from_anndata(
-    adata: anndata.AnnData | str | os.PathLike[str],
+    adata: anndata.AnnData | str | os.PathLike[str] | list[str | os.PathLike[str]],
     *,
-    sample_key: str,
+    sample_key: str | None = None,
     group_key: str,
     layer: str | None = None,
     use_raw: bool = False,
     samples: Covariates = None,
     groups: Covariates = None,
-    features: Covariates = None,
+    features: Covariates | str = None,
     layers: Sequence[str] = ("counts",),
     allow_float: bool = False,
     progress: bool | None = None,
+    sample_ids: Sequence[str] | None = None,
+    duplicates: str = "error",
+    jobs: int | None = None,
+    client: Any = None,
 ) -> Cube:
     """Pool the cells of an AnnData into a cube, one profile per sample and group.
 
@@ -70,11 +75,15 @@ def from_anndata(
         the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
         dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
         ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
-        blocks.
+        blocks. A list of paths pools every file into one cube: each file on its own, in
+        worker processes (``jobs``) or on a dask client's workers (``client``), the cubes
+        added up with features aligned by id; the cube equals pooling the files concatenated
+        in memory (see "Many files" in the dask guide).
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
         ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
         (labels and their texts must match one to one: ``1`` and ``1.0`` are an error).
+        ``sample_key`` may be left out for a list of paths given ``sample_ids``.
     layer
         The layer that holds the counts; None for ``X``.
     use_raw
@@ -87,7 +96,10 @@ def from_anndata(
         The ``obs`` columns kept as group covariates. None keeps every column that is
         constant within each group and is not a sample covariate.
     features
-        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all.
+        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all. With a
+        list of paths, every file must hold the same feature ids (in any order), else
+        InputError; ``"intersection"`` pools only the ids all files share (keeping the ``var``
+        columns that are the same in every file, as None does).
     layers
         The layers to make, as in :func:`cytepool.from_cells`: any of ``"counts"``,
         ``"detected"`` (the number of cells with a nonzero value) and ``"squares"`` (the
@@ -97,13 +109,29 @@ def from_anndata(
         :class:`~cytepool.errors.NotCountsWarning` (see :func:`cytepool.from_cells`).
     progress
         Show a progress bar while an on-disk matrix is read: None shows it on stderr when
-        that is a terminal, and in the notebook when run in Jupyter.
+        that is a terminal, and in the notebook when run in Jupyter. With a list of paths it
+        counts the cells of all files, as files finish.
+    sample_ids
+        With a list of paths whose files are one sample each: the sample id of each file,
+        in their order (instead of ``sample_key``).
+    duplicates
+        With a list of paths: ``"error"`` (default) refuses a profile (group and sample) with
+        cells in two files, naming both; ``"add"`` adds them (one sample split over files).
+    jobs
+        With a list of paths: how many files are pooled at once, each in its own worker
+        process; None uses every CPU this process may run on; 1 pools them here, one after
+        the other.
+    client
+        With a list of paths: a ``dask.distributed`` client whose workers pool the files
+        (``jobs`` is then unused); the cubes are added on this side.
 
     Returns
     -------
     Cube
         With the layer ``"counts"`` (integer when every value is a whole number, else
-        float64) and the cell numbers of every profile. Its last provenance record,
+        float64) and the cell numbers of every profile. With a list of paths, a provenance
+        record ``"pool_file"`` per file (its path, size, cells, and the fingerprint of its own
+        cube), then the record ``"from_anndata"``. Its last provenance record,
         ``"from_anndata"``, holds the obs columns kept as covariates and those dropped, with
         the reason (see "Cube files and provenance records").
 
@@ -122,7 +150,10 @@ def from_anndata(
     ValueError
         If a label is missing, labels do not match their texts one to one, a named covariate
         varies within a sample or group, the values are negative or not finite, var names
-        are not unique, or ``layer`` and ``use_raw`` are both given.
+        are not unique, or ``layer`` and ``use_raw`` are both given. With a list of paths,
+        also if the files' features differ, a profile is in two files (unless
+        ``duplicates="add"``), or ``sample_ids`` does not name one sample per file; a file
+        that fails stops the run with its error, naming the file.
 
     Examples
     --------
@@ -144,6 +175,9 @@ def from_anndata(
     d1         30
     d2         41
     """
+    if isinstance(adata, list | tuple):  # several files
+        return pool_files(adata, pool_file, mudata=False, options=locals())
+    check_single(locals())
     if isinstance(adata, str | os.PathLike):
         with open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, source):
             return _pool(matrix, obs, var, source, **_keys(locals()))
@@ -158,10 +192,49 @@ def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in (*names, "allow_float", "progress")}
 
 
-def from_mudata_cells(
-    mdata: mudata.MuData | str | os.PathLike[str],
+def pool_file(
+    path: str | os.PathLike[str],
+    sample: tuple[str, str] | None,
+    options: Mapping[str, Any],
     *,
-    sample_key: str,
+    mudata: bool,
+) -> tuple[Cube | dict[str, Cube], pd.DataFrame, str]:
+    """One file of several (see ``_many``): :func:`from_anndata` or :func:`from_mudata_cells`
+    of ``path``, with ``sample`` (an obs column and its value) added when a file is a sample.
+
+    Returns the cube (a cube per modality), the obs its covariates come from and its name.
+    """
+    keys = {name: options[name] for name in ("sample_key", "group_key", "samples", "groups")}
+    keys |= {"layers": options["layers"], "allow_float": options["allow_float"], "progress": False}
+    if sample is not None:
+        keys["sample_key"] = sample[0]
+    if not mudata:
+        with open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened:
+            matrix, obs, var, source = opened
+            obs = _with_sample(obs, sample)
+            features = None if isinstance(options["features"], str) else options["features"]
+            return _pool(matrix, obs, var, source, features=features, **keys), obs, source.obs
+    wanted = _wanted_modalities(options["modalities"])
+    with open_modalities(path) as (everyone, found):
+        everyone = _with_sample(everyone, sample)
+        chosen = _chosen(found, wanted, os.fspath(path))
+        pair = (keys["sample_key"], keys["group_key"])
+        every = [_modality_obs(m.obs, everyone, name, pair) for name, m in chosen.items()]
+        cubes = _pool_modalities(everyone, chosen, **keys)
+        return cubes, concat_frames(every), f"the obs of the modalities of {os.fspath(path)}"
+
+
+def _with_sample(obs: pd.DataFrame, sample: tuple[str, str] | None) -> pd.DataFrame:
+    if sample is None:
+        return obs
+    column, value = sample
+    return obs.assign(**{column: np.full(len(obs), value, dtype=object)})
+
+
+def from_mudata_cells(
+    mdata: mudata.MuData | str | os.PathLike[str] | list[str | os.PathLike[str]],
+    *,
+    sample_key: str | None = None,
     group_key: str,
     samples: Covariates = None,
     groups: Covariates = None,
@@ -169,6 +242,11 @@ def from_mudata_cells(
     modalities: Sequence[str] | None = None,
     allow_float: bool = False,
     progress: bool | None = None,
+    features: str | None = None,
+    sample_ids: Sequence[str] | None = None,
+    duplicates: str = "error",
+    jobs: int | None = None,
+    client: Any = None,
 ) -> dict[str, Cube]:
     """Pool each modality of a cell-level MuData (e.g. RNA + protein) into its own cube.
 
@@ -184,8 +262,13 @@ def from_mudata_cells(
         which is opened read-only; each modality's ``X`` is then read in row blocks, as
         :func:`from_anndata` reads a path. Labels and covariates are read from each
         modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
+        A list of paths pools every file, as :func:`from_anndata` does, into one cube per
+        modality; the cubes share their samples and groups.
     sample_key, group_key, samples, groups, layers, allow_float, progress
         As in :func:`from_anndata`.
+    features, sample_ids, duplicates, jobs, client
+        With a list of paths, as in :func:`from_anndata` (``features`` is None or
+        ``"intersection"``, per modality).
     modalities
         The names of the modalities to pool, in this order (default: all, in MuData's order).
 
@@ -222,6 +305,9 @@ def from_mudata_cells(
     >>> {name: cube.shape for name, cube in cubes.items()}
     {'rna': (1, 2, 2), 'prot': (1, 2, 1)}
     """
+    if isinstance(mdata, list | tuple):  # several files
+        return pool_files(mdata, pool_file, mudata=True, options=locals())
+    sample_key = check_single(locals())
     pool = functools.partial(
         _pool_modalities,
         sample_key=sample_key,

@@ -64,17 +64,17 @@ def axis_tables(
     "dropped": {column: why}}``; the keys, ``exclude`` and id columns are not covariates.
     """
     excluded = {*keys, *exclude}
-    samples, why_not_sample = _covariates(
+    samples, why_not_sample = covariate_table(
         obs, codes[0], ids[0], columns[0], "sample", excluded, obs_name
     )
     group_excluded = excluded | (set(samples.columns) if columns[1] is None else set())
-    groups, why_not_group = _covariates(
+    groups, why_not_group = covariate_table(
         obs, codes[1], ids[1], columns[1], "group", group_excluded, obs_name
     )
     dropped = {}
     for name in obs.columns:
         if name not in excluded and name not in samples and name not in groups:
-            dropped[str(name)] = _both(why_not_sample.get(name), why_not_group.get(name))
+            dropped[str(name)] = both_reasons(why_not_sample.get(name), why_not_group.get(name))
     report = {
         "samples": [str(name) for name in samples.columns],
         "groups": [str(name) for name in groups.columns],
@@ -83,7 +83,7 @@ def axis_tables(
     return samples, groups, report
 
 
-def _both(first: str | None, second: str | None) -> str:
+def both_reasons(first: str | None, second: str | None) -> str:
     """One reason of two: "varies within sample 'a' (1 and 2) and within group 'B' (...)"."""
     if not first or not second or first == second:
         return first or second or ""
@@ -92,7 +92,7 @@ def _both(first: str | None, second: str | None) -> str:
     return f"{first} and {second}"
 
 
-def _covariates(
+def covariate_table(
     obs: pd.DataFrame,
     codes: np.ndarray,
     ids: Sequence[str],

@@ -1,0 +1,234 @@
+"""What the commands of ``cytepool`` share: the parser, the help formatter, one-line errors,
+the checks of an output path, and writing an AnnData atomically.
+
+This module imports the standard library only (``--help`` needs no numpy); the libraries a
+command needs are imported inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+import re
+import shutil
+import tempfile
+import textwrap
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import anndata
+
+    from cytepool.cube import Cube
+
+__all__ = [
+    "Formatter",
+    "Parser",
+    "Version",
+    "add_command",
+    "as_typed",
+    "check_output",
+    "one_line",
+    "pooled_covariates",
+    "without_ids",
+    "write_anndata",
+]
+
+_ZARR_JSON = "zarr.json"
+
+
+def one_line(error: BaseException | str) -> str:
+    """The message of an error (or a warning) as one line, without error numbers."""
+    if isinstance(error, ImportError) and error.name in {"anndata", "mudata", "h5py", "scipy"}:
+        return (
+            f"this command needs {error.name}: install cytepool's extra 'anndata' (in a checkout "
+            f"of cytepool: pip install -e '.[anndata]')"
+        )
+    if isinstance(error, OSError) and error.strerror:  # without "[Errno 17]"
+        text = error.strerror
+        if error.filename is not None and os.fspath(error.filename) not in text:
+            text = f"{text}: {os.fspath(error.filename)}"
+    elif isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    else:
+        text = str(error)
+    text = " ".join(text.split())
+    return text or type(error).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class Formatter(argparse.HelpFormatter):
+    """Help that wraps paragraphs and keeps indented lines (the examples) as they are; a help
+    text may be a function, called only when the help is shown (it may import)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if callable(action.help):
+            action = copy.copy(action)
+            action.help = action.help()
+        return super()._format_action(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in textwrap.dedent(text).strip().split("\n\n"):
+            if block.startswith(" "):
+                blocks.append("\n".join(indent + line for line in block.splitlines()))
+            else:
+                blocks.append(
+                    textwrap.fill(
+                        " ".join(block.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                    )
+                )
+        return "\n\n".join(blocks)
+
+
+class Version(argparse.Action):
+    """--version, reading the installed version (importlib.metadata) only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from cytepool._version import __version__
+
+        print(f"cytepool {__version__}")
+        parser.exit()
+
+
+def add_command(
+    commands: Any, name: str, text: str, examples: str, run: Callable[..., None]
+) -> Any:
+    """Add the command ``name`` to the subparsers ``commands``; ``run(args)`` runs it."""
+    command = commands.add_parser(
+        name, help=text, description=text, epilog=examples, formatter_class=Formatter
+    )
+    command.set_defaults(run=run)
+    return command
+
+
+def as_typed(text: str, args: argparse.Namespace) -> str:
+    """The message with the paths of the command line as they were typed, not resolved."""
+    given = [getattr(args, name, None) for name in ("input", "output", "cube", "directory")]
+    for typed in (text for item in given for text in (item if isinstance(item, list) else [item])):
+        if not isinstance(typed, str):
+            continue
+        path = Path(typed)
+        forms = {str(path.absolute()), os.path.realpath(typed)}
+        forms.add(os.path.join(os.path.realpath(path.parent), path.name))
+        for form in sorted(forms - {typed}, key=len, reverse=True):
+            text = text.replace(form, typed)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Cubes and tables
+# ---------------------------------------------------------------------------------------------
+
+
+def pooled_covariates(cube: Cube) -> dict[str, Any] | None:
+    """What the last record of pooling says of the covariates kept and dropped, if any."""
+    for record in reversed(cube.provenance):
+        covariates = record.parameters.get("covariates")
+        if isinstance(covariates, dict):
+            return covariates
+    return None
+
+
+def without_ids(schema: dict[str, str]) -> dict[str, str]:
+    """A schema (column name: data type) without the id columns."""
+    id_columns = {"sample_id", "group_id", "feature_id"}
+    return {name: dtype for name, dtype in schema.items() if name not in id_columns}
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------
+
+
+def check_output(typed: str, *, overwrite: bool, cube: bool) -> None:
+    """Refuse to replace something unless asked to, and then only what the command writes.
+
+    A cube file replaces only a cube file or an empty directory (as write_cube does), an
+    AnnData only a file, a Zarr store or an empty directory; never a symbolic link.
+    """
+    path = Path(typed)
+    if not path.exists() and not path.is_symlink():
+        if not path.parent.is_dir():
+            msg = f"the directory {os.path.dirname(typed) or '.'} does not exist"
+            raise FileNotFoundError(msg)
+        return
+    if not overwrite:
+        msg = f"{typed} exists; pass --overwrite to replace it"
+        raise FileExistsError(msg)
+    empty = path.is_dir() and not any(path.iterdir())
+    if cube:
+        replaceable, what = _is_cube_file(path) or empty, "a cube file or an empty directory"
+    else:
+        is_store = any((path / name).is_file() for name in (_ZARR_JSON, ".zgroup"))
+        replaceable, what = path.is_file() or is_store or empty, "a file or a Zarr store"
+    if path.is_symlink():
+        msg = f"{typed} is a symbolic link; --overwrite replaces only {what}: name its target"
+        raise FileExistsError(msg)
+    if not replaceable:
+        msg = f"{typed} exists and is not {what}; --overwrite replaces only {what}"
+        raise FileExistsError(msg)
+
+
+def _is_cube_file(path: Path) -> bool:
+    from cytepool.io.zarr import read_group_attributes
+
+    try:
+        return read_group_attributes(path).get("format") == "cytepool.cube"
+    except (OSError, ValueError):
+        return False
+
+
+def write_anndata(adata: anndata.AnnData, output: Path) -> None:
+    """Write .h5ad or .zarr (Zarr v3) next to ``output``, then move it into place."""
+    import anndata as ad
+
+    temporary = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        built = temporary / output.name
+        if output.suffix == ".h5ad":
+            adata.write_h5ad(built)
+        else:
+            with _zarr_v3(ad), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*zarr v3.*", category=UserWarning)
+                warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+                adata.write_zarr(built)
+        _replace(built, output)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _zarr_v3(ad: Any) -> contextlib.AbstractContextManager[Any]:
+    """Make anndata write Zarr v3: its default from 0.13 on (where the setting is deprecated)."""
+    from importlib.metadata import version
+
+    major, minor = (int(part) for part in re.findall(r"\d+", version("anndata"))[:2])
+    if (major, minor) >= (0, 13):
+        return contextlib.nullcontext()
+    return ad.settings.override(zarr_write_format=3)
+
+
+def _replace(built: Path, output: Path) -> None:
+    if output.is_dir() and not output.is_symlink():
+        shutil.rmtree(output)
+    elif output.exists() and built.is_dir():
+        output.unlink()
+    os.replace(built, output)

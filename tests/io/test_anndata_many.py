@@ -1,0 +1,400 @@
+"""Many files, one cube: from_anndata / from_mudata_cells of a list of paths, and the CLI.
+
+Every cube is compared, fingerprint included, with from_anndata of the same cells
+concatenated in memory with anndata.concat.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ad = pytest.importorskip("anndata")
+pd = pytest.importorskip("pandas")
+sparse = pytest.importorskip("scipy.sparse")
+
+from cytepool.cli import main  # noqa: E402
+from cytepool.errors import InputError, NotCountsWarning, UnknownIdError  # noqa: E402
+from cytepool.io import read_cube  # noqa: E402
+from cytepool.io.anndata import from_anndata, from_mudata_cells  # noqa: E402
+
+TYPES = ["B", "CD4 T", "NK"]
+GENES = [f"g{j}" for j in range(12)]
+KEYS = {"sample_key": "donor", "group_key": "cell_type"}
+HERE = {"jobs": 1, "progress": False}  # in this process: most tests need no worker processes
+
+
+def cells(i: int, *, n: int = 120, donors: list[str] | None = None, seed: int = 0) -> ad.AnnData:
+    """File ``i``: whole-number counts, features in an order of its own, covariates of
+    samples (batch, age) and of groups (lineage)."""
+    rng = np.random.default_rng(seed + i)
+    donors = donors if donors is not None else [f"d{i}a", f"d{i}b"]
+    donor = rng.choice(donors, n)
+    kind = rng.choice(TYPES, n)
+    obs = pd.DataFrame(
+        {
+            "donor": pd.Categorical(donor),
+            "cell_type": pd.Categorical(kind),
+            "batch": pd.Categorical([f"b{i}"] * n),
+            "age": [20 + 3 * donors.index(d) for d in donor],
+            "lineage": ["lymphoid" if k != "B" else "B lineage" for k in kind],
+            "quality": rng.random(n),
+        },
+        index=[f"f{i}c{j}" for j in range(n)],
+    )
+    counts = rng.poisson(0.7, (n, len(GENES))).astype(np.float32)
+    var = pd.DataFrame({"symbol": [g.upper() for g in GENES]}, index=GENES)
+    adata = ad.AnnData(sparse.csr_matrix(counts), obs=obs, var=var)
+    order = rng.permutation(len(GENES)) if i else np.arange(len(GENES))
+    return adata[:, order].copy()
+
+
+def write(adata: ad.AnnData, path: Path, *, dense: bool = False) -> str:
+    if dense:
+        adata = adata.copy()
+        adata.X = np.asarray(adata.X.toarray())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zarr v3 notes of some versions
+        if path.suffix == ".zarr":
+            adata.write_zarr(path)
+        else:
+            adata.write_h5ad(path)
+    return str(path)
+
+
+def expected(paths: list[str], **options: Any) -> Any:
+    """from_anndata of the files' cells concatenated in memory (var columns kept when the
+    same)."""
+    label = options.pop("label", None)
+    keys = options.pop("keys", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        adatas = [ad.read_zarr(p) if p.endswith(".zarr") else ad.read_h5ad(p) for p in paths]
+        together = ad.concat(adatas, merge="same", label=label, keys=keys)
+    return from_anndata(together, **options)
+
+
+def same_cube(cube: Any, reference: Any) -> None:
+    assert cube.fingerprint == reference.fingerprint
+    for name in ("samples", "groups", "features"):
+        pd.testing.assert_frame_equal(getattr(cube, name), getattr(reference, name))
+    for name in reference.layers:
+        np.testing.assert_array_equal(cube.to_numpy(name), reference.to_numpy(name))
+        assert cube.layers[name].dtype == reference.layers[name].dtype
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> list[str]:
+    return [write(cells(i), tmp_path / f"part{i}.h5ad") for i in range(3)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The same cube as in memory
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("suffixes", "dense", "jobs"),
+    [
+        ((".h5ad", ".h5ad", ".h5ad"), False, 1),
+        ((".h5ad", ".zarr", ".h5ad"), True, 1),
+        ((".zarr", ".h5ad", ".zarr"), False, 2),
+    ],
+    ids=["h5ad-csr", "mixed-dense", "zarr-csr-processes"],
+)
+def test_many_files_equal_the_cells_concatenated(
+    tmp_path: Path, suffixes: tuple[str, ...], dense: bool, jobs: int
+) -> None:
+    adatas = [cells(i) for i in range(3)]
+    paths = [
+        write(a, tmp_path / f"part{i}{suffix}", dense=dense and i == 1)
+        for i, (a, suffix) in enumerate(zip(adatas, suffixes, strict=True))
+    ]
+    options = {**KEYS, "layers": ("counts", "detected", "squares")}
+    cube = from_anndata(paths, jobs=jobs, progress=False, **options)
+    reference = expected(paths, **options)
+    same_cube(cube, reference)
+    assert list(cube.samples.columns) == ["batch", "age"]
+    assert list(cube.groups.columns) == ["lineage"]
+    assert list(cube.features.index) == GENES  # the first file's order
+    covariates = cube.provenance[-1].parameters["covariates"]
+    alike = reference.provenance[-1].parameters["covariates"]
+    assert {**covariates, "dropped": list(covariates["dropped"])} == {
+        **alike,
+        "dropped": list(alike["dropped"]),
+    }
+    assert covariates["dropped"]["quality"].startswith("varies within sample 'd0b' (")
+    assert covariates["dropped"]["quality"].endswith(f"in {paths[0]}")
+    records = cube.provenance[:-1]
+    assert [r.operation for r in records] == ["pool_file"] * 3
+    for record, path in zip(records, paths, strict=True):
+        alone = from_anndata(path, **options)
+        assert record.parameters["path"] == path
+        assert record.parameters["cells"] == 120
+        assert record.parameters["bytes"] > 0
+        assert record.inputs == (alone.fingerprint,)
+    assert cube.provenance[-1].inputs == tuple(r.inputs[0] for r in records)
+
+
+def test_a_covariate_that_differs_between_files_is_dropped(tmp_path: Path) -> None:
+    adatas = [cells(i, donors=["x", "y"] if i < 2 else ["z"]) for i in range(3)]
+    adatas[1].obs["age"] += 1  # same donors, another age: not a sample covariate
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE, duplicates="add")
+    reference = expected(paths, **KEYS)
+    same_cube(cube, reference)
+    dropped = cube.provenance[-1].parameters["covariates"]["dropped"]
+    assert "varies within sample 'x' (20 in " in dropped["age"]
+    assert "batch" in dropped
+    with pytest.raises(InputError, match=r"column 'age' varies within sample 'x' .*samples="):
+        from_anndata(paths, **KEYS, **HERE, samples=["age"], duplicates="add")
+
+
+def test_features_that_differ_are_an_error_or_their_intersection(tmp_path: Path) -> None:
+    adatas = [cells(i) for i in range(3)]
+    adatas[2] = adatas[2][:, [g for g in adatas[2].var_names if g not in {"g3", "g7"}]].copy()
+    adatas[1].var_names = [("extra" if g == "g5" else g) for g in adatas[1].var_names]
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    with pytest.raises(
+        InputError,
+        match=r"not have the same features: .*p1\.h5ad has 1 that .*p0\.h5ad lacks \('extra'\) "
+        r"and lacks 1 of its \('g5'\).*pass features='intersection'",
+    ):
+        from_anndata(paths, **KEYS, **HERE)
+    cube = from_anndata(paths, **KEYS, **HERE, features="intersection")
+    reference = expected(paths, **KEYS)
+    same_cube(cube, reference)
+    assert list(cube.features.index) == [g for g in GENES if g not in {"g3", "g5", "g7"}]
+    record = cube.provenance[-1].parameters["features"]
+    assert record == {"ids": "intersection", "n": 9, "dropped_columns": []}
+
+
+def test_a_profile_in_two_files_is_an_error_unless_added(tmp_path: Path) -> None:
+    adatas = [cells(i, donors=["same"]) for i in range(2)]
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    with pytest.raises(
+        InputError,
+        match=r"group 'B' and sample 'same' is in two files, .*p0\.h5ad and .*p1\.h5ad "
+        r"\(3 such profiles\); .*pass duplicates='add'",
+    ):
+        from_anndata(paths, **KEYS, **HERE)
+    cube = from_anndata(paths, **KEYS, **HERE, duplicates="add")
+    same_cube(cube, expected(paths, **KEYS))
+    assert int(np.sum(cube.cells)) == 240
+
+
+def test_one_sample_per_file(tmp_path: Path) -> None:
+    adatas = [cells(i) for i in range(3)]
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    ids = ["s1", "s2", "s0"]
+    cube = from_anndata(paths, group_key="cell_type", sample_ids=ids, **HERE)
+    reference = expected(paths, group_key="cell_type", sample_key="file", label="file", keys=ids)
+    same_cube(cube, reference)
+    assert list(cube.samples.index) == ["s0", "s1", "s2"]
+    assert list(cube.samples.columns) == ["batch"]
+    assert [r.parameters["sample"] for r in cube.provenance[:-1]] == ids
+
+
+def test_arguments_of_many_files_are_checked(files: list[str]) -> None:
+    paths = files
+    cases = [
+        ({"sample_ids": ["a"], "group_key": "cell_type"}, InputError, "1 ids for 3 files"),
+        ({**KEYS, "sample_ids": ["a", "b", "c"]}, InputError, "not both"),
+        ({"group_key": "cell_type"}, InputError, "give sample_key= .* or sample_ids="),
+        ({**KEYS, "duplicates": "sum"}, InputError, "duplicates must be 'error' or 'add'"),
+        ({**KEYS, "jobs": 0}, InputError, "jobs must be a positive integer"),
+        ({**KEYS, "features": "union"}, InputError, "'intersection', found 'union'"),
+    ]
+    for options, error, pattern in cases:
+        with pytest.raises(error, match=pattern):
+            from_anndata(paths, **options, progress=False)
+    with pytest.raises(InputError, match="is given twice"):
+        from_anndata([paths[0], paths[1], paths[0]], **KEYS, **HERE)
+    with pytest.raises(InputError, match="at least one path"):
+        from_anndata([], **KEYS)
+    with pytest.raises(InputError, match="sample_ids= names the sample of each file"):
+        from_anndata(paths[0], group_key="cell_type", sample_key="donor", sample_ids=["a"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Failing files
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_failing_file_stops_the_run_naming_it(tmp_path: Path) -> None:
+    adatas = [cells(i) for i in range(3)]
+    adatas[1].obs = adatas[1].obs.rename(columns={"donor": "individual"})
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    for jobs in (1, 2):
+        with pytest.raises(UnknownIdError, match=r"'donor' is not a column of obs of .*p1\.h5ad"):
+            from_anndata(paths, **KEYS, jobs=jobs)
+    negative = cells(3)
+    negative.X.data[0] = -1.0
+    paths[1] = write(negative, tmp_path / "negative.h5ad")
+    with pytest.raises(InputError, match=r"negative\.h5ad: row 0 .* holds -1\.0; expected counts"):
+        from_anndata(paths, **KEYS, **HERE)
+    corrupt = tmp_path / "corrupt.h5ad"
+    corrupt.write_bytes(Path(paths[0]).read_bytes()[:3000])
+    paths[1] = str(corrupt)
+    with pytest.raises(Exception, match=r"corrupt\.h5ad"):
+        from_anndata(paths, **KEYS, jobs=2)
+
+
+def test_values_that_are_not_counts_warn_once(tmp_path: Path) -> None:
+    adatas = [cells(i) for i in range(2)]
+    for a in adatas:
+        a.X = a.X * 0.5
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    with pytest.warns(NotCountsWarning, match=r"p0\.h5ad") as caught:
+        cube = from_anndata(paths, **KEYS, **HERE)
+    assert sum(issubclass(w.category, NotCountsWarning) for w in caught) == 1
+    np.testing.assert_array_equal(
+        cube.to_numpy(), expected(paths, **KEYS, allow_float=True).to_numpy()
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_anndata(paths, **KEYS, **HERE, allow_float=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# MuData
+# ---------------------------------------------------------------------------------------------
+
+
+def test_many_mudata_files(tmp_path: Path) -> None:
+    md = pytest.importorskip("mudata")
+    paths: list[str] = []
+    references: dict[str, list[str]] = {"rna": [], "prot": []}
+    for i in range(2):
+        rna = cells(i)
+        prot = cells(i, seed=10)[:, :3].copy()
+        prot.obs = rna.obs.copy()
+        prot.var_names = ["CD3", "CD4", "CD19"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            mdata = md.MuData({"rna": rna, "prot": prot})
+        path = tmp_path / f"p{i}.h5mu"
+        mdata.write(path)
+        paths.append(str(path))
+        references["rna"].append(write(rna, tmp_path / f"rna{i}.h5ad"))
+        references["prot"].append(write(prot, tmp_path / f"prot{i}.h5ad"))
+    cubes = from_mudata_cells(paths, **KEYS, progress=False, jobs=2)
+    assert list(cubes) == ["rna", "prot"]
+    for name, alone in references.items():
+        reference = expected(alone, **KEYS)
+        assert cubes[name].fingerprint == reference.fingerprint, name
+    assert cubes["prot"].provenance[-1].parameters["modality"] == "prot"
+
+
+def test_many_mudata_files_one_sample_each_and_shared_features(tmp_path: Path) -> None:
+    md = pytest.importorskip("mudata")
+    paths = []
+    for i in range(2):
+        rna = cells(i)
+        prot = cells(i, seed=10)[:, :3].copy()
+        prot.obs = rna.obs.copy()
+        prot.var_names = ["CD3", "CD4", "CD19" if i == 0 else "CD8"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            mdata = md.MuData({"rna": rna, "prot": prot})
+        mdata.write(tmp_path / f"p{i}.h5mu")
+        paths.append(str(tmp_path / f"p{i}.h5mu"))
+    options = {"group_key": "cell_type", "sample_ids": ["a", "b"], **HERE}
+    with pytest.raises(InputError, match=r"same features in modality 'prot': .*\('CD8'\)"):
+        from_mudata_cells(paths, **options)
+    cubes = from_mudata_cells(paths, **options, features="intersection")
+    assert list(cubes["prot"].features.index) == ["CD3", "CD4"]
+    assert list(cubes["rna"].features.index) == GENES
+    for cube in cubes.values():
+        assert list(cube.samples.index) == ["a", "b"]
+        assert int(np.sum(cube.cells)) == 240
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_pools_files_a_directory_or_a_glob(
+    files: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = files
+    reference = expected(paths, **KEYS)
+    keys = ["--sample-key", "donor", "--group-key", "cell_type", "--no-progress"]
+    inputs = {
+        "files": paths,
+        "directory": [str(tmp_path)],
+        "glob": [str(tmp_path / "part*.h5ad")],
+    }
+    for name, given in inputs.items():
+        output = tmp_path / f"{name}.cube.zarr"
+        code, out, err = run(["pool", *given, str(output), *keys, "--jobs", "1"], capsys)
+        assert (code, err) == (0, ""), err
+        assert "from 3 files" in out
+        assert read_cube(output).fingerprint == reference.fingerprint
+
+
+def test_cli_sample_from_filename(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    adatas = [cells(i) for i in range(2)]
+    paths = [write(a, tmp_path / f"donor{i}.cells.h5ad") for i, a in enumerate(adatas)]
+    output = tmp_path / "out.cube.zarr"
+    args = ["pool", *paths, str(output), "--sample-from-filename", "--group-key", "cell_type"]
+    code, _, err = run([*args, "--no-progress", "--jobs", "1"], capsys)
+    assert (code, err) == (0, "")
+    assert list(read_cube(output).samples.index) == ["donor0", "donor1"]
+
+
+def test_cli_failing_file_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    adatas = [cells(i) for i in range(2)]
+    adatas[1].var_names = [f"x{j}" for j in range(len(GENES))]
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    output = tmp_path / "out.cube.zarr"
+    keys = ["--sample-key", "donor", "--group-key", "cell_type"]
+    code, out, err = run(["pool", *paths, str(output), *keys, "--jobs", "1"], capsys)
+    assert code == 1
+    assert err.count("\n") == 1
+    assert "pass --features intersection" in err
+    assert out == ""
+    assert not output.exists()
+    code, _, err = run(["pool", str(tmp_path / "none*.h5ad"), str(output), *keys], capsys)
+    assert code == 1
+    assert "no file matches" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# A dask distributed cluster
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+def test_files_pooled_on_a_local_cluster(client: Any, files: list[str]) -> None:
+    paths = files
+    cube = from_anndata(paths, **KEYS, client=client, progress=False)
+    same_cube(cube, expected(paths, **KEYS))
+    broken = [*paths[:2], str(Path(paths[0]).with_name("missing.h5ad"))]
+    with pytest.raises(FileNotFoundError, match=r"missing\.h5ad"):
+        from_anndata(broken, **KEYS, client=client)
