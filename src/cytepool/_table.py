@@ -1,14 +1,17 @@
 """The three id-keyed tables of a cube (samples, groups, features), checked and kept as narwhals.
 
 An :class:`AxisTable` holds the id column first, then covariates (pandas with a default
-index), the ids as a list and the table's digest; it selects, pools and joins rows.
+index), the ids as a list and the table's digest; it selects, pools and joins rows. A table
+whose frame is deferred holds the object that makes it (a :class:`FrameMaker`), which pickles
+with the table, so a cube pickles before its tables were used as well as after.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -21,7 +24,13 @@ from cytepool.layers import Index, positions
 if TYPE_CHECKING:
     import narwhals.stable.v2 as nw
 
-__all__ = ["AxisTable", "check_unique", "reset_index", "unique_positions"]
+__all__ = ["AxisTable", "FrameMaker", "check_unique", "reset_index", "unique_positions"]
+
+
+class FrameMaker(Protocol):
+    """What makes a deferred table's frame when it is first used; picklable (no closure)."""
+
+    def __call__(self) -> nw.DataFrame[Any]: ...
 
 
 def reset_index(frame: Any) -> Any:
@@ -37,36 +46,47 @@ class AxisTable:
     """A validated table: the id column first, then covariates; pandas with a default index."""
 
     def __init__(
-        self, axis: str, frame: nw.DataFrame[Any] | None, ids: list[str], digest: str | None = None
+        self,
+        axis: str,
+        frame: nw.DataFrame[Any] | None,
+        ids: list[str],
+        digest: str | None = None,
+        algorithm: str = _fp.BLAKE3,
     ):
-        """``digest``, if given, is the table digest of ``frame``, known from elsewhere."""
+        """``digest``, if given, is the table digest of ``frame`` made with ``algorithm``,
+        known from elsewhere."""
         self.axis = axis
         self.id_column = ID_COLUMNS[axis]
         self._frame = frame
-        self._make: Callable[[], nw.DataFrame[Any]] | None = None
+        self._make: FrameMaker | None = None
         self._schema: dict[str, str] | None = None
         self.ids = ids
         self._position: dict[str, int] | None = None
-        self._digest = digest if digest is not None or frame is None else _fp.table_digest(frame)
+        self._digests: dict[str, str] = {}  # by hash algorithm
+        if digest is not None:
+            self._digests[algorithm] = digest
+        elif frame is not None:  # now: a column the digest does not cover is an error now
+            self._digests[algorithm] = _fp.table_digest(frame, algorithm)
 
     @classmethod
     def deferred(
         cls,
         axis: str,
-        make: Callable[[], nw.DataFrame[Any]],
+        make: FrameMaker,
         ids: list[str],
         schema: dict[str, str],
         digest: str | None = None,
         position: dict[str, int] | None = None,
+        algorithm: str = _fp.BLAKE3,
     ) -> AxisTable:
         """A table of checked rows whose frame ``make`` gives when first used.
 
         ``ids`` are the checked ids (strings, unique), ``schema`` the column names (the id
-        column first) with their narwhals data type names; without ``digest``, it is computed
-        from the frame when first asked for. ``position`` is each id's position, if known
-        (:func:`unique_positions`).
+        column first) with their narwhals data type names; ``digest`` is the table digest
+        made with ``algorithm`` if known (others are computed from the frame when first asked
+        for). ``position`` is each id's position, if known (:func:`unique_positions`).
         """
-        table = cls(axis, None, ids, digest)
+        table = cls(axis, None, ids, digest, algorithm)
         table._make, table._schema = make, dict(schema)
         table._position = position
         return table
@@ -81,14 +101,13 @@ class AxisTable:
             column, "string", np.zeros(len(ids), dtype=bool), Utf8Buffer.from_str(ids)
         )
 
-        def make() -> nw.DataFrame[Any]:
-            import narwhals.stable.v2 as nw
-
-            frame = nw.from_dict({column: ids}, {column: nw.String()}, backend=backend)
-            return cls.user_frame(frame.to_native(), axis)
-
         digest = _fp.columns_digest(len(ids), [strings])
+        make = _IdsFrame(axis, ids, backend)
         return cls.deferred(axis, make, ids, {column: "String"}, digest, position)
+
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self.ids)
 
     @property
     def frame(self) -> nw.DataFrame[Any]:
@@ -97,12 +116,12 @@ class AxisTable:
             self._frame, self._make = self._make(), None
         return cast("nw.DataFrame[Any]", self._frame)  # a table has a frame or its maker
 
-    @property
-    def digest(self) -> str:
-        """The table digest (:func:`cytepool.fingerprint.table_digest`) of the frame."""
-        if self._digest is None:
-            self._digest = _fp.table_digest(self.frame)
-        return self._digest
+    def digest(self, algorithm: str = _fp.BLAKE3) -> str:
+        """The table digest (:func:`cytepool.fingerprint.table_digest`) of the frame, made
+        with ``algorithm`` (known, or computed from the frame once)."""
+        if algorithm not in self._digests:
+            self._digests[algorithm] = _fp.table_digest(self.frame, algorithm)
+        return self._digests[algorithm]
 
     def schema(self) -> dict[str, str]:
         """The column names (the id column first) with their narwhals data type names."""
@@ -232,9 +251,7 @@ class AxisTable:
             return self
         ids = [self.ids[i] for i in idx.tolist()]
         if self._frame is None:  # still deferred: so is the selection
-            return AxisTable.deferred(
-                self.axis, lambda: reset_index(self.frame[idx, :]), ids, self.schema()
-            )
+            return AxisTable.deferred(self.axis, _Taken(self, idx), ids, self.schema())
         return AxisTable(self.axis, reset_index(self.frame[idx, :]), ids)
 
     def pooled(self, members: Sequence[Index], new_ids: list[str]) -> AxisTable:
@@ -273,6 +290,33 @@ class AxisTable:
         ids = [i for t in tables for i in t.ids]
         check_unique(ids, axis, "would hold")
         return AxisTable(axis, frame, ids)
+
+
+@dataclass(frozen=True)
+class _IdsFrame:
+    """Makes the frame of a table of ids alone (:meth:`AxisTable.of_ids`)."""
+
+    axis: str
+    ids: list[str]
+    backend: Any
+
+    def __call__(self) -> nw.DataFrame[Any]:
+        import narwhals.stable.v2 as nw
+
+        column = ID_COLUMNS[self.axis]
+        frame = nw.from_dict({column: self.ids}, {column: nw.String()}, backend=self.backend)
+        return AxisTable.user_frame(frame.to_native(), self.axis)
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """Makes the frame of rows ``idx`` of a table whose own frame is deferred."""
+
+    table: AxisTable
+    idx: Index
+
+    def __call__(self) -> nw.DataFrame[Any]:
+        return reset_index(self.table.frame[self.idx, :])
 
 
 def unique_positions(ids: Sequence[str], axis: str, verb: str) -> dict[str, int]:

@@ -11,10 +11,14 @@ from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is bui
 covers the columns whose canonical form is plain to see from the stored values (strings with or
 without missing values, booleans, integers and floats); for a table with another kind of column
 it gives None, and the digest is then computed from the frame.
+
+A deferred table's frame is made by a :class:`StoredFrame`, which holds what was read (no
+open file, no closure), so a cube read from a file pickles before its tables were used.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,26 +26,29 @@ import numpy as np
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable, unique_positions
 from cytepool.errors import FormatError
-from cytepool.fingerprint import CanonicalColumn, columns_digest
+from cytepool.fingerprint import BLAKE3, CanonicalColumn, columns_digest
 from cytepool.io.tables.backends import INDEX, check_installed
 from cytepool.io.tables.columns import Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
 from cytepool.io.tables.strings import Utf8Strings
 from cytepool.io.zarr.store import StorePath
 
-__all__ = ["read_cube_table", "stored_digest"]
+__all__ = ["StoredFrame", "read_cube_table", "stored_digest"]
 
 _NUMBER_KINDS = "biuf"
 _NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
 
 
-def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
+def read_cube_table(
+    root: StorePath, axis: str, backend: str, rows: int, algorithm: str = BLAKE3
+) -> Any:
     """The table ``axis`` of the cube file at ``root``: a deferred AxisTable, or a frame.
 
-    A deferred table's ids are checked now (FormatError if one repeats).
+    A deferred table's ids are checked now (FormatError if one repeats), and its digest is
+    made with ``algorithm``, the file's.
     """
     stored = read_stored_table_at(root / axis, rows=rows)
-    digest = stored_digest(stored)
+    digest = stored_digest(stored, algorithm)
     index = stored.index
     named = stored.index_name == ID_COLUMNS[axis]
     strings = _plain_ids(index)
@@ -58,11 +65,21 @@ def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
         name: _type_name(column)
         for name, column in [(stored.index_name, index), *stored.columns.items()]
     }
+    make = StoredFrame(stored, backend, axis)
+    return AxisTable.deferred(axis, make, ids, schema, digest, position, algorithm)
 
-    def make() -> Any:
-        return AxisTable.user_frame(stored.frame(backend), axis)  # ids checked above
 
-    return AxisTable.deferred(axis, make, ids, schema, digest, position)
+@dataclass(frozen=True)
+class StoredFrame:
+    """Makes the frame of a table read from a cube file, from what was read (picklable)."""
+
+    stored: StoredTable
+    backend: str
+    axis: str
+
+    def __call__(self) -> Any:
+        """The frame, in the form a table holds (its ids were checked when it was read)."""
+        return AxisTable.user_frame(self.stored.frame(self.backend), self.axis)
 
 
 def _plain_ids(index: Column) -> Utf8Strings | None:
@@ -87,7 +104,7 @@ def _type_name(column: Column) -> str:
     )
 
 
-def stored_digest(table: StoredTable) -> str | None:
+def stored_digest(table: StoredTable, algorithm: str = BLAKE3) -> str | None:
     """The digest of a stored table read as a frame whose named index comes first.
 
     None when a column is of a kind not covered here (or the index is unnamed or shared with
@@ -101,7 +118,7 @@ def stored_digest(table: StoredTable) -> str | None:
         if found is None:
             return None
         canonical.append(found)
-    return columns_digest(table.n_rows, canonical)
+    return columns_digest(table.n_rows, canonical, algorithm)
 
 
 def _canonical(name: str, column: Column) -> CanonicalColumn | None:

@@ -1,13 +1,15 @@
 """Write the golden cube file of the format version the cytepool on the path writes.
 
-    PYTHONPATH=src python tests/data/cube-files/make.py
+    PYTHONPATH=src python tests/data/cube-files/make.py [SUFFIX]
 
-writes ``tests/data/cube-files/format-<version>.cube.zarr`` (gzip, level 4) from the cube of
-:func:`golden_cube`, and prints its fingerprint. The files of formats 1.0 and 1.1 were written by
-the cytepool of their time (1.0: commit eab7b08's parent; 1.1: commit 73ad122) and are never
-written again: tests/io/test_cube_golden.py reads them and checks every stored digest and the
-fingerprint they were written with. The 1.2 file was written on the newest stack and is checked
-on both.
+writes ``tests/data/cube-files/format-<version><SUFFIX>.cube.zarr`` (gzip, level 4) from the
+cube of :func:`golden_cube`, and prints its fingerprint. The files of formats 1.0 and 1.1 were
+written by the cytepool of their time (1.0: the parent of commit eab7b08; 1.1: commit 73ad122),
+on the oldest stack, and are never written again: tests/io/test_cube_golden.py reads them and
+checks every stored digest and the fingerprint they were written with. Of format 1.2,
+``format-1.2.cube.zarr`` was written on the oldest stack (pandas 2: plain string columns) and
+``format-1.2-pandas3.cube.zarr`` on the newest (pandas 3: nullable string columns); both are
+read and verified on both stacks.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def golden_cube() -> Cube:
 
 
 def main() -> None:
-    target = Path(__file__).parent / f"format-{cubes.FORMAT_VERSION}.cube.zarr"
+    suffix = sys.argv[1] if len(sys.argv) > 1 else ""
+    target = Path(__file__).parent / f"format-{cubes.FORMAT_VERSION}{suffix}.cube.zarr"
     write_cube(golden_cube(), target, overwrite=True)
     print(target.name, read_cube(target).fingerprint, file=sys.stdout)
 
