@@ -74,7 +74,7 @@ class AxisTable:
         axis: str,
         make: FrameMaker,
         ids: list[str],
-        schema: dict[str, str],
+        schema: dict[str, str] | None,
         digest: str | None = None,
         position: dict[str, int] | None = None,
         algorithm: str = _fp.BLAKE3,
@@ -82,12 +82,13 @@ class AxisTable:
         """A table of checked rows whose frame ``make`` gives when first used.
 
         ``ids`` are the checked ids (strings, unique), ``schema`` the column names (the id
-        column first) with their narwhals data type names; ``digest`` is the table digest
+        column first) with their narwhals data type names, if known (else asked of the frame
+        when needed); ``digest`` is the table digest
         made with ``algorithm`` if known (others are computed from the frame when first asked
         for). ``position`` is each id's position, if known (:func:`unique_positions`).
         """
         table = cls(axis, None, ids, digest, algorithm)
-        table._make, table._schema = make, dict(schema)
+        table._make, table._schema = make, None if schema is None else dict(schema)
         table._position = position
         return table
 
@@ -251,7 +252,7 @@ class AxisTable:
             return self
         ids = [self.ids[i] for i in idx.tolist()]
         if self._frame is None:  # still deferred: so is the selection
-            return AxisTable.deferred(self.axis, _Taken(self, idx), ids, self.schema())
+            return AxisTable.deferred(self.axis, _Taken(self, idx), ids, self._schema)
         return AxisTable(self.axis, reset_index(self.frame[idx, :]), ids)
 
     def pooled(self, members: Sequence[Index], new_ids: list[str]) -> AxisTable:

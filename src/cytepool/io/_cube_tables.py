@@ -6,11 +6,14 @@ digest and ids are known now and whose frame (pandas, polars or pyarrow) is buil
 used; otherwise the frame itself, whose digest is then computed from it.
 
 :func:`stored_digest` gives the :func:`cytepool.fingerprint.table_digest` of the frame a table
-reads as, computed from what was read (UTF-8 buffers, numpy values): string columns are hashed
-from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is built from them. It
-covers the columns whose canonical form is plain to see from the stored values (strings with or
-without missing values, booleans, integers and floats); for a table with another kind of column
-it gives None, and the digest is then computed from the frame.
+reads as, computed from what was read (UTF-8 buffers, numpy values, masks, codes): string
+columns are hashed from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is
+built from them. It covers the columns whose canonical form is plain to see from the stored
+values, whatever the backend: strings with or without missing values, booleans, integers and
+floats, their nullable forms, categoricals of strings, and datetimes and durations in
+milliseconds to nanoseconds (the units every backend keeps). For a table with another kind of
+column (dates, which pandas reads in another form than polars and pyarrow; categories of
+numbers; seconds) it gives None, and the digest is then computed from the frame.
 
 A deferred table's frame is made by a :class:`StoredFrame`, which holds what was read (no
 open file, no closure), so a cube read from a file pickles before its tables were used.
@@ -26,9 +29,10 @@ import numpy as np
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable, unique_positions
 from cytepool.errors import FormatError
+from cytepool._utf8 import Utf8Buffer
 from cytepool.fingerprint import BLAKE3, CanonicalColumn, columns_digest
 from cytepool.io.tables.backends import INDEX, check_installed
-from cytepool.io.tables.columns import Column, Dense
+from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
 from cytepool.io.tables.strings import Utf8Strings
 from cytepool.io.zarr.store import StorePath
@@ -37,6 +41,8 @@ __all__ = ["StoredFrame", "read_cube_table", "stored_digest"]
 
 _NUMBER_KINDS = "biuf"
 _NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
+_NULLABLE = {"nullable-integer": "iu", "nullable-boolean": "b", "nullable-float": "f"}
+_TIME_UNITS = ("ms", "us", "ns")  # polars has no seconds: a frame there would change the unit
 
 
 def read_cube_table(
@@ -61,10 +67,12 @@ def read_cube_table(
     except ValueError as error:
         message = f"the cube file {root} is corrupt or was edited: {error}"
         raise FormatError(message) from error
-    schema = {
+    names = {
         name: _type_name(column)
         for name, column in [(stored.index_name, index), *stored.columns.items()]
     }
+    known = {name: kind for name, kind in names.items() if kind is not None}
+    schema = known if len(known) == len(names) else None  # else asked of the frame when needed
     make = StoredFrame(stored, backend, axis)
     return AxisTable.deferred(axis, make, ids, schema, digest, position, algorithm)
 
@@ -92,9 +100,12 @@ def _plain_ids(index: Column) -> Utf8Strings | None:
     return None if missing else index.values
 
 
-def _type_name(column: Column) -> str:
-    """The narwhals data type name of a column :func:`stored_digest` covers."""
-    if not isinstance(column, Dense) or not isinstance(column.values, np.ndarray):
+def _type_name(column: Column) -> str | None:
+    """The narwhals data type name of a plain column :func:`stored_digest` covers (None for
+    the others, whose name depends on the backend)."""
+    if isinstance(column, Categorical) or column.kind not in ("array", "string", "nullable-string"):
+        return None
+    if not isinstance(column.values, np.ndarray):
         return "String"
     dtype = column.values.dtype
     return (
@@ -123,13 +134,71 @@ def stored_digest(table: StoredTable, algorithm: str = BLAKE3) -> str | None:
 
 def _canonical(name: str, column: Column) -> CanonicalColumn | None:
     """The canonical form of a stored column, or None for a kind not covered here."""
-    if not isinstance(column, Dense):
-        return None
+    if isinstance(column, Categorical):
+        return _categorical(name, column)
     if column.kind in ("string", "nullable-string"):
         return _strings(name, column)
-    if column.kind == "array" and isinstance(column.values, np.ndarray):
+    if not isinstance(column.values, np.ndarray) or column.values.ndim != 1:
+        return None
+    if column.kind == "array":
         return _numbers(name, column.values)
+    if column.kind in _NULLABLE and column.mask is not None:
+        return _nullable(name, column.values, np.asarray(column.mask, dtype=bool), column.kind)
+    if column.kind in ("datetime", "duration"):
+        return _temporal(name, column)
     return None
+
+
+def _nullable(
+    name: str, values: np.ndarray[Any, Any], mask: np.ndarray[Any, Any], kind: str
+) -> CanonicalColumn | None:
+    """A nullable integer, boolean or float column: its values, 0 where missing."""
+    if values.dtype.kind not in _NULLABLE[kind] or len(mask) != len(values):
+        return None
+    found = _numbers(name, values)
+    if found is None:
+        return None
+    out = np.array(found.values, copy=True)
+    missing = found.mask | mask
+    out[missing] = 0
+    return CanonicalColumn(name, found.tag, missing, out)
+
+
+def _temporal(name: str, column: Dense) -> CanonicalColumn | None:
+    """A datetime (UTC values, with their zone if any) or duration column."""
+    values = np.asarray(column.values)
+    unit, _ = np.datetime_data(values.dtype)
+    if unit not in _TIME_UNITS or values.dtype.kind not in "Mm":
+        return None
+    if column.kind == "duration":
+        tag = f"duration[{unit}]"
+    else:
+        zone = column.time_zone
+        tag = f"datetime[{unit}]" if zone is None else f"datetime[{unit},{zone}]"
+    missing = np.isnat(values)
+    out = values.view(np.int64).astype("<i8")
+    out[missing] = 0
+    return CanonicalColumn(name, tag, missing, out)
+
+
+def _categorical(name: str, column: Categorical) -> CanonicalColumn | None:
+    """A categorical column of strings: each row's category (its UTF-8), empty where missing."""
+    categories = column.categories
+    codes = np.asarray(column.codes)
+    if (
+        categories.kind != "string"
+        or not isinstance(categories.values, Utf8Strings)
+        or codes.ndim != 1
+        or codes.dtype.kind != "i"
+    ):
+        return None
+    buffer = categories.values.buffer
+    missing = codes < 0
+    if len(buffer) == 0:  # no categories: every row is missing
+        values = Utf8Buffer.from_sizes(np.zeros(len(codes), dtype=np.int64), buffer.data[:0])
+    else:
+        values = buffer.take(np.where(missing, 0, codes)).blank(missing)
+    return CanonicalColumn(name, "categorical[string]", missing, values)
 
 
 def _strings(name: str, column: Dense) -> CanonicalColumn | None:
