@@ -17,7 +17,7 @@ import numpy as np
 
 from cytepool import fingerprint as _fp
 from cytepool._records import AXES, Normalization, Provenance, json_copy
-from cytepool._table import AxisTable
+from cytepool._table import AxisTable, TableIds
 from cytepool.errors import (
     ConstraintError,
     FormatError,
@@ -221,8 +221,8 @@ class CubeParts:
                 block,
                 layer=layer,
                 group=self.tables["groups"].ids[g],
-                sample_ids=self.tables["samples"].ids,
-                feature_ids=self.tables["features"].ids,
+                sample_ids=TableIds(self.tables["samples"]),
+                feature_ids=TableIds(self.tables["features"]),
                 samples=s,
                 features=f,
                 cells=row if s is None else row[s],
@@ -260,9 +260,7 @@ class CubeParts:
         if self.cells_digest is None:
             self.cells_digest = _fp.cells_digest(self.cells, self.algorithm)
         if self.normalization_digest is None:
-            self.normalization_digest = _fp.normalization_digest(
-                self.normalization, self.algorithm
-            )
+            self.normalization_digest = _fp.normalization_digest(self.normalization, self.algorithm)
         return _fp.Digests(
             tables={name: self.tables[name].digest(self.algorithm) for name in _fp.TABLE_NAMES},
             cells=self.cells_digest,
@@ -429,7 +427,7 @@ def _build_layer(
             if value.ndim == 3 and not value.dtype.isnative:
                 value = value.astype(value.dtype.newbyteorder("="))
         exposed = value
-        ids = {a: tables[a].ids for a in AXES}
+        ids = {a: TableIds(tables[a]) for a in AXES}  # for messages: no list made now
         layer = ArrayLayer(
             value,
             name=name,

@@ -35,7 +35,9 @@ ID_COLUMNS = MappingProxyType(
     {"samples": "sample_id", "groups": "group_id", "features": "feature_id"}
 )
 HEX = re.compile(r"[0-9a-f]{64}")
-FINGERPRINT = re.compile(r"(blake3:)?[0-9a-f]{64}")  # a bare hex one is a SHA-256 (formats 1.0, 1.1)
+FINGERPRINT = re.compile(
+    r"(blake3:)?[0-9a-f]{64}"
+)  # a bare hex one is a SHA-256 (formats 1.0, 1.1)
 
 Axis = Literal["samples", "groups", "features"]
 

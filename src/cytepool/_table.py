@@ -1,7 +1,9 @@
 """The three id-keyed tables of a cube (samples, groups, features), checked and kept as narwhals.
 
 An :class:`AxisTable` holds the id column first, then covariates (pandas with a default
-index), the ids as a list and the table's digest; it selects, pools and joins rows. A table
+index), the ids as a list (or, for a table read from a cube file, as the UTF-8 buffer they
+were read as, a :class:`~cytepool._ids.BufferIds`, until a list is asked for) and the table's
+digest; it selects, pools and joins rows. A table
 whose frame is deferred holds the object that makes it (a :class:`FrameMaker`), which pickles
 with the table, so a cube pickles before its tables were used as well as after.
 """
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 
 from cytepool import fingerprint as _fp
+from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
@@ -24,7 +27,14 @@ from cytepool.layers import Index, positions
 if TYPE_CHECKING:
     import narwhals.stable.v2 as nw
 
-__all__ = ["AxisTable", "FrameMaker", "check_unique", "reset_index", "unique_positions"]
+__all__ = [
+    "AxisTable",
+    "FrameMaker",
+    "TableIds",
+    "check_unique",
+    "reset_index",
+    "unique_positions",
+]
 
 
 class FrameMaker(Protocol):
@@ -49,7 +59,7 @@ class AxisTable:
         self,
         axis: str,
         frame: nw.DataFrame[Any] | None,
-        ids: list[str],
+        ids: list[str] | BufferIds,
         digest: str | None = None,
         algorithm: str = _fp.BLAKE3,
     ):
@@ -60,7 +70,8 @@ class AxisTable:
         self._frame = frame
         self._make: FrameMaker | None = None
         self._schema: dict[str, str] | None = None
-        self.ids = ids
+        self._ids = ids if isinstance(ids, list) else None
+        self._stored = ids if isinstance(ids, BufferIds) else None
         self._position: dict[str, int] | None = None
         self._digests: dict[str, str] = {}  # by hash algorithm
         if digest is not None:
@@ -73,7 +84,7 @@ class AxisTable:
         cls,
         axis: str,
         make: FrameMaker,
-        ids: list[str],
+        ids: list[str] | BufferIds,
         schema: dict[str, str] | None,
         digest: str | None = None,
         position: dict[str, int] | None = None,
@@ -81,11 +92,11 @@ class AxisTable:
     ) -> AxisTable:
         """A table of checked rows whose frame ``make`` gives when first used.
 
-        ``ids`` are the checked ids (strings, unique), ``schema`` the column names (the id
-        column first) with their narwhals data type names, if known (else asked of the frame
-        when needed); ``digest`` is the table digest
-        made with ``algorithm`` if known (others are computed from the frame when first asked
-        for). ``position`` is each id's position, if known (:func:`unique_positions`).
+        ``ids`` are the checked ids (strings, unique; a list or a buffer), ``schema`` the column
+        names (the id column first) with their narwhals data type names, if known (else asked
+        of the frame when needed); ``digest`` is the table digest made with ``algorithm`` if
+        known (others are computed from the frame when first asked for). ``position`` is each
+        id's position, if known (:func:`unique_positions`).
         """
         table = cls(axis, None, ids, digest, algorithm)
         table._make, table._schema = make, None if schema is None else dict(schema)
@@ -108,7 +119,14 @@ class AxisTable:
 
     def __len__(self) -> int:
         """The number of rows."""
-        return len(self.ids)
+        return len(self._ids) if self._ids is not None else len(cast("BufferIds", self._stored))
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids as ``str`` (made from the stored buffer when first asked for)."""
+        if self._ids is None:
+            self._ids = cast("BufferIds", self._stored).to_list()
+        return self._ids
 
     @property
     def frame(self) -> nw.DataFrame[Any]:
@@ -209,6 +227,10 @@ class AxisTable:
         return self._position
 
     def locate(self, ids: Sequence[str]) -> Index:
+        if self._position is None and self._stored is not None:
+            found = self._find(ids)
+            if found is not None:
+                return found
         pos = self.position
         unknown = [i for i in ids if i not in pos]
         if unknown:
@@ -217,11 +239,20 @@ class AxisTable:
             raise UnknownIdError(msg, unknown=unknown[0], known=self.ids)
         return np.array([pos[i] for i in ids], dtype=np.intp)
 
+    def _find(self, ids: Sequence[str]) -> Index | None:
+        """The positions of ``ids`` found in the stored buffer; None if one is unknown (or
+        cannot be UTF-8), left to :meth:`locate` to name."""
+        try:
+            found = cast("BufferIds", self._stored).find(ids)
+        except UnicodeEncodeError:
+            return None
+        return found if not (found < 0).any() else None
+
     def resolve(self, selection: Any) -> Index | None:
         """Positions selected by ids, positions or a boolean mask (None: all)."""
         if selection is None:
             return None
-        n = len(self.ids)
+        n = len(self)
         if isinstance(selection, str):
             return self.locate([selection])
         if isinstance(selection, slice | int | np.integer) and not isinstance(selection, bool):
@@ -244,13 +275,18 @@ class AxisTable:
                 f"found {arr.dtype} values"
             )
             raise InputTypeError(msg)
-        check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
+        if len(np.unique(idx)) != len(idx):  # the ids are unique: a position twice, an id twice
+            check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
         return idx
 
     def take(self, idx: Index | None) -> AxisTable:
         if idx is None:
             return self
-        ids = [self.ids[i] for i in idx.tolist()]
+        ids: list[str] | BufferIds
+        if self._ids is None and self._stored is not None:
+            ids = self._stored.take(idx)
+        else:
+            ids = [self.ids[i] for i in idx.tolist()]
         if self._frame is None:  # still deferred: so is the selection
             return AxisTable.deferred(self.axis, _Taken(self, idx), ids, self._schema)
         return AxisTable(self.axis, reset_index(self.frame[idx, :]), ids)
@@ -291,6 +327,20 @@ class AxisTable:
         ids = [i for t in tables for i in t.ids]
         check_unique(ids, axis, "would hold")
         return AxisTable(axis, frame, ids)
+
+
+class TableIds(Sequence[str]):
+    """A table's ids as a sequence that makes their list only when an item is asked for (the
+    ids named in messages)."""
+
+    def __init__(self, table: AxisTable):
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._table.ids[index]
 
 
 @dataclass(frozen=True)

@@ -610,9 +610,7 @@ def table_digest(frame: Any, algorithm: str = BLAKE3) -> str:
     return columns_digest(len(nw.from_native(frame, eager_only=True)), columns, algorithm)
 
 
-def columns_digest(
-    n_rows: int, columns: Sequence[CanonicalColumn], algorithm: str = BLAKE3
-) -> str:
+def columns_digest(n_rows: int, columns: Sequence[CanonicalColumn], algorithm: str = BLAKE3) -> str:
     """The table digest of ``n_rows`` rows held as these canonical columns, in this order."""
     h = hasher(algorithm, b"cytepool.table/1\0")
     h.update(_u64(n_rows) + _u64(len(columns)))
@@ -682,7 +680,10 @@ class Digests:
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            msg = f"digests: the algorithm must be one of {list(ALGORITHMS)}, found {self.algorithm!r}"
+            msg = (
+                f"digests: the algorithm must be one of {list(ALGORITHMS)}, "
+                f"found {self.algorithm!r}"
+            )
             raise InputError(msg)
         tables = dict(self.tables)
         if sorted(tables) != sorted(TABLE_NAMES):

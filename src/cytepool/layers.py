@@ -441,8 +441,8 @@ class ArrayLayer(LazyLayer):
     def read_all(self, out: np.ndarray[Any, Any]) -> list[str] | None:
         """Read every group into ``out`` (C-contiguous, the layer's shape and data type),
         checked and verified on the threads that decode the array, each group as soon as its
-        chunks are in; the digest of every group (made with the layer's algorithm), or None (and ``out`` untouched) if the array
-        cannot be read that way (then read group by group).
+        chunks are in; the digest of every group (made with the layer's algorithm), or None
+        (and ``out`` untouched) if the array cannot be read that way (then read group by group).
         """
         read_into = getattr(self.array, "read_into", None)
         if read_into is None or self.checked or self.array.dtype != self.dtype:

@@ -32,7 +32,8 @@ NEW = ["format-1.2.cube.zarr", "format-1.2-pandas3.cube.zarr"]
 
 def golden_cube() -> Any:
     spec = importlib.util.spec_from_file_location("make_golden", DATA / "make.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.golden_cube()

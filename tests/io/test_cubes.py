@@ -1231,7 +1231,7 @@ def test_format_1_1_digests_are_refused_in_a_1_2_file(stored: Path) -> None:
     with pytest.raises(FormatError, match=r"made with no algorithm \(SHA-256\); format 1\.2"):
         read_cube(stored)
     edit_attributes(stored, lambda attrs: attrs["digests"].update(algorithm="md5"))
-    with pytest.raises(FormatError, match="invalid digests .*'md5'"):
+    with pytest.raises(FormatError, match=r"invalid digests .*'md5'"):
         read_cube(stored)
 
 

@@ -37,9 +37,9 @@ COVERED: dict[str, list[Any]] = {
     "ordered": pd.Categorical(["lo", "hi", "hi", "é"], categories=["lo", "hi", "é"], ordered=True),
     "no-categories": pd.Categorical([None] * 4, categories=pd.Index([], dtype=object)),
     "when": pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]),
-    "zoned": pd.to_datetime(["2020-01-01 10:00", None, "2021-06-01 00:00", "2022-01-01 23:59"]).tz_localize(
-        "Europe/Paris"
-    ),
+    "zoned": pd.to_datetime(
+        ["2020-01-01 10:00", None, "2021-06-01 00:00", "2022-01-01 23:59"]
+    ).tz_localize("Europe/Paris"),
     "ms": pd.to_datetime(["2020-01-01", "1960-01-01", None, "2022-01-01"]).as_unit("ms"),
     "took": pd.to_timedelta([1, None, -3, 4], unit="s"),
     "count": pd.array([1, None, 3, 4], dtype="Int64"),
@@ -135,4 +135,3 @@ def test_a_missing_backend_fails_at_read_cube(
     monkeypatch.setitem(sys.modules, "polars", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"needs the package 'polars'.*pip install polars"):
         read_cube(tmp_path / "c.cube.zarr", backend="polars")
-

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
-from cytepool._table import AxisTable, unique_positions
-from cytepool.errors import FormatError
+from cytepool._table import AxisTable
 from cytepool._utf8 import Utf8Buffer
+from cytepool.errors import FormatError
 from cytepool.fingerprint import BLAKE3, CanonicalColumn, columns_digest
 from cytepool.io.tables.backends import INDEX, check_installed
 from cytepool.io.tables.columns import Categorical, Column, Dense
@@ -50,8 +51,8 @@ def read_cube_table(
 ) -> Any:
     """The table ``axis`` of the cube file at ``root``: a deferred AxisTable, or a frame.
 
-    A deferred table's ids are checked now (FormatError if one repeats), and its digest is
-    made with ``algorithm``, the file's.
+    A deferred table's ids are checked now (FormatError if one repeats) and kept as the
+    UTF-8 buffer they were read as; its digest is made with ``algorithm``, the file's.
     """
     stored = read_stored_table_at(root / axis, rows=rows)
     digest = stored_digest(stored, algorithm)
@@ -61,12 +62,14 @@ def read_cube_table(
     if digest is None or not named or strings is None:
         return stored.frame(backend)
     check_installed(backend)
-    ids = strings.buffer.to_str()
-    try:
-        position = unique_positions(ids, axis, "holds")
-    except ValueError as error:
-        message = f"the cube file {root} is corrupt or was edited: {error}"
-        raise FormatError(message) from error
+    ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
+    repeated = ids.repeated()
+    if repeated:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids must be unique; "
+            f"it holds {repeated[:10]} more than once"
+        )
+        raise FormatError(message)
     names = {
         name: _type_name(column)
         for name, column in [(stored.index_name, index), *stored.columns.items()]
@@ -74,7 +77,7 @@ def read_cube_table(
     known = {name: kind for name, kind in names.items() if kind is not None}
     schema = known if len(known) == len(names) else None  # else asked of the frame when needed
     make = StoredFrame(stored, backend, axis)
-    return AxisTable.deferred(axis, make, ids, schema, digest, position, algorithm)
+    return AxisTable.deferred(axis, make, ids, schema, digest, algorithm=algorithm)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 
 from cytepool import Cube, Normalization
-from cytepool.io import read_cube, write_cube
-from cytepool.io import cubes
+from cytepool.io import cubes, read_cube, write_cube
 
 
 def golden_cube() -> Cube:
