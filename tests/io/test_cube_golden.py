@@ -172,3 +172,15 @@ def test_format_1_2_detects_a_changed_layer(tmp_path: Path) -> None:
     chunk.write_bytes(_encoded_like(path, values[0:1]))
     with pytest.raises(FormatError, match=r"layer 'logged', group 'B cells'.*stored digest"):
         read_cube(path).to_numpy("logged")
+
+
+def test_cubes_of_both_algorithms_combine_into_a_blake3_cube() -> None:
+    import cytepool
+
+    old = read_cube(DATA / "format-1.1.cube.zarr").select(groups=["B cells"])
+    new = golden_cube().select(groups=["T cells"])
+    joined = cytepool.concat([old, new], axis="groups")
+    assert parts_algorithm(joined) == "blake3"
+    expected = cytepool.concat([golden_cube().select(groups=["B cells"]), new], axis="groups")
+    assert joined.fingerprint == expected.fingerprint
+    assert joined.fingerprint.startswith("blake3:")
