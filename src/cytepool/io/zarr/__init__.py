@@ -70,13 +70,13 @@ raised for the first bad chunk in order once the chunks being decoded have settl
 decoder also keeps its frame's window, outside Python's allocations: up to the size of the
 chunk, and 2 MiB at zstd's default level of 3 (frames asking for a window larger than both the
 chunk and the 8 MiB that RFC 8878 asks every decoder to support are refused). With the
-fast decoders (``deflate`` and ``zstandard``, installed with cytepool), a chunk of a fixed-size data type under one gzip codec is
-first inflated whole by libdeflate (the ``deflate`` package) into a buffer of exactly its decoded
-size, about three times as fast, and one under one zstd codec is decoded by ``zstandard`` straight
-into its place in the result (or the thread's chunk buffer); either is taken only for one complete
-member or frame of exactly the chunk's size with nothing after it, and anything else is decoded
-again as above, so results and errors do not depend on them (``CYTEPOOL_ZARR_FAST=0``
-switches it off). Decoding threads keep their
+fast decoders (installed with cytepool), a chunk of a fixed-size data type under one gzip codec
+is first inflated whole by libdeflate (the ``deflate`` package) into a buffer of exactly its
+decoded size, about three times as fast, and one under one zstd codec is decoded by
+``zstandard`` straight into its place in the result (or the thread's chunk buffer); either is
+taken only for one complete member or frame of exactly the chunk's size with nothing after it,
+and anything else is decoded again as above, so results and errors do not depend on them
+(``CYTEPOOL_ZARR_FAST=0`` switches them off). Decoding threads keep their
 chunk buffer (up to 16 MiB) from one read to the next. A chunk compressed twice is decoded as a
 stream through both steps. Selections take integers and
 slices, and, through ZarrArray.oindex, integer arrays and boolean masks along any axes.

@@ -1,4 +1,4 @@
-"""The fast decoders: libdeflate (the ``deflate`` package) and ``zstandard``, installed with cytepool.
+"""The fast decoders, installed with cytepool: libdeflate (the ``deflate`` package) and zstandard.
 
 libdeflate decodes a whole gzip member into a buffer of a size given in advance, about three times
 as fast as the standard library's zlib. It is used only where the decoded size is known exactly
