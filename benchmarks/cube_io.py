@@ -296,7 +296,7 @@ def bench_write_read(
 
 def verification_bound(layers: list[np.ndarray], unverified: tuple[float, float]) -> float:
     """The least verified / unverified wall-time ratio this machine allows: the unverified
-    read's CPU time plus SHA-256 of every group (the digests the format fixes), spread over
+    read's CPU time plus the digest of every group (BLAKE3, the digests format 1.2 fixes), spread over
     every core, against the unverified read's wall time (hashing measured on one thread)."""
     from cytepool.fingerprint import group_digest
 
@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         "digest of every group. The unverified read reads the same two layer arrays of the "
         "cube file with cytepool.io.zarr.open_array (cytepool has no switch to skip "
         "verification in read_cube yet), zarr-python's bare read with zarr.open_array(...)[...]. "
-        "The lower bound of the verified read: the unverified read's CPU time plus SHA-256 of "
+        "The lower bound of the verified read: the unverified read's CPU time plus the BLAKE3 digest of "
         "every group (timed on one thread), spread over every core, against the unverified "
         "read's wall time; a ratio below it would need a digest other than the one the format "
         "fixes.\n"

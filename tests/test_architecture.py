@@ -17,8 +17,10 @@ import pytest
 import cytepool
 
 SRC = Path(cytepool.__file__).parent
-MAX_MODULE_LINES = 800  # lines of code: docstrings, comments and blank lines are not counted
-MAX_CLASS_LINES = 500
+# Lines of code, as ../shared/tools/arch_check.py counts them: docstrings, comments and blank
+# lines are not counted, so documentation never pushes code out of where it belongs.
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 300
 
 # Layers, bottom to top; a module may import only from its own layer or those below it.
 LAYERS = [
@@ -27,6 +29,7 @@ LAYERS = [
         "cytepool._version",
         "cytepool._utf8",
         "cytepool._words",
+        "cytepool._ids",
         "cytepool._exact",
     ],
     ["cytepool.io.zarr"],
@@ -160,8 +163,7 @@ def test_no_module_uses_another_modules_private_names() -> None:
 
 
 def _code_lines(text: str, tree: ast.Module) -> set[int]:
-    """The numbers of the lines that hold code: not a docstring, comment or blank line (as
-    the architecture check counts them, so documentation never pushes code out)."""
+    """The numbers of the lines that hold code (not a docstring, comment or blank line)."""
     docs: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
@@ -172,10 +174,17 @@ def _code_lines(text: str, tree: ast.Module) -> set[int]:
                 and isinstance(first.value.value, str)
             ):
                 docs.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    skip = {
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.ENDMARKER,
+    }
     lines: set[int] = set()
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        if token.type not in skip and token.type != tokenize.ENDMARKER:
+        if token.type not in skip:
             lines.update(n for n in range(token.start[0], token.end[0] + 1) if n not in docs)
     return lines
 
@@ -185,10 +194,11 @@ def test_modules_and_classes_are_small(module: str) -> None:
     text = MODULES[module].read_text()
     tree = ast.parse(text)
     code = _code_lines(text, tree)
-    assert len(code) <= MAX_MODULE_LINES
+    assert len(code) <= MAX_MODULE_LINES, f"{module}: {len(code)} lines of code"
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            size = len(code & set(range(node.lineno, (node.end_lineno or node.lineno) + 1)))
+            end = node.end_lineno or node.lineno
+            size = sum(1 for n in code if node.lineno <= n <= end)
             assert size <= MAX_CLASS_LINES, f"class {node.name}: {size} lines of code"
 
 

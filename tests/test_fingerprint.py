@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from blake3 import blake3
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -42,38 +44,51 @@ def text(s: str) -> bytes:
 # --------------------------------------------------------------------------- documented encodings
 
 
-def test_group_digest_encoding() -> None:
+# BLAKE3 makes every digest; SHA-256 those of cube files of formats 1.0 and 1.1
+HASHES = {"blake3": blake3, "sha256": hashlib.sha256}
+
+
+@pytest.mark.parametrize("algorithm", sorted(HASHES))
+def test_group_digest_encoding(algorithm: str) -> None:
     block = np.array([[1.5, -0.0, 2.0]], dtype="float32")
-    expected = hashlib.sha256(
+    expected = HASHES[algorithm](
         b"cytepool.group/1\0"
         + text("float32")
         + u64(1)
         + u64(3)
         + struct.pack("<3f", 1.5, 0.0, 2.0)
     ).hexdigest()
-    assert group_digest("float32", block) == expected
-    assert group_digest(np.dtype(">f4"), block.astype(">f4")) == expected
-
-
-def test_cells_and_normalization_encoding() -> None:
-    cells = np.array([[1, 0, 3]], dtype="uint8")
-    expected = hashlib.sha256(
-        b"cytepool.cells/1\0" + u64(1) + u64(3) + struct.pack("<3q", 1, 0, 3)
+    assert group_digest("float32", block, algorithm) == expected
+    assert group_digest(np.dtype(">f4"), block.astype(">f4"), algorithm) == expected
+    ints = np.array([[1, -2], [3, 4]], dtype=">i4")  # hashed in one call when little-endian
+    expected = HASHES[algorithm](
+        b"cytepool.group/1\0" + text("int32") + u64(2) + u64(2) + struct.pack("<4i", 1, -2, 3, 4)
     ).hexdigest()
-    assert cells_digest(cells) == expected
-    assert normalization_digest(None) == hashlib.sha256(b"cytepool.normalization/1\0\0").hexdigest()
+    assert group_digest("int32", ints, algorithm) == expected
+    assert group_digest("int32", ints.astype("<i4"), algorithm) == expected
+    assert group_digest("int32", np.asfortranarray(ints.astype("<i4")), algorithm) == expected
+
+
+@pytest.mark.parametrize("algorithm", sorted(HASHES))
+def test_cells_and_normalization_encoding(algorithm: str) -> None:
+    h = HASHES[algorithm]
+    cells = np.array([[1, 0, 3]], dtype="uint8")
+    expected = h(b"cytepool.cells/1\0" + u64(1) + u64(3) + struct.pack("<3q", 1, 0, 3)).hexdigest()
+    assert cells_digest(cells, algorithm) == expected
+    assert normalization_digest(None, algorithm) == h(b"cytepool.normalization/1\0\0").hexdigest()
     n = Normalization("cpm", [[0.5, 2.0]])
-    expected = hashlib.sha256(
+    expected = h(
         b"cytepool.normalization/1\0\1"
         + text("cpm")
         + u64(1)
         + u64(2)
         + struct.pack("<2d", 0.5, 2.0)
     ).hexdigest()
-    assert normalization_digest(n) == expected
+    assert normalization_digest(n, algorithm) == expected
 
 
-def test_table_digest_encoding() -> None:
+@pytest.mark.parametrize("algorithm", sorted(HASHES))
+def test_table_digest_encoding(algorithm: str) -> None:
     frame = pd.DataFrame(
         {"n": pd.array([7, None], dtype="Int32"), "s": ["é", None]},
         index=pd.Index(["a", "b"], name="sample_id"),
@@ -83,13 +98,15 @@ def test_table_digest_encoding() -> None:
         text("n") + text("int32") + b"\x02" + u64(8) + struct.pack("<2i", 7, 0),
         text("s") + text("string") + b"\x02" + u64(18) + text("é") + u64(0),
     ]
-    expected = hashlib.sha256(b"cytepool.table/1\0" + u64(2) + u64(3) + b"".join(columns))
-    assert table_digest(frame) == expected.hexdigest()
+    expected = HASHES[algorithm](b"cytepool.table/1\0" + u64(2) + u64(3) + b"".join(columns))
+    assert table_digest(frame, algorithm) == expected.hexdigest()
 
 
-def test_fingerprint_encoding() -> None:
+@pytest.mark.parametrize("algorithm", sorted(HASHES))
+def test_fingerprint_encoding(algorithm: str) -> None:
     h = [hashlib.sha256(bytes([i])).hexdigest() for i in range(8)]
     digests = Digests(
+        algorithm=algorithm,
         tables={"samples": h[0], "groups": h[1], "features": h[2]},
         cells=h[3],
         normalization=h[4],
@@ -97,7 +114,7 @@ def test_fingerprint_encoding() -> None:
         dtypes={"b": "int32", "a": "float64"},
     )
     raw = [bytes.fromhex(x) for x in h]
-    expected = hashlib.sha256(
+    expected = HASHES[algorithm](
         b"cytepool.fingerprint/1\0"
         + raw[0]
         + raw[1]
@@ -114,7 +131,10 @@ def test_fingerprint_encoding() -> None:
         + u64(1)
         + raw[5]
     ).hexdigest()
-    assert digests.fingerprint() == expected
+    prefix = "" if algorithm == "sha256" else "blake3:"  # a bare hex fingerprint is a SHA-256
+    assert digests.fingerprint() == prefix + expected
+    assert Digests.from_json(digests.to_json()) == digests
+    assert ("algorithm" in digests.to_json()) == (algorithm == "blake3")
 
 
 # --------------------------------------------------------------------------- part digests
@@ -294,7 +314,7 @@ def test_table_digest_backend_invariance(kind: str) -> None:
 def test_table_digest_of_categorical_encoding() -> None:
     frame = pd.DataFrame({"x": pd.Categorical(["CD4 T", None])})
     column = text("x") + text("categorical[string]") + b"\x02" + u64(21) + text("CD4 T") + u64(0)
-    expected = hashlib.sha256(b"cytepool.table/1\0" + u64(2) + u64(1) + column).hexdigest()
+    expected = blake3(b"cytepool.table/1\0" + u64(2) + u64(1) + column).hexdigest()
     assert table_digest(frame) == expected
 
 
@@ -519,7 +539,15 @@ def golden_frames(case: str) -> list[Any]:
     raise AssertionError(case)  # pragma: no cover
 
 
-GOLDEN = {
+GOLDEN = {  # BLAKE3, format 1.2
+    "strings": "35290d4f77cffca24c7207fa98dfbce2515fc01e8b29db8ff48d6b30ad875c03",
+    "categorical": "f7e220b885e815e488ac3e15196cb48e013940cb0a10dda9b75462d6637f94f1",
+    "missing": "6453771cac60607350251837f1fa91df727e9b8fea6e00b0b7faa6d8f1c90905",
+    "empty": "ce091cd884f85ad0282aac2ff68e38b6fbea8a5d0ceeff098f740cbae4b6cf5a",
+    "table": "3b0a51fed7c0398a6fb7468b5276421bf4b6bfa06486e0c8fe9ac6410a1f83d6",
+    "long": "bc5a26baf0f1bbe5599817fee8d3040c6fad7135d6481ae3a3d61ada1a7c994b",
+}
+GOLDEN_SHA256 = {  # formats 1.0 and 1.1: the values of the same tables, unchanged
     "strings": "73bddb4d5cf3fe4379b579550b2821cd90e582df663ac71ab0f88c4c50ea35d2",
     "categorical": "b609cacde4e91c704d10576fb9ba257441cc2c309d622165aca806de81982b03",
     "missing": "bdd70e365a33ff87ad5aa7657ef85892c8216756df4c184af32f2d29f06c743a",
@@ -533,6 +561,8 @@ GOLDEN = {
 def test_table_digest_golden(case: str) -> None:
     found = [table_digest(frame) for frame in golden_frames(case)]
     assert found == [GOLDEN[case]] * len(found)
+    found = [table_digest(frame, "sha256") for frame in golden_frames(case)]
+    assert found == [GOLDEN_SHA256[case]] * len(found)
 
 
 def reference_string_digest(name: str, values: list[str | None]) -> str:
@@ -541,7 +571,7 @@ def reference_string_digest(name: str, values: list[str | None]) -> str:
     bits = np.packbits(mask, bitorder="little").tobytes()
     payload = b"".join(text(v or "") for v in values)
     column = text(name) + text("string") + bits + u64(len(payload)) + payload
-    return hashlib.sha256(b"cytepool.table/1\0" + u64(len(values)) + u64(1) + column).hexdigest()
+    return blake3(b"cytepool.table/1\0" + u64(len(values)) + u64(1) + column).hexdigest()
 
 
 def string_storages(values: list[str | None]) -> list[Any]:
@@ -722,7 +752,7 @@ def test_fingerprint_sensitivity() -> None:
 
 def test_fingerprint_of_empty_cube() -> None:
     empty = cube_of(np.zeros((0, 2, 3), dtype="int32"), cells=np.zeros((0, 2), dtype=int))
-    assert len(empty.fingerprint) == 64
+    assert re.fullmatch("blake3:[0-9a-f]{64}", empty.fingerprint)
     assert (
         empty.fingerprint
         != cube_of(
@@ -747,7 +777,9 @@ def test_fingerprint_is_the_same_under_pandas_2_and_3(tmp_path: Path) -> None:
     from cytepool.io import read_cube, write_cube
 
     cube = pandas_strings_cube()
-    assert cube.fingerprint == "a2d5ef9c604478d2fb0ac854774275843bf8d5ca73931a7da00422a554e88ed1"
+    assert cube.fingerprint == (
+        "blake3:d634faa7bbe798d958c1f07b94554fa2bf1a63c21b9650b913b57707a79a5736"
+    )
     write_cube(cube, tmp_path / "strings.cube.zarr")
     again = read_cube(tmp_path / "strings.cube.zarr")
     assert again.fingerprint == cube.fingerprint

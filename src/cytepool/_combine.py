@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from cytepool import fingerprint as _fp
 from cytepool._parts import CubeParts
 from cytepool._records import AXES, Normalization, Provenance, stamp
 from cytepool._table import AxisTable
@@ -138,10 +139,11 @@ def concat(cubes: Sequence[CubeParts], axis: str) -> CubeParts:
     aligned = [_aligned(c, p) for c, p in zip(cubes, perms, strict=True)]
     layers: dict[str, tuple[LazyLayer, Any]] = {}
     digests: dict[str, list[str | None]] = {}
+    algorithms = {c.algorithm for c in cubes}
     for name in first.layers:
         lazy = ConcatLayer([a[name] for a in aligned], AXES.index(axis))
         layers[name] = (lazy, lazy)
-        if axis == "groups":
+        if axis == "groups" and len(algorithms) == 1:  # digests of one algorithm carried over
             digests[name] = [
                 v
                 for c, p in zip(cubes, perms, strict=True)
@@ -162,6 +164,7 @@ def concat(cubes: Sequence[CubeParts], axis: str) -> CubeParts:
         metadata=_shared_metadata(cubes),
         provenance=(*_merged_provenance(cubes), record),
         group_digests=digests,
+        algorithm=algorithms.pop() if len(algorithms) == 1 else _fp.BLAKE3,
     )
 
 

@@ -40,7 +40,9 @@ def _successor(
     normalization, group digests) with the input's metadata and provenance, plus a record."""
     record = stamp(operation, parameters, (parts.known_fingerprint(),))
     provenance = (*parts.provenance, record)
-    return CubeParts.derived(**new, metadata=parts.metadata, provenance=provenance)
+    return CubeParts.derived(
+        **new, metadata=parts.metadata, provenance=provenance, algorithm=parts.algorithm
+    )
 
 
 def ids_parameter(ids: Sequence[str] | None) -> Any:

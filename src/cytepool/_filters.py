@@ -105,6 +105,7 @@ def filter_profiles(parts: CubeParts, min_cells: Any, min_counts: Any, layer: st
         metadata=parts.metadata,
         provenance=parts.provenance,
         group_digests=digests,
+        algorithm=parts.algorithm,
     )
     params = {"min_cells": min_cells, "min_counts": min_counts, "layer": layer}
     return _restamp(parts, new, "filter_profiles", params)

@@ -17,7 +17,7 @@ import numpy as np
 
 from cytepool import fingerprint as _fp
 from cytepool._records import AXES, Normalization, Provenance, json_copy
-from cytepool._table import AxisTable
+from cytepool._table import AxisTable, TableIds
 from cytepool.errors import (
     ConstraintError,
     FormatError,
@@ -54,6 +54,7 @@ class CubeParts:
     group_digests: dict[str, list[str | None]]
     cells_digest: str | None
     normalization_digest: str | None
+    algorithm: str  # of every digest known (SHA-256 only for cubes of files of format 1.0, 1.1)
 
     @classmethod
     def checked(
@@ -74,6 +75,8 @@ class CubeParts:
         With ``digests``, the table, cell and normalization digests are compared with the
         parts now (FormatError naming the part), and each layer group digest is verified
         whenever that group is read whole; the fingerprint is then known without reading.
+        The parts keep the digests' algorithm: a cube read from a file of format 1.0 or 1.1
+        keeps its SHA-256 digests, and its fingerprint is the one the file stores.
         """
         if digests is not None and not isinstance(digests, _fp.Digests):
             msg = f"digests: expected a fingerprint.Digests, found {type(digests).__name__}"
@@ -84,17 +87,20 @@ class CubeParts:
             "groups": AxisTable.from_user(groups, "groups"),
             "features": AxisTable.from_user(features, "features"),
         }
-        shape = (len(tables["groups"].ids), len(tables["samples"].ids), len(tables["features"].ids))
+        shape = (len(tables["groups"]), len(tables["samples"]), len(tables["features"]))
         cells_arr = _check_cells(cells, tables)
         norm = _check_normalization(normalization, shape)
         meta = _check_metadata(metadata)
         if not isinstance(layers, Mapping):
             msg = f"layers: expected a mapping of name to array, found {type(layers).__name__}"
             raise InputTypeError(msg)
+        algorithm = _fp.BLAKE3 if digests is None else digests.algorithm
         built: dict[str, tuple[LazyLayer, Any]] = {}
         for name, value in layers.items():
             known = None if digests is None else digests.layers.get(name)
-            built[_check_name(name)] = _build_layer(name, value, shape, tables, cells_arr, known)
+            built[_check_name(name)] = _build_layer(
+                name, value, shape, tables, cells_arr, known, algorithm
+            )
         parts = cls.derived(
             tables=tables,
             layers=built,
@@ -102,6 +108,7 @@ class CubeParts:
             normalization=norm,
             metadata=meta,
             provenance=records,
+            algorithm=algorithm,
         )
         if digests is not None:
             parts.adopt(digests)
@@ -118,9 +125,14 @@ class CubeParts:
         metadata: dict[str, Any],
         provenance: tuple[Provenance, ...],
         group_digests: dict[str, list[str | None]] | None = None,
+        algorithm: str = _fp.BLAKE3,
     ) -> CubeParts:
-        """Parts from parts already checked; ``layers`` maps a name to (layer, exposed)."""
+        """Parts from parts already checked; ``layers`` maps a name to (layer, exposed).
+
+        ``group_digests`` are known group digests made with ``algorithm``.
+        """
         parts = cls()
+        parts.algorithm = algorithm
         parts.tables = tables
         parts.layers = {name: pair[0] for name, pair in layers.items()}
         parts.exposed = {name: pair[1] for name, pair in layers.items()}
@@ -130,7 +142,7 @@ class CubeParts:
         parts.normalization = normalization
         parts.metadata = metadata
         parts.provenance = provenance
-        n_groups = len(tables["groups"].ids)
+        n_groups = len(tables["groups"])
         known = group_digests or {}
         parts.group_digests = {name: list(known.get(name, [None] * n_groups)) for name in layers}
         parts.cells_digest = None
@@ -161,7 +173,7 @@ class CubeParts:
     def shape(self) -> tuple[int, int, int]:
         """``(n_groups, n_samples, n_features)``."""
         t = self.tables
-        return (len(t["groups"].ids), len(t["samples"].ids), len(t["features"].ids))
+        return (len(t["groups"]), len(t["samples"]), len(t["features"]))
 
     def layer(self, layer: str) -> LazyLayer:
         """The layer named ``layer``; UnknownIdError naming the layers there are."""
@@ -209,15 +221,15 @@ class CubeParts:
                 block,
                 layer=layer,
                 group=self.tables["groups"].ids[g],
-                sample_ids=self.tables["samples"].ids,
-                feature_ids=self.tables["features"].ids,
+                sample_ids=TableIds(self.tables["samples"]),
+                feature_ids=TableIds(self.tables["features"]),
                 samples=s,
                 features=f,
                 cells=row if s is None else row[s],
             )
         known = self.group_digests[layer]
         if s is None and f is None and known[g] is None:
-            known[g] = _fp.group_digest(lay.dtype, block)
+            known[g] = _fp.group_digest(lay.dtype, block, self.algorithm)
         return block
 
     def to_numpy(self, layer: str) -> np.ndarray[Any, Any]:
@@ -228,7 +240,7 @@ class CubeParts:
         out = np.empty(self.shape, dtype=lay.dtype)
         if isinstance(lay, ArrayLayer) and lay.cells is self.cells:
             found = lay.read_all(out)  # verified on the decoding threads
-            if found is not None:
+            if found is not None and lay.algorithm == self.algorithm:
                 known = self.group_digests[layer]
                 for g, digest in enumerate(found):
                     known[g] = known[g] or digest
@@ -246,15 +258,16 @@ class CubeParts:
                     if value is None:
                         self.read(name, g)
         if self.cells_digest is None:
-            self.cells_digest = _fp.cells_digest(self.cells)
+            self.cells_digest = _fp.cells_digest(self.cells, self.algorithm)
         if self.normalization_digest is None:
-            self.normalization_digest = _fp.normalization_digest(self.normalization)
+            self.normalization_digest = _fp.normalization_digest(self.normalization, self.algorithm)
         return _fp.Digests(
-            tables={name: self.tables[name].digest for name in _fp.TABLE_NAMES},
+            tables={name: self.tables[name].digest(self.algorithm) for name in _fp.TABLE_NAMES},
             cells=self.cells_digest,
             normalization=self.normalization_digest,
             layers={name: tuple(v) for name, v in self.group_digests.items()},
             dtypes={name: layer.dtype.name for name, layer in self.layers.items()},
+            algorithm=self.algorithm,
         )
 
     def known_fingerprint(self) -> str | None:
@@ -277,6 +290,7 @@ class CubeParts:
             metadata=self.metadata,
             provenance=check_provenance(provenance),
             group_digests=self.group_digests,
+            algorithm=self.algorithm,
         )
         parts.cells_digest = self.cells_digest
         parts.normalization_digest = self.normalization_digest
@@ -305,7 +319,7 @@ def _check_cells(cells: Any, tables: Mapping[str, AxisTable]) -> np.ndarray[Any,
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         msg = f"cells: expected integers, found data type {arr.dtype}"
         raise InputTypeError(msg)
-    shape = (len(tables["groups"].ids), len(tables["samples"].ids))
+    shape = (len(tables["groups"]), len(tables["samples"]))
     if arr.shape != shape:
         msg = f"cells: expected shape (n_groups, n_samples) = {shape}, found {arr.shape}"
         raise InputError(msg)
@@ -394,6 +408,7 @@ def _build_layer(
     tables: Mapping[str, AxisTable],
     cells: np.ndarray[Any, Any],
     digests: Sequence[str | None] | None,
+    algorithm: str,
 ) -> tuple[LazyLayer, Any]:
     """Check a layer and wrap it: (the layer read through, the object ``cube.layers`` gives)."""
     if isinstance(value, LazyLayer) and digests is None:
@@ -412,7 +427,7 @@ def _build_layer(
             if value.ndim == 3 and not value.dtype.isnative:
                 value = value.astype(value.dtype.newbyteorder("="))
         exposed = value
-        ids = {a: tables[a].ids for a in AXES}
+        ids = {a: TableIds(tables[a]) for a in AXES}  # for messages: no list made now
         layer = ArrayLayer(
             value,
             name=name,
@@ -422,6 +437,7 @@ def _build_layer(
             cells=cells,
             digests=digests,
             checked=eager,
+            algorithm=algorithm,
         )
     if tuple(layer.shape) != shape:
         msg = f"layer {name!r}: expected shape (n_groups, n_samples, n_features) = {shape}, "

@@ -20,6 +20,7 @@ from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 __all__ = [
     "AXES",
+    "FINGERPRINT",
     "HEX",
     "ID_COLUMNS",
     "Axis",
@@ -34,6 +35,9 @@ ID_COLUMNS = MappingProxyType(
     {"samples": "sample_id", "groups": "group_id", "features": "feature_id"}
 )
 HEX = re.compile(r"[0-9a-f]{64}")
+FINGERPRINT = re.compile(
+    r"(blake3:)?[0-9a-f]{64}"
+)  # a bare hex one is a SHA-256 (formats 1.0, 1.1)
 
 Axis = Literal["samples", "groups", "features"]
 
@@ -163,7 +167,7 @@ class Provenance:
         params = json_copy(dict(self.parameters), "provenance parameters")
         inputs = tuple(self.inputs)
         for value in inputs:
-            if value is not None and not HEX.fullmatch(str(value)):
+            if value is not None and not FINGERPRINT.fullmatch(str(value)):
                 msg = f"provenance: inputs must be fingerprints or None, found {value!r}"
                 raise InputError(msg)
         object.__setattr__(self, "parameters", params)

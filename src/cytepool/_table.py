@@ -1,18 +1,24 @@
 """The three id-keyed tables of a cube (samples, groups, features), checked and kept as narwhals.
 
 An :class:`AxisTable` holds the id column first, then covariates (pandas with a default
-index), the ids as a list and the table's digest; it selects, pools and joins rows.
+index), the ids as a list (or, for a table read from a cube file, as the UTF-8 buffer they
+were read as, a :class:`~cytepool._ids.BufferIds`, until a list is asked for) and the table's
+digest; it selects, pools and joins rows. A table
+whose frame is deferred holds the object that makes it (a :class:`FrameMaker`), which pickles
+with the table, so a cube pickles before its tables were used as well as after.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from cytepool import fingerprint as _fp
+from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
@@ -21,7 +27,20 @@ from cytepool.layers import Index, positions
 if TYPE_CHECKING:
     import narwhals.stable.v2 as nw
 
-__all__ = ["AxisTable", "check_unique", "reset_index", "unique_positions"]
+__all__ = [
+    "AxisTable",
+    "FrameMaker",
+    "TableIds",
+    "check_unique",
+    "reset_index",
+    "unique_positions",
+]
+
+
+class FrameMaker(Protocol):
+    """What makes a deferred table's frame when it is first used; picklable (no closure)."""
+
+    def __call__(self) -> nw.DataFrame[Any]: ...
 
 
 def reset_index(frame: Any) -> Any:
@@ -37,37 +56,50 @@ class AxisTable:
     """A validated table: the id column first, then covariates; pandas with a default index."""
 
     def __init__(
-        self, axis: str, frame: nw.DataFrame[Any] | None, ids: list[str], digest: str | None = None
+        self,
+        axis: str,
+        frame: nw.DataFrame[Any] | None,
+        ids: list[str] | BufferIds,
+        digest: str | None = None,
+        algorithm: str = _fp.BLAKE3,
     ):
-        """``digest``, if given, is the table digest of ``frame``, known from elsewhere."""
+        """``digest``, if given, is the table digest of ``frame`` made with ``algorithm``,
+        known from elsewhere."""
         self.axis = axis
         self.id_column = ID_COLUMNS[axis]
         self._frame = frame
-        self._make: Callable[[], nw.DataFrame[Any]] | None = None
+        self._make: FrameMaker | None = None
         self._schema: dict[str, str] | None = None
-        self.ids = ids
+        self._ids = ids if isinstance(ids, list) else None
+        self._stored = ids if isinstance(ids, BufferIds) else None
         self._position: dict[str, int] | None = None
-        self._digest = digest if digest is not None or frame is None else _fp.table_digest(frame)
+        self._digests: dict[str, str] = {}  # by hash algorithm
+        if digest is not None:
+            self._digests[algorithm] = digest
+        elif frame is not None:  # now: a column the digest does not cover is an error now
+            self._digests[algorithm] = _fp.table_digest(frame, algorithm)
 
     @classmethod
     def deferred(
         cls,
         axis: str,
-        make: Callable[[], nw.DataFrame[Any]],
-        ids: list[str],
-        schema: dict[str, str],
+        make: FrameMaker,
+        ids: list[str] | BufferIds,
+        schema: dict[str, str] | None,
         digest: str | None = None,
         position: dict[str, int] | None = None,
+        algorithm: str = _fp.BLAKE3,
     ) -> AxisTable:
         """A table of checked rows whose frame ``make`` gives when first used.
 
-        ``ids`` are the checked ids (strings, unique), ``schema`` the column names (the id
-        column first) with their narwhals data type names; without ``digest``, it is computed
-        from the frame when first asked for. ``position`` is each id's position, if known
-        (:func:`unique_positions`).
+        ``ids`` are the checked ids (strings, unique; a list or a buffer), ``schema`` the column
+        names (the id column first) with their narwhals data type names, if known (else asked
+        of the frame when needed); ``digest`` is the table digest made with ``algorithm`` if
+        known (others are computed from the frame when first asked for). ``position`` is each
+        id's position, if known (:func:`unique_positions`).
         """
-        table = cls(axis, None, ids, digest)
-        table._make, table._schema = make, dict(schema)
+        table = cls(axis, None, ids, digest, algorithm)
+        table._make, table._schema = make, None if schema is None else dict(schema)
         table._position = position
         return table
 
@@ -81,14 +113,20 @@ class AxisTable:
             column, "string", np.zeros(len(ids), dtype=bool), Utf8Buffer.from_str(ids)
         )
 
-        def make() -> nw.DataFrame[Any]:
-            import narwhals.stable.v2 as nw
-
-            frame = nw.from_dict({column: ids}, {column: nw.String()}, backend=backend)
-            return cls.user_frame(frame.to_native(), axis)
-
         digest = _fp.columns_digest(len(ids), [strings])
+        make = _IdsFrame(axis, ids, backend)
         return cls.deferred(axis, make, ids, {column: "String"}, digest, position)
+
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self._ids) if self._ids is not None else len(cast("BufferIds", self._stored))
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids as ``str`` (made from the stored buffer when first asked for)."""
+        if self._ids is None:
+            self._ids = cast("BufferIds", self._stored).to_list()
+        return self._ids
 
     @property
     def frame(self) -> nw.DataFrame[Any]:
@@ -97,12 +135,12 @@ class AxisTable:
             self._frame, self._make = self._make(), None
         return cast("nw.DataFrame[Any]", self._frame)  # a table has a frame or its maker
 
-    @property
-    def digest(self) -> str:
-        """The table digest (:func:`cytepool.fingerprint.table_digest`) of the frame."""
-        if self._digest is None:
-            self._digest = _fp.table_digest(self.frame)
-        return self._digest
+    def digest(self, algorithm: str = _fp.BLAKE3) -> str:
+        """The table digest (:func:`cytepool.fingerprint.table_digest`) of the frame, made
+        with ``algorithm`` (known, or computed from the frame once)."""
+        if algorithm not in self._digests:
+            self._digests[algorithm] = _fp.table_digest(self.frame, algorithm)
+        return self._digests[algorithm]
 
     def schema(self) -> dict[str, str]:
         """The column names (the id column first) with their narwhals data type names."""
@@ -189,6 +227,10 @@ class AxisTable:
         return self._position
 
     def locate(self, ids: Sequence[str]) -> Index:
+        if self._position is None and self._stored is not None:
+            found = self._find(ids)
+            if found is not None:
+                return found
         pos = self.position
         unknown = [i for i in ids if i not in pos]
         if unknown:
@@ -197,11 +239,20 @@ class AxisTable:
             raise UnknownIdError(msg, unknown=unknown[0], known=self.ids)
         return np.array([pos[i] for i in ids], dtype=np.intp)
 
+    def _find(self, ids: Sequence[str]) -> Index | None:
+        """The positions of ``ids`` found in the stored buffer; None if one is unknown (or
+        cannot be UTF-8), left to :meth:`locate` to name."""
+        try:
+            found = cast("BufferIds", self._stored).find(ids)
+        except UnicodeEncodeError:
+            return None
+        return found if not (found < 0).any() else None
+
     def resolve(self, selection: Any) -> Index | None:
         """Positions selected by ids, positions or a boolean mask (None: all)."""
         if selection is None:
             return None
-        n = len(self.ids)
+        n = len(self)
         if isinstance(selection, str):
             return self.locate([selection])
         if isinstance(selection, slice | int | np.integer) and not isinstance(selection, bool):
@@ -224,17 +275,20 @@ class AxisTable:
                 f"found {arr.dtype} values"
             )
             raise InputTypeError(msg)
-        check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
+        if len(np.unique(idx)) != len(idx):  # the ids are unique: a position twice, an id twice
+            check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
         return idx
 
     def take(self, idx: Index | None) -> AxisTable:
         if idx is None:
             return self
-        ids = [self.ids[i] for i in idx.tolist()]
+        ids: list[str] | BufferIds
+        if self._ids is None and self._stored is not None:
+            ids = self._stored.take(idx)
+        else:
+            ids = [self.ids[i] for i in idx.tolist()]
         if self._frame is None:  # still deferred: so is the selection
-            return AxisTable.deferred(
-                self.axis, lambda: reset_index(self.frame[idx, :]), ids, self.schema()
-            )
+            return AxisTable.deferred(self.axis, _Taken(self, idx), ids, self._schema)
         return AxisTable(self.axis, reset_index(self.frame[idx, :]), ids)
 
     def pooled(self, members: Sequence[Index], new_ids: list[str]) -> AxisTable:
@@ -273,6 +327,47 @@ class AxisTable:
         ids = [i for t in tables for i in t.ids]
         check_unique(ids, axis, "would hold")
         return AxisTable(axis, frame, ids)
+
+
+class TableIds(Sequence[str]):
+    """A table's ids as a sequence that makes their list only when an item is asked for (the
+    ids named in messages)."""
+
+    def __init__(self, table: AxisTable):
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._table.ids[index]
+
+
+@dataclass(frozen=True)
+class _IdsFrame:
+    """Makes the frame of a table of ids alone (:meth:`AxisTable.of_ids`)."""
+
+    axis: str
+    ids: list[str]
+    backend: Any
+
+    def __call__(self) -> nw.DataFrame[Any]:
+        import narwhals.stable.v2 as nw
+
+        column = ID_COLUMNS[self.axis]
+        frame = nw.from_dict({column: self.ids}, {column: nw.String()}, backend=self.backend)
+        return AxisTable.user_frame(frame.to_native(), self.axis)
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """Makes the frame of rows ``idx`` of a table whose own frame is deferred."""
+
+    table: AxisTable
+    idx: Index
+
+    def __call__(self) -> nw.DataFrame[Any]:
+        return reset_index(self.table.frame[self.idx, :])
 
 
 def unique_positions(ids: Sequence[str], axis: str, verb: str) -> dict[str, int]:

@@ -161,10 +161,13 @@ class Cube:
 
     @property
     def fingerprint(self) -> str:
-        """A hex SHA-256 of the content: tables, cells, normalization, layers.
+        """A hash of the content: tables, cells, normalization, layers.
 
-        It does not depend on memory layout, table backend, chunking, compression or
-        laziness. Digests not known yet are computed, reading lazy layers group by group.
+        ``"blake3:"`` and 64 lowercase hex digits (a BLAKE3 hash of the part digests). A cube
+        read from a cube file of format 1.0 or 1.1 (and a cube derived from one) keeps the
+        SHA-256 fingerprint the file stores: 64 hex digits alone. It does not depend on memory
+        layout, table backend, chunking, compression or laziness. Digests not known yet are
+        computed, reading lazy layers group by group.
         """
         return self._parts.digests(compute=True).fingerprint()
 

@@ -1,12 +1,19 @@
 """Canonical per-part digests of a cube and the fingerprint built from them.
 
-A cube's fingerprint is a SHA-256 that depends on its content only: the three tables, the
-cell numbers, the normalization, the layer names, their data types and their values. It
+A cube's fingerprint is a BLAKE3 hash (256 bits) that depends on its content only: the three
+tables, the cell numbers, the normalization, the layer names, their data types and their values. It
 does not depend on memory layout, byte order, the table backend (pandas, polars, pyarrow),
 chunking, compression or whether a layer is lazy. It is built from per-part digests -- one
 per table, one for the cells, one for the normalization and one per (layer, group) -- so a
 cube file can store them, give the fingerprint without reading its layers and verify each
 group when it is read whole. The byte encodings are specified in ``docs/cube.md``.
+
+Every digest is made with one hash algorithm, :data:`BLAKE3` (cube files of format 1.2 and
+every cube in memory), or :data:`SHA256` (cube files of formats 1.0 and 1.1, which are read
+and verified as they were written): the same canonical bytes, another hash. A fingerprint
+says which algorithm made it: ``"blake3:"`` and 64 hex digits, or the 64 hex digits alone
+for SHA-256 (as files of formats 1.0 and 1.1 store it). BLAKE3 hashes large inputs with the
+GIL released, so groups are hashed on the threads that decode them.
 """
 
 from __future__ import annotations
@@ -28,7 +35,10 @@ if TYPE_CHECKING:
     from cytepool._records import Normalization
 
 __all__ = [
+    "ALGORITHMS",
+    "BLAKE3",
     "LAYER_DTYPES",
+    "SHA256",
     "TABLE_NAMES",
     "Digests",
     "cells_digest",
@@ -43,6 +53,13 @@ LAYER_DTYPES: Mapping[str, np.dtype[Any]] = {
     name: np.dtype(name) for name in ("int32", "int64", "uint32", "uint64", "float32", "float64")
 }
 
+#: The hash algorithm of every digest made in memory and of cube files of format 1.2.
+BLAKE3 = "blake3"
+#: The hash algorithm of the digests of cube files of formats 1.0 and 1.1.
+SHA256 = "sha256"
+#: The hash algorithms a digest may be made with.
+ALGORITHMS = (BLAKE3, SHA256)
+
 #: The names of the three tables, in the order the fingerprint uses them.
 TABLE_NAMES = ("samples", "groups", "features")
 
@@ -52,6 +69,29 @@ _PIECE_BYTES = 1 << 20
 _PIECE_ROWS = 1 << 16
 _MIN_DAY = _dt.date.min.toordinal() - _EPOCH_ORDINAL
 _MAX_DAY = _dt.date.max.toordinal() - _EPOCH_ORDINAL
+
+
+def hasher(algorithm: str, tag: bytes) -> Any:
+    """A new hash object of ``algorithm`` (:data:`ALGORITHMS`) that has hashed ``tag``.
+
+    Raises
+    ------
+    ValueError
+        If ``algorithm`` is not one of :data:`ALGORITHMS`.
+    """
+    if algorithm == BLAKE3:
+        from blake3 import blake3  # releases the GIL while it hashes a large input
+
+        return blake3(tag)
+    if algorithm == SHA256:
+        return hashlib.sha256(tag)
+    msg = f"digests: the hash algorithm must be one of {list(ALGORITHMS)}, found {algorithm!r}"
+    raise InputError(msg)
+
+
+def _raw(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The bytes of a C-contiguous array, as a flat uint8 view (what every hash accepts)."""
+    return array.reshape(-1).view(np.uint8)
 
 
 def _u64(value: int) -> bytes:
@@ -78,7 +118,7 @@ def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
     return LAYER_DTYPES[found.newbyteorder("=").name]
 
 
-def group_digest(dtype: Any, block: Any) -> str:
+def group_digest(dtype: Any, block: Any, algorithm: str = BLAKE3) -> str:
     """Digest of one group of a layer: its samples x features matrix.
 
     Parameters
@@ -88,11 +128,14 @@ def group_digest(dtype: Any, block: Any) -> str:
     block
         A 2-D array ``(n_samples, n_features)`` of that data type, in any byte order or
         memory layout.
+    algorithm
+        The hash algorithm: :data:`BLAKE3` (the default) or :data:`SHA256` (cube files of
+        formats 1.0 and 1.1).
 
     Returns
     -------
     str
-        The lowercase hex SHA-256 of the canonical encoding (see ``docs/cube.md``).
+        The lowercase hex hash (256 bits) of the canonical encoding (see ``docs/cube.md``).
 
     Raises
     ------
@@ -119,18 +162,21 @@ def group_digest(dtype: Any, block: Any) -> str:
     if arr.dtype.newbyteorder("=") != dt:
         msg = f"group block: expected data type {dt.name}, found {arr.dtype}"
         raise InputTypeError(msg)
-    h = hashlib.sha256(b"cytepool.group/1\0")
+    h = hasher(algorithm, b"cytepool.group/1\0")
     h.update(prefixed_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
+    if dt.kind != "f" and arr.flags.c_contiguous and arr.dtype == dt.newbyteorder("<"):
+        h.update(_raw(arr))  # its bytes are the canonical encoding: hashed in one call
+        return str(h.hexdigest())
     rows = max(1, _PIECE_BYTES // max(1, arr.shape[1] * dt.itemsize))
     for start in range(0, arr.shape[0], rows):  # in pieces: little memory beyond the block
         piece = arr[start : start + rows]
         if dt.kind == "f":
             piece = piece + dt.type(0)  # -0.0 -> +0.0
-        h.update(np.ascontiguousarray(piece, dtype=dt.newbyteorder("<")).data)
-    return h.hexdigest()
+        h.update(_raw(np.ascontiguousarray(piece, dtype=dt.newbyteorder("<"))))
+    return str(h.hexdigest())
 
 
-def cells_digest(cells: Any) -> str:
+def cells_digest(cells: Any, algorithm: str = BLAKE3) -> str:
     """Digest of the cell numbers, an integer array ``(n_groups, n_samples)``.
 
     The values are encoded as int64, whatever the integer type given.
@@ -160,13 +206,13 @@ def cells_digest(cells: Any) -> str:
         msg = "cells: a value does not fit int64"
         raise InputError(msg)
     data = np.ascontiguousarray(arr, dtype="<i8")
-    h = hashlib.sha256(b"cytepool.cells/1\0")
+    h = hasher(algorithm, b"cytepool.cells/1\0")
     h.update(_u64(arr.shape[0]) + _u64(arr.shape[1]))
-    h.update(data.data)
-    return h.hexdigest()
+    h.update(_raw(data))
+    return str(h.hexdigest())
 
 
-def normalization_digest(normalization: Normalization | None) -> str:
+def normalization_digest(normalization: Normalization | None, algorithm: str = BLAKE3) -> str:
     """Digest of a normalization (or of its absence, ``None``).
 
     Examples
@@ -178,15 +224,15 @@ def normalization_digest(normalization: Normalization | None) -> str:
     >>> normalization_digest(n) != normalization_digest(None)
     True
     """
-    h = hashlib.sha256(b"cytepool.normalization/1\0")
+    h = hasher(algorithm, b"cytepool.normalization/1\0")
     if normalization is None:
         h.update(b"\0")
-        return h.hexdigest()
+        return str(h.hexdigest())
     factors = np.ascontiguousarray(normalization.factors, dtype="<f8") + 0.0
     h.update(b"\1" + prefixed_text(normalization.method))
     h.update(_u64(factors.shape[0]) + _u64(factors.shape[1]))
-    h.update(np.ascontiguousarray(factors, dtype="<f8").data)
-    return h.hexdigest()
+    h.update(_raw(np.ascontiguousarray(factors, dtype="<f8")))
+    return str(h.hexdigest())
 
 
 # --------------------------------------------------------------------------- tables
@@ -520,7 +566,7 @@ def canonical_table(frame: Any) -> list[CanonicalColumn]:
     return columns
 
 
-def table_digest(frame: Any) -> str:
+def table_digest(frame: Any, algorithm: str = BLAKE3) -> str:
     """Digest of a table: any eager frame narwhals supports.
 
     A named pandas index counts as the first column (so a pandas table indexed by
@@ -533,11 +579,14 @@ def table_digest(frame: Any) -> str:
     ----------
     frame
         A pandas, polars or pyarrow table (or a narwhals DataFrame).
+    algorithm
+        The hash algorithm: :data:`BLAKE3` (the default) or :data:`SHA256` (cube files of
+        formats 1.0 and 1.1).
 
     Returns
     -------
     str
-        The lowercase hex SHA-256 of the canonical encoding (see ``docs/cube.md``).
+        The lowercase hex hash (256 bits) of the canonical encoding (see ``docs/cube.md``).
 
     Raises
     ------
@@ -558,17 +607,17 @@ def table_digest(frame: Any) -> str:
     import narwhals.stable.v2 as nw
 
     columns = canonical_table(frame)
-    return columns_digest(len(nw.from_native(frame, eager_only=True)), columns)
+    return columns_digest(len(nw.from_native(frame, eager_only=True)), columns, algorithm)
 
 
-def columns_digest(n_rows: int, columns: Sequence[CanonicalColumn]) -> str:
+def columns_digest(n_rows: int, columns: Sequence[CanonicalColumn], algorithm: str = BLAKE3) -> str:
     """The table digest of ``n_rows`` rows held as these canonical columns, in this order."""
-    h = hashlib.sha256(b"cytepool.table/1\0")
+    h = hasher(algorithm, b"cytepool.table/1\0")
     h.update(_u64(n_rows) + _u64(len(columns)))
     for column in columns:
         for piece in column.encoded():
             h.update(piece)
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 # --------------------------------------------------------------------------- digests
@@ -598,6 +647,9 @@ class Digests:
         yet (a lazy group not read).
     dtypes
         The data type name of each layer.
+    algorithm
+        The hash algorithm every digest was made with: :data:`BLAKE3` (the default) or
+        :data:`SHA256` (cube files of formats 1.0 and 1.1).
 
     Examples
     --------
@@ -624,8 +676,15 @@ class Digests:
     normalization: str
     layers: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    algorithm: str = BLAKE3
 
     def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            msg = (
+                f"digests: the algorithm must be one of {list(ALGORITHMS)}, "
+                f"found {self.algorithm!r}"
+            )
+            raise InputError(msg)
         tables = dict(self.tables)
         if sorted(tables) != sorted(TABLE_NAMES):
             msg = f"digests: expected tables {list(TABLE_NAMES)}, found {sorted(tables)}"
@@ -662,7 +721,10 @@ class Digests:
         return all(v is not None for groups in self.layers.values() for v in groups)
 
     def fingerprint(self) -> str:
-        """The cube's fingerprint: a hex SHA-256 of the part digests (see ``docs/cube.md``).
+        """The cube's fingerprint: a hash of the part digests (see ``docs/cube.md``).
+
+        ``"blake3:"`` and 64 lowercase hex digits; for SHA-256 digests (cube files of formats
+        1.0 and 1.1), the 64 hex digits alone, as those files store it.
 
         Raises
         ------
@@ -678,7 +740,7 @@ class Digests:
             ]
             msg = f"digests: the fingerprint needs every group digest; missing {missing[:5]}"
             raise InputError(msg)
-        h = hashlib.sha256(b"cytepool.fingerprint/1\0")
+        h = hasher(self.algorithm, b"cytepool.fingerprint/1\0")
         for name in TABLE_NAMES:
             h.update(bytes.fromhex(self.tables[name]))
         h.update(bytes.fromhex(self.cells) + bytes.fromhex(self.normalization))
@@ -689,11 +751,17 @@ class Digests:
             h.update(prefixed_text(name) + prefixed_text(self.dtypes[name]) + _u64(len(groups)))
             for value in groups:
                 h.update(bytes.fromhex(value or ""))
-        return h.hexdigest()
+        found = str(h.hexdigest())
+        return found if self.algorithm == SHA256 else f"{self.algorithm}:{found}"
 
     def to_json(self) -> dict[str, Any]:
-        """The digests as a JSON-serialisable dict (unknown group digests are null)."""
-        return {
+        """The digests as a JSON-serialisable dict (unknown group digests are null).
+
+        The algorithm is named (``"algorithm"``) unless it is SHA-256, which formats 1.0 and
+        1.1 store without naming it.
+        """
+        named = {} if self.algorithm == SHA256 else {"algorithm": self.algorithm}
+        return named | {
             "tables": {name: self.tables[name] for name in TABLE_NAMES},
             "cells": self.cells,
             "normalization": self.normalization,
@@ -703,14 +771,16 @@ class Digests:
 
     @classmethod
     def from_json(cls, data: Any) -> Digests:
-        """Digests from the dict :meth:`to_json` gives.
+        """Digests from the dict :meth:`to_json` gives (SHA-256 digests if it names none).
 
         Raises
         ------
         FormatError
             If ``data`` is not such a dict (a ValueError).
         """
-        check_keys("digests", data, {"tables", "cells", "normalization", "layers", "dtypes"})
+        keys = {"tables", "cells", "normalization", "layers", "dtypes"}
+        named = isinstance(data, Mapping) and "algorithm" in data
+        check_keys("digests", data, keys | {"algorithm"} if named else keys)
         try:
             for key in ("tables", "layers", "dtypes"):
                 if not isinstance(data[key], Mapping):
@@ -728,6 +798,7 @@ class Digests:
                 normalization=data["normalization"],
                 layers=layers,
                 dtypes=dict(data["dtypes"]),
+                algorithm=data["algorithm"] if named else SHA256,
             )
         except (TypeError, ValueError) as err:
             if isinstance(err, FormatError):

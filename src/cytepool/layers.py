@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import ConstraintError, FormatError, InputIndexError, SumOverflowError
-from cytepool.fingerprint import group_digest, layer_dtype
+from cytepool.fingerprint import BLAKE3, group_digest, layer_dtype
 
 __all__ = [
     "ArrayLayer",
@@ -367,6 +367,8 @@ class ArrayLayer(LazyLayer):
         The cell numbers ``(n_groups, n_samples)`` (profiles with 0 cells must hold 0s).
     digests
         Known group digests (None entries for unknown ones).
+    algorithm
+        The hash algorithm of the digests (:mod:`cytepool.fingerprint`); BLAKE3 by default.
     checked
         Whether the values were checked already (numpy arrays checked on construction).
     """
@@ -382,6 +384,7 @@ class ArrayLayer(LazyLayer):
         cells: np.ndarray[Any, Any] | None = None,
         digests: Sequence[str | None] | None = None,
         checked: bool = False,
+        algorithm: str = BLAKE3,
     ):
         self.array = array
         self.name = name
@@ -392,6 +395,7 @@ class ArrayLayer(LazyLayer):
         self.feature_ids = feature_ids
         self.cells = cells
         self.digests = tuple(digests) if digests is not None else None
+        self.algorithm = algorithm
         self.checked = checked
         self.eager = checked and isinstance(array, np.ndarray)
 
@@ -438,8 +442,8 @@ class ArrayLayer(LazyLayer):
     def read_all(self, out: np.ndarray[Any, Any]) -> list[str] | None:
         """Read every group into ``out`` (C-contiguous, the layer's shape and data type),
         checked and verified on the threads that decode the array, each group as soon as its
-        chunks are in; the digest of every group, or None (and ``out`` untouched) if the array
-        cannot be read that way (then read group by group).
+        chunks are in; the digest of every group (made with the layer's algorithm), or None
+        (and ``out`` untouched) if the array cannot be read that way (then read group by group).
         """
         read_into = getattr(self.array, "read_into", None)
         if read_into is None or self.checked or self.array.dtype != self.dtype:
@@ -461,7 +465,7 @@ class ArrayLayer(LazyLayer):
 
     def _verify(self, group: int, block: np.ndarray[Any, Any], expected: str | None) -> str:
         """The digest of a whole group's block; FormatError if it is not ``expected``."""
-        found = group_digest(self.dtype, block)
+        found = group_digest(self.dtype, block, self.algorithm)
         if expected is not None and found != expected:
             msg = (
                 f"layer {self.name!r}, group {self._group_id(group)!r}: the values do not match"

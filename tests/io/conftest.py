@@ -18,11 +18,11 @@ def special(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(params=["fast", "stdlib"])
 def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each set of decoders a read may use: the fast extra (libdeflate for gzip, zstandard for
-    zstd; in the test extra too) and, forced with CYTEPOOL_ZARR_FAST=0, the standard library's
-    zlib and the zstd module alone (in subprocesses too)."""
+    """Each set of decoders a read may use: the fast decoders (libdeflate for gzip, zstandard
+    for zstd; dependencies of cytepool) and, forced with CYTEPOOL_ZARR_FAST=0, the standard
+    library's zlib and the zstd module alone (in subprocesses too). Both stacks run both."""
     if request.param == "fast":
-        import deflate  # noqa: F401  (installed with cytepool[test]: a failure, not a skip)
+        import deflate  # noqa: F401  (installed with cytepool: a failure, not a skip)
         import zstandard  # noqa: F401
 
     monkeypatch.setenv("CYTEPOOL_ZARR_FAST", "1" if request.param == "fast" else "0")

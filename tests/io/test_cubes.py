@@ -1225,18 +1225,13 @@ def test_attributes_digest_is_not_part_of_the_fingerprint(tmp_path: Path) -> Non
     assert dict(read_cube(tmp_path / "second.cube.zarr").metadata) == {"a": 2.5, "b": [None]}
 
 
-def test_files_of_format_1_0_still_read(stored: Path, cube: Cube) -> None:
-    # format 1.0 had no attributes_digest: such files read, and their metadata is not checked
-    def to_1_0(attrs):
-        attrs.update(format_version="1.0")
-        del attrs["attributes_digest"]
-
-    edit_attributes(stored, to_1_0)
-    assert_same_cube(read_cube(stored), cube)
-    edit_attributes(stored, lambda attrs: attrs["metadata"].update(study="edited"))
-    assert read_cube(stored).metadata["study"] == "edited"
-    edit_attributes(stored, lambda attrs: attrs.update(attributes_digest="0" * 64))
-    with pytest.raises(FormatError, match=r"unknown attributes \['attributes_digest'\]"):
+def test_format_1_1_digests_are_refused_in_a_1_2_file(stored: Path) -> None:
+    # a file of format 1.2 names its algorithm; without it, the digests would be SHA-256
+    edit_attributes(stored, lambda attrs: attrs["digests"].pop("algorithm"))
+    with pytest.raises(FormatError, match=r"made with no algorithm \(SHA-256\); format 1\.2"):
+        read_cube(stored)
+    edit_attributes(stored, lambda attrs: attrs["digests"].update(algorithm="md5"))
+    with pytest.raises(FormatError, match=r"invalid digests .*'md5'"):
         read_cube(stored)
 
 

@@ -32,11 +32,25 @@ COVERED: dict[str, list[Any]] = {
     "f32": np.array([1.5, np.nan, -0.0, 3.0], dtype=np.float32),
     "f64": [0.25, float("nan"), -0.0, 1e300],
     "flag": [True, False, True, False],
+    # digested from their stored values too (issue 24): codes, masks, UTF-8, int64 times
+    "category": pd.Categorical(["a", "b", None, "a"]),
+    "ordered": pd.Categorical(["lo", "hi", "hi", "é"], categories=["lo", "hi", "é"], ordered=True),
+    "no-categories": pd.Categorical([None] * 4, categories=pd.Index([], dtype=object)),
+    "when": pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]),
+    "zoned": pd.to_datetime(
+        ["2020-01-01 10:00", None, "2021-06-01 00:00", "2022-01-01 23:59"]
+    ).tz_localize("Europe/Paris"),
+    "ms": pd.to_datetime(["2020-01-01", "1960-01-01", None, "2022-01-01"]).as_unit("ms"),
+    "took": pd.to_timedelta([1, None, -3, 4], unit="s"),
+    "count": pd.array([1, None, 3, 4], dtype="Int64"),
+    "small": pd.array([None, -2, 3, 4], dtype="Int8"),
+    "unsigned": pd.array([1, None, 3, 2**40], dtype="UInt64"),
+    "yes": pd.array([True, None, False, True], dtype="boolean"),
+    "ratio": pd.array([0.5, None, -0.0, 2.0], dtype="Float64"),
 }
 NOT_COVERED: dict[str, Any] = {
-    "category": pd.Categorical(["a", "b", None, "a"]),
-    "when": pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]),
-    "count": pd.array([1, None, 3, 4], dtype="Int64"),
+    "numbers": pd.Categorical([1, 2, None, 1]),  # categories of numbers: polars has none
+    "seconds": pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]).as_unit("s"),
 }
 
 

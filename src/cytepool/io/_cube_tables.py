@@ -6,63 +6,91 @@ digest and ids are known now and whose frame (pandas, polars or pyarrow) is buil
 used; otherwise the frame itself, whose digest is then computed from it.
 
 :func:`stored_digest` gives the :func:`cytepool.fingerprint.table_digest` of the frame a table
-reads as, computed from what was read (UTF-8 buffers, numpy values): string columns are hashed
-from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is built from them. It
-covers the columns whose canonical form is plain to see from the stored values (strings with or
-without missing values, booleans, integers and floats); for a table with another kind of column
-it gives None, and the digest is then computed from the frame.
+reads as, computed from what was read (UTF-8 buffers, numpy values, masks, codes): string
+columns are hashed from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is
+built from them. It covers the columns whose canonical form is plain to see from the stored
+values, whatever the backend: strings with or without missing values, booleans, integers and
+floats, their nullable forms, categoricals of strings, and datetimes and durations in
+milliseconds to nanoseconds (the units every backend keeps). For a table with another kind of
+column (dates, which pandas reads in another form than polars and pyarrow; categories of
+numbers; seconds) it gives None, and the digest is then computed from the frame.
+
+A deferred table's frame is made by a :class:`StoredFrame`, which holds what was read (no
+open file, no closure), so a cube read from a file pickles before its tables were used.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
-from cytepool._table import AxisTable, unique_positions
+from cytepool._table import AxisTable
+from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import FormatError
-from cytepool.fingerprint import CanonicalColumn, columns_digest
+from cytepool.fingerprint import BLAKE3, CanonicalColumn, columns_digest
 from cytepool.io.tables.backends import INDEX, check_installed
-from cytepool.io.tables.columns import Column, Dense
+from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
 from cytepool.io.tables.strings import Utf8Strings
 from cytepool.io.zarr.store import StorePath
 
-__all__ = ["read_cube_table", "stored_digest"]
+__all__ = ["StoredFrame", "read_cube_table", "stored_digest"]
 
 _NUMBER_KINDS = "biuf"
 _NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
+_NULLABLE = {"nullable-integer": "iu", "nullable-boolean": "b", "nullable-float": "f"}
+_TIME_UNITS = ("ms", "us", "ns")  # polars has no seconds: a frame there would change the unit
 
 
-def read_cube_table(root: StorePath, axis: str, backend: str, rows: int) -> Any:
+def read_cube_table(
+    root: StorePath, axis: str, backend: str, rows: int, algorithm: str = BLAKE3
+) -> Any:
     """The table ``axis`` of the cube file at ``root``: a deferred AxisTable, or a frame.
 
-    A deferred table's ids are checked now (FormatError if one repeats).
+    A deferred table's ids are checked now (FormatError if one repeats) and kept as the
+    UTF-8 buffer they were read as; its digest is made with ``algorithm``, the file's.
     """
     stored = read_stored_table_at(root / axis, rows=rows)
-    digest = stored_digest(stored)
+    digest = stored_digest(stored, algorithm)
     index = stored.index
     named = stored.index_name == ID_COLUMNS[axis]
     strings = _plain_ids(index)
     if digest is None or not named or strings is None:
         return stored.frame(backend)
     check_installed(backend)
-    ids = strings.buffer.to_str()
-    try:
-        position = unique_positions(ids, axis, "holds")
-    except ValueError as error:
-        message = f"the cube file {root} is corrupt or was edited: {error}"
-        raise FormatError(message) from error
-    schema = {
+    ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
+    repeated = ids.repeated()
+    if repeated:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids must be unique; "
+            f"it holds {repeated[:10]} more than once"
+        )
+        raise FormatError(message)
+    names = {
         name: _type_name(column)
         for name, column in [(stored.index_name, index), *stored.columns.items()]
     }
+    known = {name: kind for name, kind in names.items() if kind is not None}
+    schema = known if len(known) == len(names) else None  # else asked of the frame when needed
+    make = StoredFrame(stored, backend, axis)
+    return AxisTable.deferred(axis, make, ids, schema, digest, algorithm=algorithm)
 
-    def make() -> Any:
-        return AxisTable.user_frame(stored.frame(backend), axis)  # ids checked above
 
-    return AxisTable.deferred(axis, make, ids, schema, digest, position)
+@dataclass(frozen=True)
+class StoredFrame:
+    """Makes the frame of a table read from a cube file, from what was read (picklable)."""
+
+    stored: StoredTable
+    backend: str
+    axis: str
+
+    def __call__(self) -> Any:
+        """The frame, in the form a table holds (its ids were checked when it was read)."""
+        return AxisTable.user_frame(self.stored.frame(self.backend), self.axis)
 
 
 def _plain_ids(index: Column) -> Utf8Strings | None:
@@ -75,9 +103,12 @@ def _plain_ids(index: Column) -> Utf8Strings | None:
     return None if missing else index.values
 
 
-def _type_name(column: Column) -> str:
-    """The narwhals data type name of a column :func:`stored_digest` covers."""
-    if not isinstance(column, Dense) or not isinstance(column.values, np.ndarray):
+def _type_name(column: Column) -> str | None:
+    """The narwhals data type name of a plain column :func:`stored_digest` covers (None for
+    the others, whose name depends on the backend)."""
+    if isinstance(column, Categorical) or column.kind not in ("array", "string", "nullable-string"):
+        return None
+    if not isinstance(column.values, np.ndarray):
         return "String"
     dtype = column.values.dtype
     return (
@@ -87,7 +118,7 @@ def _type_name(column: Column) -> str:
     )
 
 
-def stored_digest(table: StoredTable) -> str | None:
+def stored_digest(table: StoredTable, algorithm: str = BLAKE3) -> str | None:
     """The digest of a stored table read as a frame whose named index comes first.
 
     None when a column is of a kind not covered here (or the index is unnamed or shared with
@@ -101,18 +132,76 @@ def stored_digest(table: StoredTable) -> str | None:
         if found is None:
             return None
         canonical.append(found)
-    return columns_digest(table.n_rows, canonical)
+    return columns_digest(table.n_rows, canonical, algorithm)
 
 
 def _canonical(name: str, column: Column) -> CanonicalColumn | None:
     """The canonical form of a stored column, or None for a kind not covered here."""
-    if not isinstance(column, Dense):
-        return None
+    if isinstance(column, Categorical):
+        return _categorical(name, column)
     if column.kind in ("string", "nullable-string"):
         return _strings(name, column)
-    if column.kind == "array" and isinstance(column.values, np.ndarray):
+    if not isinstance(column.values, np.ndarray) or column.values.ndim != 1:
+        return None
+    if column.kind == "array":
         return _numbers(name, column.values)
+    if column.kind in _NULLABLE and column.mask is not None:
+        return _nullable(name, column.values, np.asarray(column.mask, dtype=bool), column.kind)
+    if column.kind in ("datetime", "duration"):
+        return _temporal(name, column)
     return None
+
+
+def _nullable(
+    name: str, values: np.ndarray[Any, Any], mask: np.ndarray[Any, Any], kind: str
+) -> CanonicalColumn | None:
+    """A nullable integer, boolean or float column: its values, 0 where missing."""
+    if values.dtype.kind not in _NULLABLE[kind] or len(mask) != len(values):
+        return None
+    found = _numbers(name, values)
+    if found is None:
+        return None
+    out = np.array(found.values, copy=True)
+    missing = found.mask | mask
+    out[missing] = 0
+    return CanonicalColumn(name, found.tag, missing, out)
+
+
+def _temporal(name: str, column: Dense) -> CanonicalColumn | None:
+    """A datetime (UTC values, with their zone if any) or duration column."""
+    values = np.asarray(column.values)
+    unit, _ = np.datetime_data(values.dtype)
+    if unit not in _TIME_UNITS or values.dtype.kind not in "Mm":
+        return None
+    if column.kind == "duration":
+        tag = f"duration[{unit}]"
+    else:
+        zone = column.time_zone
+        tag = f"datetime[{unit}]" if zone is None else f"datetime[{unit},{zone}]"
+    missing = np.isnat(values)
+    out = values.view(np.int64).astype("<i8")
+    out[missing] = 0
+    return CanonicalColumn(name, tag, missing, out)
+
+
+def _categorical(name: str, column: Categorical) -> CanonicalColumn | None:
+    """A categorical column of strings: each row's category (its UTF-8), empty where missing."""
+    categories = column.categories
+    codes = np.asarray(column.codes)
+    if (
+        categories.kind != "string"
+        or not isinstance(categories.values, Utf8Strings)
+        or codes.ndim != 1
+        or codes.dtype.kind != "i"
+    ):
+        return None
+    buffer = categories.values.buffer
+    missing = codes < 0
+    if len(buffer) == 0:  # no categories: every row is missing
+        values = Utf8Buffer.from_sizes(np.zeros(len(codes), dtype=np.int64), buffer.data[:0])
+    else:
+        values = buffer.take(np.where(missing, 0, codes)).blank(missing)
+    return CanonicalColumn(name, "categorical[string]", missing, values)
 
 
 def _strings(name: str, column: Dense) -> CanonicalColumn | None:

@@ -3,8 +3,9 @@
 A cube file is a directory, by convention named ``*.cube.zarr``::
 
     example.cube.zarr/
-        zarr.json          group: format, format_version, shape, layers, digests,
-                           fingerprint, metadata, provenance, attributes_digest
+        zarr.json          group: format, format_version, shape, layers, digests (with
+                           their algorithm), fingerprint, metadata, provenance,
+                           attributes_digest
         samples/           the sample table (anndata dataframe, index "sample_id")
         groups/            the group table (index "group_id")
         features/          the feature table (index "feature_id")
@@ -25,7 +26,6 @@ files and provenance records" in the documentation.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -87,10 +87,13 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "read_cube", "write_cube"]
 FORMAT = "cytepool.cube"
 """The value of the ``format`` attribute of every cube file."""
 
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 """The format version this module writes: ``"<major>.<minor>"``.
 
 1.1 added ``attributes_digest``; files of format 1.0, which lack it, are read as before.
+1.2 made every digest, and the fingerprint, with BLAKE3 instead of SHA-256, named in
+``digests["algorithm"]``; files of formats 1.0 and 1.1 are read and verified with SHA-256,
+and a cube read from one keeps the SHA-256 fingerprint the file stores.
 """
 
 _MAJOR, _MINOR = (int(part) for part in FORMAT_VERSION.split("."))
@@ -238,7 +241,9 @@ def read_cube(
     The digests stored with the file give the cube's fingerprint without reading the
     layers. The tables, cell numbers and normalization are checked against theirs now, and
     each group of a layer whenever a read covers all of it; the metadata and provenance are
-    checked against their digest (files of format 1.0 have none).
+    checked against their digest (files of format 1.0 have none). Files of formats 1.0 and
+    1.1 are verified with the SHA-256 digests they store, and the cube keeps their SHA-256
+    fingerprint (64 hex digits, without the ``"blake3:"`` of a newer one).
 
     The directory is opened once and every part is read relative to it, so the parts come
     from one store even while a writer replaces the path; each later read of a layer opens
@@ -389,7 +394,7 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
     from cytepool.fingerprint import Digests
     from cytepool.io.tables.frames import build_table
 
-    known = parts_of(cube).digests(compute=False)
+    known = _blake3_digests(cube)
     options: dict[str, Any] = {"compression": compression, "level": level}
     for axis, index in _TABLES:
         build_table(getattr(cube, axis), root / axis, index=index, **options)
@@ -419,6 +424,21 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
     write_consolidated_group(root, _attributes(cube, digests))
 
 
+def _blake3_digests(cube: Cube) -> Digests:
+    """The cube's known digests made with BLAKE3: those it holds, or, for a cube of a file of
+    format 1.0 or 1.1 (SHA-256), those of its tables, cells and normalization made again."""
+    from cytepool import fingerprint as fp
+
+    parts = parts_of(cube)
+    if parts.algorithm == fp.BLAKE3:
+        return parts.digests(compute=False)
+    return fp.Digests(
+        tables={name: parts.tables[name].digest(fp.BLAKE3) for name in fp.TABLE_NAMES},
+        cells=fp.cells_digest(parts.cells),
+        normalization=fp.normalization_digest(parts.normalization),
+    )
+
+
 def _small_chunks(array: np.ndarray) -> tuple[int, ...]:
     """One chunk for a small 2-D array (cells, normalization), split along groups if large."""
     n_groups, n_samples = array.shape
@@ -438,24 +458,37 @@ class _GroupSource:
     """A layer as ``write_array`` reads it: ``source[start:stop]`` reads those groups.
 
     Each group is read whole through the cube, which checks its values and verifies its
-    known digest or computes and keeps it, as the group passes.
+    known digest or computes and keeps it, as the group passes. A cube whose digests are not
+    BLAKE3 (read from a file of format 1.0 or 1.1) has each group hashed with BLAKE3 here too,
+    into ``digests``.
     """
 
     def __init__(self, cube: Cube, name: str) -> None:
+        from cytepool.fingerprint import BLAKE3
+
         self._cube = cube
         self._name = name
         layer = cube.layers[name]
         self.shape = tuple(int(size) for size in layer.shape)
         self.dtype = np.dtype(layer.dtype)
+        self.digests: list[str | None] | None = None
+        if parts_of(cube).algorithm != BLAKE3:
+            self.digests = [None] * self.shape[0]
 
     def __getitem__(self, key: slice) -> np.ndarray:
         start, stop, step = key.indices(self.shape[0])
-        blocks = [
-            parts_of(self._cube).read(self._name, group) for group in range(start, stop, step)
-        ]
+        blocks = [self._read(group) for group in range(start, stop, step)]
         if len(blocks) == 1:
             return blocks[0][np.newaxis]
         return np.stack(blocks) if blocks else np.empty((0, *self.shape[1:]), self.dtype)
+
+    def _read(self, group: int) -> np.ndarray:
+        from cytepool.fingerprint import group_digest
+
+        block = parts_of(self._cube).read(self._name, group)
+        if self.digests is not None:
+            self.digests[group] = group_digest(self.dtype, block)
+        return block
 
 
 def _write_layer(
@@ -476,7 +509,7 @@ def _write_layer(
         dimension_names=("groups", "samples", "features"),
     )
     # The cube kept the digest of every group read whole; hash again only what it did not.
-    known = parts_of(cube).digests(compute=False).layers[name]
+    known = source.digests or parts_of(cube).digests(compute=False).layers[name]
     return tuple(
         digest or group_digest(source.dtype, parts_of(cube).read(name, group))
         for group, digest in enumerate(known)
@@ -501,20 +534,23 @@ def _attributes(cube: Cube, digests: Digests) -> dict[str, Any]:
     }
 
 
-def _attributes_digest(metadata: Any, provenance: Any) -> str:
-    """The SHA-256 of the canonical JSON of ``{"metadata": ..., "provenance": ...}``.
+def _attributes_digest(metadata: Any, provenance: Any, algorithm: str = "blake3") -> str:
+    """The hash (BLAKE3; SHA-256 for format 1.1) of the canonical JSON of
+    ``{"metadata": ..., "provenance": ...}``, in lowercase hex.
 
     Canonical: keys sorted, no spaces, ASCII only, as ``json.dumps`` writes it. Parsing the
     stored attributes and writing them again gives the same text, so a reader recomputes it.
 
     Examples
     --------
-    >>> _attributes_digest({"study": "demo"}, [])[:16]
+    >>> _attributes_digest({"study": "demo"}, [], "sha256")[:16]
     'dacbc997e1d60c40'
     """
+    from cytepool.fingerprint import hasher
+
     document = {"metadata": metadata, "provenance": provenance}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    return str(hasher(algorithm, text.encode("ascii")).hexdigest())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,19 +601,33 @@ def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Hea
         raise FormatError(message)
     shape = _parse_shape(attributes["shape"], root)
     layers = _parse_layers(attributes["layers"], root)
-    digests = _parse_digests(attributes, layers, shape[0], root)
+    digests = _parse_digests(attributes, layers, shape[0], root, minor)
     metadata = attributes["metadata"]
     if not isinstance(metadata, dict):
         _corrupt(root, f"metadata must be an object, found {type(metadata).__name__}")
     provenance = _parse_provenance(attributes, root)
     if minor > 0:
-        _check_attributes_digest(attributes, root)
+        _check_attributes_digest(attributes, digests.algorithm, root)
     return _Header(shape, layers, digests, metadata, provenance)
 
 
-def _check_attributes_digest(attributes: Mapping[str, Any], root: Path | StorePath) -> None:
+def _check_algorithm(digests: Digests, minor: int, root: Path | StorePath) -> None:
+    """Formats 1.0 and 1.1 hash with SHA-256 (unnamed); 1.2 and later name their algorithm,
+    BLAKE3 for 1.2."""
+    from cytepool.fingerprint import BLAKE3, SHA256
+
+    expected = SHA256 if minor < 2 else BLAKE3
+    if minor <= _MINOR and digests.algorithm != expected:
+        given = "no algorithm (SHA-256)" if digests.algorithm == SHA256 else digests.algorithm
+        version = f"{_MAJOR}.{minor}"
+        _corrupt(root, f"its digests are made with {given}; format {version} uses {expected}")
+
+
+def _check_attributes_digest(
+    attributes: Mapping[str, Any], algorithm: str, root: Path | StorePath
+) -> None:
     stored = attributes["attributes_digest"]
-    computed = _attributes_digest(attributes["metadata"], attributes["provenance"])
+    computed = _attributes_digest(attributes["metadata"], attributes["provenance"], algorithm)
     if stored != computed:
         problem = (
             "its metadata or provenance was edited: their digest (attributes_digest) is "
@@ -646,7 +696,11 @@ def _parse_layers(layers: object, root: Path | StorePath) -> dict[str, str]:
 
 
 def _parse_digests(
-    attributes: Mapping[str, Any], layers: dict[str, str], n_groups: int, root: Path | StorePath
+    attributes: Mapping[str, Any],
+    layers: dict[str, str],
+    n_groups: int,
+    root: Path | StorePath,
+    minor: int,
 ) -> Digests:
     from cytepool.fingerprint import Digests
 
@@ -655,6 +709,7 @@ def _parse_digests(
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         message = f"the cube file {root} is corrupt: invalid digests ({error})"
         raise FormatError(message) from error
+    _check_algorithm(digests, minor, root)
     if dict(digests.dtypes) != layers or set(digests.layers) != set(layers):
         _corrupt(root, "the digests do not describe the layers the attributes list")
     if any(len(groups) != n_groups for groups in digests.layers.values()):
@@ -750,7 +805,8 @@ def _assemble(
 
 
 def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
-    return read_cube_table(root, axis, backend, header.shape[_TABLE_AXES[axis]])
+    rows = header.shape[_TABLE_AXES[axis]]
+    return read_cube_table(root, axis, backend, rows, header.digests.algorithm)
 
 
 def _open_small(root: StorePath, name: str, header: _Header, kinds: str, what: str) -> ZarrArray:

@@ -1,4 +1,4 @@
-"""The optional fast decoders (cytepool[fast]: libdeflate for gzip, zstandard for zstd) against
+"""The fast decoders (dependencies of cytepool: libdeflate for gzip, zstandard for zstd) against
 the standard library's zlib and the zstd module.
 
 Every chunk below is read twice, with the fast decoders allowed and with CYTEPOOL_ZARR_FAST=0:
@@ -152,7 +152,7 @@ def test_same_results_and_errors_with_and_without_the_fast_decoders(
 
 @pytest.mark.parametrize("case", list(VALID)[:4])
 def test_the_shortcut_takes_one_complete_member(case: str) -> None:
-    assert fast_inflate() is not None  # installed with the test extra
+    assert fast_inflate() is not None  # a dependency of cytepool
     assert gunzip(VALID[case], len(RAW)) == RAW
     assert gunzip(bytearray(VALID[case]), len(RAW)) == RAW
 
@@ -175,7 +175,7 @@ def test_the_shortcut_needs_bytes_and_can_be_switched_off(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("case", list(ZSTD_VALID)[:3])
 def test_the_zstd_shortcut_takes_one_frame_of_the_chunk_size(case: str) -> None:
-    assert fast_zstd() is not None  # installed with the test extra
+    assert fast_zstd() is not None  # a dependency of cytepool
     out = np.zeros(len(RAW), dtype=np.uint8)
     assert unzstd_into(ZSTD_VALID[case], out, 2**23)
     assert out.tobytes() == RAW

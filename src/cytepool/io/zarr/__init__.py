@@ -74,7 +74,7 @@ settled. Besides its result, a read holds what the chunk each thread works on ta
   bytes, straight into the result where the whole chunk fills such a block of it, else into the
   thread's chunk buffer, which is then copied into place and kept (up to 16 MiB) for the
   thread's later reads;
-- with the optional extra ``cytepool[fast]``, a chunk of a fixed-size data type under one gzip
+- with the fast decoders installed with cytepool, a chunk of a fixed-size data type under one gzip
   codec is first inflated whole by libdeflate (the ``deflate`` package) into a new buffer of
   exactly its decoded size, about three times as fast, so the thread holds the stored chunk and
   its output; one under one zstd codec is decoded by ``zstandard`` straight into its place in

@@ -1,4 +1,4 @@
-"""The optional fast inflate: libdeflate (the ``deflate`` package, ``pip install cytepool[fast]``).
+"""The fast decoders, installed with cytepool: libdeflate (the ``deflate`` package) and zstandard.
 
 libdeflate decodes a whole gzip member into a buffer of a size given in advance, about three times
 as fast as the standard library's zlib. It is used only where the decoded size is known exactly
@@ -15,15 +15,18 @@ is taken as one member with nothing after it when its last 8 bytes are the trail
 bytes (their CRC-32 and size) and those 8 bytes occur nowhere earlier in the chunk: bytes after
 the member would have to end with the member's own trailer, which the member already holds.
 
-The same extra brings ``zstandard``, whose decoder (one per thread, kept across chunks) decodes a
+``zstandard``'s decoder (one per thread, kept across chunks) decodes a
 zstd frame straight into the result, in one step. :func:`unzstd_into` takes that shortcut only for
 one frame that declares exactly the chunk's size and a window the streaming decoder accepts, whose
 blocks (walked from their headers) end exactly at the end of the chunk, and that ends where the
 buffer is full (its checksum, if it has one, verified); anything else is left to the streaming
 decoder, as for gzip.
 
-Set the environment variable ``CYTEPOOL_ZARR_FAST`` to ``0`` to decode with the standard library
-(and ``backports.zstd`` / ``compression.zstd``) only.
+Both are dependencies of cytepool (the ``fast`` extra is kept, empty, so that old install
+commands still work); if either is missing all the same, its chunks are decoded by the strict
+decoders. Set the environment variable ``CYTEPOOL_ZARR_FAST`` to ``0`` to decode with the standard
+library (and ``backports.zstd`` / ``compression.zstd``) only: the tests read every chunk both
+ways, on both stacks.
 """
 
 from __future__ import annotations

@@ -1,0 +1,171 @@
+"""Unique ids kept as the UTF-8 buffer they were read as, found without a ``str`` per id.
+
+A cube file's id columns are read as a :class:`~cytepool._utf8.Utf8Buffer`. :class:`BufferIds`
+keeps that buffer, checks that no id repeats and finds the positions of given ids with a 64-bit
+hash of each id's bytes, computed with numpy over the whole buffer: the hashes are sorted once,
+a lookup is a binary search, and every match is confirmed by comparing the bytes. No Python
+string is made per stored id; the ids become a list of ``str`` only when something asks for them.
+
+Examples
+--------
+>>> import numpy as np
+>>> from cytepool._utf8 import Utf8Buffer
+>>> ids = BufferIds(Utf8Buffer.from_str(["CD4", "CD8A", "", "MS4A1"]))
+>>> ids.find(["MS4A1", "CD4", "nope", ""]).tolist()
+[3, 0, -1, 2]
+>>> ids.repeated(), BufferIds(Utf8Buffer.from_str(["a", "b", "a"])).repeated()
+([], ['a'])
+>>> ids.take(np.array([3, 1])).to_list()
+['MS4A1', 'CD8A']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cytepool._utf8 import Utf8Buffer
+
+__all__ = ["BufferIds"]
+
+_MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: the base of a polynomial hash
+_SIZE_MIX = np.uint64(0x9E3779B97F4A7C15)  # the size is mixed in, so "" and "\0" differ
+_MOST_LENGTHS = 32  # beyond as many distinct lengths, the ids are hashed byte by byte
+
+
+def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
+    """A 64-bit polynomial hash of each item's bytes, mixed with its length (wrapping
+    arithmetic). The items of each length are gathered into a matrix, one row per item, whose
+    rows are hashed at once; ids usually have few distinct lengths."""
+    sizes = buffer.sizes()
+    out = np.zeros(len(sizes), dtype=np.uint64)
+    if not len(sizes):
+        return out
+    starts = buffer.offsets[:-1].astype(np.intp)
+    lengths = np.unique(sizes)
+    if len(lengths) > _MOST_LENGTHS:  # many lengths: one pass over the bytes instead
+        return _hashes_by_byte(buffer, sizes, starts)
+    first = int(buffer.offsets[0])
+    for length in lengths.tolist():
+        if not length:
+            continue
+        if len(lengths) == 1:  # one length: the bytes are the matrix already
+            rows: Any = slice(None)
+            matrix = buffer.data[first : first + length * len(sizes)].reshape(-1, length)
+        else:
+            rows = np.flatnonzero(sizes == length)
+            matrix = buffer.data[starts[rows, np.newaxis] + np.arange(length)]
+        found = np.zeros(matrix.shape[0], dtype=np.uint64)
+        for column in range(length):  # Horner's rule, a column of bytes at a time
+            found *= _MULTIPLIER
+            found += matrix[:, column]
+        out[rows] = found
+    return out ^ (sizes.astype(np.uint64) * _SIZE_MIX)
+
+
+def _powers(n: int) -> np.ndarray[Any, Any]:
+    """``_MULTIPLIER ** k`` for k in ``range(n)``, modulo 2**64."""
+    powers = np.full(max(n, 1), _MULTIPLIER, dtype=np.uint64)
+    powers[0] = 1
+    return np.cumprod(powers)[:n]  # wraps modulo 2**64, as meant
+
+
+def _hashes_by_byte(
+    buffer: Utf8Buffer, sizes: np.ndarray[Any, Any], starts: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """:func:`_hashes` of items of many lengths: each byte weighted by its place from its
+    item's end, summed per item."""
+    first = int(buffer.offsets[0])
+    data = buffer.data[first : int(buffer.offsets[-1])]
+    starts = starts - first
+    ends = np.repeat(starts + sizes, sizes)
+    from_end = ends - 1 - np.arange(len(data), dtype=np.intp)
+    terms = np.append(data.astype(np.uint64) * _powers(int(sizes.max()))[from_end], np.uint64(0))
+    out = np.add.reduceat(terms, np.minimum(starts, len(data)))
+    out[sizes == 0] = 0  # reduceat gives the next item's first term for an empty one
+    return out ^ (sizes.astype(np.uint64) * _SIZE_MIX)
+
+
+def _equal(a: Utf8Buffer, b: Utf8Buffer) -> np.ndarray[Any, Any]:
+    """Whether each item of ``a`` has the bytes of the same item of ``b`` (as many items)."""
+    sizes = a.sizes()
+    same = sizes == b.sizes()
+    rows = np.flatnonzero(same)
+    left, right = a.take(rows), b.take(rows)  # the same sizes: their bytes line up
+    differ = np.append(left.data != right.data, False)
+    starts = np.minimum(left.offsets[:-1], len(left.data)).astype(np.intp)
+    counts = np.add.reduceat(differ.astype(np.int64), starts) if len(rows) else differ[:0]
+    counts[sizes[rows] == 0] = 0
+    same[rows] = counts == 0
+    return same
+
+
+class BufferIds:
+    """Ids as a UTF-8 buffer, with a sorted hash index made when first needed."""
+
+    def __init__(self, buffer: Utf8Buffer):
+        self.buffer = buffer
+        self._sorted: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def to_list(self) -> list[str]:
+        """The ids as ``str``."""
+        return self.buffer.to_str()
+
+    def take(self, rows: np.ndarray[Any, Any]) -> BufferIds:
+        """The ids at ``rows`` (positions), in that order."""
+        return BufferIds(self.buffer.take(np.asarray(rows, dtype=np.intp)))
+
+    def _index(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The hashes in increasing order and the row of each."""
+        if self._sorted is None:
+            hashes = _hashes(self.buffer)
+            order = np.argsort(hashes, kind="stable")
+            self._sorted = (hashes[order], order)
+        return self._sorted
+
+    def _item(self, row: int) -> bytes:
+        a, b = int(self.buffer.offsets[row]), int(self.buffer.offsets[row + 1])
+        return self.buffer.data[a:b].tobytes()
+
+    def repeated(self) -> list[str]:
+        """The ids held more than once, sorted (empty when every id is unique)."""
+        hashes, order = self._index()
+        same = np.flatnonzero(hashes[1:] == hashes[:-1])
+        if not len(same):
+            return []
+        rows = np.unique(np.concatenate([order[same], order[same + 1]]))
+        seen: dict[bytes, int] = {}
+        for row in rows.tolist():  # only the rows whose hash another shares: confirmed by bytes
+            item = self._item(row)
+            seen[item] = seen.get(item, 0) + 1
+        return sorted(item.decode("utf-8") for item, count in seen.items() if count > 1)
+
+    def find(self, ids: Sequence[str]) -> np.ndarray[Any, Any]:
+        """The position of each of ``ids`` (``str``), -1 for one not held.
+
+        Raises UnicodeEncodeError for a ``str`` holding a lone surrogate (held by no id).
+        """
+        wanted = Utf8Buffer.from_str(list(ids))
+        hashes, order = self._index()
+        keys = _hashes(wanted)
+        first = np.searchsorted(hashes, keys, side="left")
+        last = np.searchsorted(hashes, keys, side="right")
+        out = np.full(len(keys), -1, dtype=np.intp)
+        hit = np.flatnonzero(last > first)
+        candidates = order[first[hit]]
+        same = _equal(self.buffer.take(candidates), wanted.take(hit))
+        out[hit[same]] = candidates[same]
+        for i in hit[~same & (last[hit] - first[hit] > 1)].tolist():  # a shared hash: rare
+            item = wanted.data[int(wanted.offsets[i]) : int(wanted.offsets[i + 1])].tobytes()
+            rows = [row for row in order[first[i] : last[i]].tolist() if self._item(row) == item]
+            out[i] = rows[0] if rows else -1
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The buffer only: the index is made again when needed."""
+        return {"buffer": self.buffer, "_sorted": None}

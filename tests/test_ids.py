@@ -1,0 +1,93 @@
+"""Ids kept as UTF-8 buffers (cytepool._ids): found and checked for repeats like a dict of str."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cytepool._assemble import parts_of
+from cytepool._ids import BufferIds, _hashes, _hashes_by_byte
+from cytepool._utf8 import Utf8Buffer
+from cytepool.errors import FormatError, UnknownIdError
+from cytepool.io import read_cube, write_cube
+from factories import make_cube, string_values
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(texts, max_size=40), st.lists(texts, max_size=10))
+def test_find_and_repeated_agree_with_a_dict(ids: list[str], queries: list[str]) -> None:
+    held = BufferIds(Utf8Buffer.from_str(ids))
+    first = {}
+    for i, value in enumerate(ids):
+        first.setdefault(value, i)
+    counts = {value: ids.count(value) for value in ids}
+    assert held.repeated() == sorted(value for value, n in counts.items() if n > 1)
+    if not held.repeated():
+        wanted = queries + ids[:5]
+        assert held.find(wanted).tolist() == [first.get(q, -1) for q in wanted]
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [f"ENSG{i:011d}" for i in range(500)],  # one length: hashed as a matrix
+        ["", "a", "\0", "a\0", "\0a", "é", "ab", "ba", *[chr(i) * i for i in range(1, 60)]],
+    ],
+)
+def test_both_hashes_agree(ids: list[str]) -> None:
+    buffer = Utf8Buffer.from_str(ids)
+    starts = buffer.offsets[:-1].astype(np.intp)
+    assert (_hashes(buffer) == _hashes_by_byte(buffer, buffer.sizes(), starts)).all()
+    assert len(set(_hashes(buffer).tolist())) == len(ids)
+
+
+def test_ids_sharing_a_hash_are_told_apart_by_their_bytes() -> None:
+    ids = ["T", "B", "NK", "B"]
+    held = BufferIds(Utf8Buffer.from_str(ids))
+    held._sorted = (np.zeros(4, dtype=np.uint64), np.arange(4))  # as if every hash collided
+    assert held.repeated() == ["B"]
+    unique = BufferIds(Utf8Buffer.from_str(ids[:3]))
+    h = _hashes(unique.buffer)
+    entries = sorted([(h[0], 0), (h[1], 0), (h[1], 1), (h[2], 2)], key=lambda e: int(e[0]))
+    # "B"'s hash listed first for row 0 ("T"): the bytes must send the search on to row 1
+    unique._sorted = (np.array([e[0] for e in entries]), np.array([e[1] for e in entries]))
+    assert unique.find(["NK", "B", "T", "CD4"]).tolist() == [2, 1, 0, -1]
+
+
+def test_a_cube_file_keeps_its_ids_as_stored_until_asked(tmp_path: Path) -> None:
+    features = [f"ENSG{i:05d}" for i in range(40)]
+    cube = make_cube(np.ones((2, 3, 40), dtype=np.int32), ids={"features": features})
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    read = read_cube(tmp_path / "c.cube.zarr")
+    table = parts_of(read).tables["features"]
+    selected = read.select(features=["ENSG00031", "ENSG00002"])
+    assert table._ids is None  # no str per id was made to open and select
+    assert selected.features.index.tolist() == ["ENSG00031", "ENSG00002"]
+    np.testing.assert_array_equal(selected.profiles("g1"), np.ones((3, 2), dtype=np.int32))
+    with pytest.raises(UnknownIdError, match=r"unknown ids \['nope', '\\ud800'\]"):
+        read.select(features=["ENSG00001", "nope", "\ud800"])
+    with pytest.raises(ValueError, match=r"selects \['ENSG00001'\] more than once"):
+        read.select(features=["ENSG00001", "ENSG00001"])
+    assert table.ids == features  # made when asked for
+
+
+def test_a_repeated_stored_id_is_refused(tmp_path: Path) -> None:
+    zarr = pytest.importorskip("zarr")
+    features = [f"ENSG{i:05d}" for i in range(6)]
+    cube = make_cube(np.ones((3, 4, 6), dtype=np.int32), ids={"features": features})
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    array = zarr.open_array(
+        string_values(tmp_path / "c.cube.zarr" / "features" / "feature_id"), mode="r+"
+    )
+    array[4] = "ENSG00001"
+    with pytest.raises(
+        FormatError,
+        match=r"features: the ids must be unique; it holds \['ENSG00001'\] more than once",
+    ):
+        read_cube(tmp_path / "c.cube.zarr")
