@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
+from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix
 from cytepool.io.anndata._readers import (
     Modality,
     Source,
@@ -37,6 +39,7 @@ from cytepool.io.anndata._readers import (
     matrix_of,
     open_cells,
     open_modalities,
+    shown,
 )
 from cytepool.io.anndata._record import stamped
 
@@ -460,33 +463,42 @@ def _pool_with_tables(
 
     names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": obs.index}
     names["features"] = feature_table.index
-    with _words.speaking(**names):
-        if is_sparse_dataset(matrix) and matrix.format == "csc":
-            return _pool_columns(matrix, feature_table, pool, options)
-        counts = cell_rows(matrix, options["progress"])
+    with _words.speaking(**names), contextlib.ExitStack() as stack:
+        if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
+            blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
+            if matrix.format == "csc":
+                return _pool_columns(blocks, feature_table, pool, options)
+            rows = (block for _, _, block in blocks)
+            counts = shown(rows, matrix.shape[0], options["progress"])
+        elif is_sparse_dataset(matrix) and matrix.format == "csc":
+            indptr = matrix.group["indptr"]
+            bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
+            column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
+            return _pool_columns(column_blocks, feature_table, pool, options)
+        else:
+            counts = cell_rows(matrix, options["progress"])
         return pool(counts, feature_table, options["allow_float"])
 
 
 def _pool_columns(
-    matrix: Any,
+    blocks: Iterable[tuple[int, int, Any]],
     features: pd.DataFrame,
     pool: Callable[[Any, pd.DataFrame, bool], Cube],
     options: Mapping[str, Any],
 ) -> Cube:
-    """Pool a CSC matrix on disk in blocks of columns, then join them along the features.
+    """Pool a CSC matrix on disk in blocks of columns, ``(start, stop, block)``, then join
+    them along the features.
 
     Values that are not counts are warned about once, in the first block that holds one.
     """
 
-    progress = _progress.Progress(
-        matrix.shape[1], "pooling", "features", enabled=options["progress"]
-    )
+    progress = _progress.Progress(len(features), "pooling", "features", enabled=options["progress"])
     parts: list[Cube] = []
     allow_float = options["allow_float"]
     try:
-        for start, stop in _readers.nonzero_bounds(matrix.group["indptr"], matrix.shape[1]):
+        for start, stop, block in blocks:
             with _words.speaking(first_column=start):
-                parts.append(pool(matrix[:, start:stop], features.iloc[start:stop], allow_float))
+                parts.append(pool(block, features.iloc[start:stop], allow_float))
             allow_float = allow_float or _float_counts(parts[-1])
             progress.update(stop - start)
     finally:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool import _progress, _words
-from cytepool.errors import InputError, InputTypeError, UnknownIdError
+from cytepool.errors import FormatError, InputError, InputTypeError, UnknownIdError
+from cytepool.io.anndata._direct import open_matrix
 
 if TYPE_CHECKING:
     import anndata
@@ -83,7 +84,7 @@ def open_cells(
             for needed in (element, "obs", var_path):
                 if needed not in root:
                     raise _missing_element(root, needed, source)
-            matrix = _on_disk_matrix(root[element])
+            matrix = _matrix(root, element, Path(path), source.owner)
             yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
             return
     with _legacy_anndata(Path(path)) as adata:
@@ -200,7 +201,7 @@ def open_modalities(
             group = root[where]
             owner = f"modality {name!r} of {os.fspath(path)}"
             modalities[name] = Modality(
-                _on_disk_matrix(group["X"]),
+                _matrix(root, f"{where}/X", path, owner),
                 _read_frame(group["obs"]),
                 _read_frame(group["var"]),
                 Source(owner, "X", path=True, modality=True),
@@ -222,6 +223,7 @@ def _open_store(path: Path) -> Iterator[Any]:
     if path.is_dir():
         import zarr
 
+        _check_store_files(path)
         try:
             group = zarr.open_group(path, mode="r")
         except (ValueError, OSError) as error:
@@ -231,6 +233,9 @@ def _open_store(path: Path) -> Iterator[Any]:
         return
     import h5py
 
+    if not path.is_file():
+        msg = f"{path} is neither a regular file nor a directory: not an .h5ad file or .zarr store"
+        raise FormatError(msg)
     try:
         file = h5py.File(path, "r")
     except OSError as error:
@@ -238,6 +243,23 @@ def _open_store(path: Path) -> Iterator[Any]:
         raise InputError(msg) from error
     with file:
         yield file
+
+
+def _matrix(root: Any, element: str, path: Path, owner: str) -> Any:
+    """The matrix at ``element``: read by cytepool's file reader where it can
+    (:mod:`cytepool.io.anndata._direct`), else by anndata's backed reader."""
+    return open_matrix(root, element, path, owner) or _on_disk_matrix(root[element])
+
+
+def _check_store_files(path: Path) -> None:
+    """Every entry of a store is a regular file or a directory (a FIFO would block a read)."""
+    for folder, directories, files in os.walk(path):
+        for name in files:
+            entry = Path(folder) / name
+            if not entry.is_file():
+                msg = f"{entry} in the store {path} is not a regular file"
+                raise FormatError(msg)
+        del directories
 
 
 def _on_disk_matrix(element: Any) -> Any:
@@ -258,7 +280,7 @@ def cell_rows(matrix: Any, progress: bool | None) -> Any:
 
     if isinstance(matrix, np.ndarray) or scipy.sparse.issparse(matrix):
         return matrix
-    return _shown(_row_blocks(matrix), matrix.shape[0], progress)
+    return shown(_row_blocks(matrix), matrix.shape[0], progress)
 
 
 def is_sparse_dataset(matrix: Any) -> bool:
@@ -299,13 +321,15 @@ def nonzero_bounds(indptr: Any, n_major: int) -> Iterator[tuple[int, int]]:
     yield from ((int(a), int(b)) for a, b in zip(starts, stops, strict=True) if b > a)
 
 
-def _shown(blocks: Iterator[Any], n_rows: int, progress: bool | None) -> Iterator[Any]:
-    """The blocks, with a progress bar of the rows handed on."""
-    bar = _progress.Progress(n_rows, "pooling", "cells", enabled=progress)
+def shown(
+    blocks: Iterator[Any], n_rows: int, progress: bool | None, unit: str = "cells"
+) -> Iterator[Any]:
+    """The blocks, with a progress bar of the rows (``unit``) handed on."""
+    bar = _progress.Progress(n_rows, "pooling", unit, enabled=progress)
     try:
         for block in blocks:
             yield block
-            bar.update(block.shape[0])
+            bar.update(block.shape[0] if unit == "cells" else block.shape[1])
     finally:
         bar.close()
 
