@@ -39,7 +39,16 @@ from cytepool.io.anndata._sources import (
 )
 from cytepool.io.zarr import _threads
 
-__all__ = ["AHEAD", "BLOCK_VALUES", "DenseMatrix", "SparseMatrix", "open_matrix", "prefetched"]
+__all__ = [
+    "AHEAD",
+    "BLOCK_VALUES",
+    "DenseMatrix",
+    "SparseMatrix",
+    "major_bounds",
+    "open_matrix",
+    "prefetched",
+    "row_bounds",
+]
 
 BLOCK_VALUES = 1 << 21
 """Stored values per block of a sparse matrix (a dense block holds about as many bytes)."""
@@ -239,6 +248,14 @@ def major_bounds(indptr: np.ndarray[Any, Any], n_major: int, values: int) -> Ite
 # --------------------------------------------------------------------------- dense
 
 
+def row_bounds(n_rows: int, step: int) -> Iterator[tuple[int, int]]:
+    """Runs of ``step`` rows (one empty run when there are none)."""
+    if n_rows == 0:
+        yield 0, 0
+    for start in range(0, n_rows, step):
+        yield start, min(n_rows, start + step)
+
+
 @dataclass
 class DenseMatrix:
     """A dense matrix on disk, read in blocks of rows."""
@@ -254,11 +271,7 @@ class DenseMatrix:
         """``(start, stop, rows)`` for blocks of about BLOCK_VALUES * 8 bytes, read ahead."""
         n_rows, n_columns = self.shape
         row_bytes = max(1, n_columns * self.source.dtype.itemsize)
-        step = max(1, (BLOCK_VALUES * 8) // row_bytes)
-        if n_rows == 0:
-            bounds = [(0, 0)]
-        else:
-            bounds = [(a, min(n_rows, a + step)) for a in range(0, n_rows, step)]
+        bounds = list(row_bounds(n_rows, max(1, (BLOCK_VALUES * 8) // row_bytes)))
 
         def read(start: int, stop: int) -> tuple[int, int, Any]:
             return start, stop, self.source.read(start, stop)
