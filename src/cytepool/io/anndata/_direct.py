@@ -33,11 +33,11 @@ import numpy as np
 from cytepool.errors import FormatError, UnsupportedFeatureError
 from cytepool.io.anndata._sources import (
     ArraySource,
-    H5Source,
     ZarrV3Source,
+    h5_source,
+    read_pair,
     zarr_v2_source,
 )
-from cytepool.io.zarr import _threads
 
 __all__ = [
     "AHEAD",
@@ -83,17 +83,6 @@ def prefetched(tasks: Iterable[Callable[[], T]], ahead: int = AHEAD) -> Iterator
         executor.shutdown(wait=True)
 
 
-def _both(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any]:
-    """Run two reads at once on the decode threads."""
-    results: list[Any] = [None, None]
-
-    def run(i: int) -> None:
-        results[i] = (first, second)[i]()
-
-    _threads.for_each(run, (0, 1))
-    return results[0], results[1]
-
-
 # --------------------------------------------------------------------------- opening
 
 
@@ -135,7 +124,7 @@ def _shape(value: Any, where: str) -> tuple[int, int]:
 def _source(root: Any, key: str, path: Path, where: str) -> ArraySource | None:
     """The array source of ``key``; None when it must be read by anndata."""
     if not path.is_dir():
-        return H5Source(root[key], where)
+        return h5_source(root[key], path, where)
     folder = path / key
     if (folder / ".zarray").exists():
         found = zarr_v2_source(folder, where)
@@ -144,6 +133,12 @@ def _source(root: Any, key: str, path: Path, where: str) -> ArraySource | None:
         return ZarrV3Source(folder, where)
     except UnsupportedFeatureError:
         return None
+
+
+def _close(array: ArraySource) -> None:
+    close = getattr(array, "close", None)
+    if close is not None:
+        close()
 
 
 # --------------------------------------------------------------------------- sparse
@@ -159,6 +154,11 @@ class SparseMatrix:
     indices: ArraySource
     indptr: ArraySource
     where: str
+
+    def close(self) -> None:
+        """Close the files its arrays hold open."""
+        for array in (self.data, self.indices, self.indptr):
+            _close(array)
 
     def major(self) -> int:
         """The number of rows (CSR) or columns (CSC): of entries of indptr, less one."""
@@ -219,13 +219,12 @@ class SparseMatrix:
 
         def read(start: int, stop: int) -> tuple[int, int, Any]:
             low, high = int(indptr[start]), int(indptr[stop])
-            data, indices = _both(
-                lambda: self.data.read(low, high), lambda: self.indices.read(low, high)
-            )
-            local = (indptr[start : stop + 1] - low).astype(index_type)
+            data, indices = read_pair(self.data, self.indices, low, high)
+            wide = index_type if high - low < 2**31 else np.int64
+            local = (indptr[start : stop + 1] - low).astype(wide)
             n = stop - start
             shape = (n, self.shape[1]) if self.format == "csr" else (self.shape[0], n)
-            block = kind((data, indices.astype(index_type, copy=False), local), shape=shape)
+            block = kind((data, indices.astype(wide, copy=False), local), shape=shape)
             return start, stop, block
 
         bounds = list(major_bounds(indptr, n_major, BLOCK_VALUES))
@@ -266,6 +265,10 @@ class DenseMatrix:
     @property
     def shape(self) -> tuple[int, int]:
         return self.source.shape[0], self.source.shape[1]
+
+    def close(self) -> None:
+        """Close the file its array holds open."""
+        _close(self.source)
 
     def blocks(self) -> Iterator[tuple[int, int, Any]]:
         """``(start, stop, rows)`` for blocks of about BLOCK_VALUES * 8 bytes, read ahead."""

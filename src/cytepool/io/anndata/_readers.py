@@ -13,7 +13,7 @@ import numpy as np
 
 from cytepool import _progress, _words
 from cytepool.errors import FormatError, InputError, InputTypeError, UnknownIdError
-from cytepool.io.anndata._direct import open_matrix
+from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
 
 if TYPE_CHECKING:
     import anndata
@@ -85,7 +85,10 @@ def open_cells(
                 if needed not in root:
                     raise _missing_element(root, needed, source)
             matrix = _matrix(root, element, Path(path), source.owner)
-            yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+            try:
+                yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+            finally:
+                _close(matrix)
             return
     with _legacy_anndata(Path(path)) as adata:
         yield _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
@@ -206,7 +209,11 @@ def open_modalities(
                 _read_frame(group["var"]),
                 Source(owner, "X", path=True, modality=True),
             )
-        yield _read_frame(root["obs"]), modalities
+        try:
+            yield _read_frame(root["obs"]), modalities
+        finally:
+            for modality in modalities.values():
+                _close(modality.matrix)
 
 
 def _modality_order(mod: Any) -> list[str]:
@@ -249,6 +256,12 @@ def _matrix(root: Any, element: str, path: Path, owner: str) -> Any:
     """The matrix at ``element``: read by cytepool's file reader where it can
     (:mod:`cytepool.io.anndata._direct`), else by anndata's backed reader."""
     return open_matrix(root, element, path, owner) or _on_disk_matrix(root[element])
+
+
+def _close(matrix: Any) -> None:
+    """Close what cytepool's file reader holds open (anndata's readers close with the file)."""
+    if isinstance(matrix, SparseMatrix | DenseMatrix):
+        matrix.close()
 
 
 def _check_store_files(path: Path) -> None:

@@ -37,12 +37,17 @@ from cytepool.io.zarr import _threads
 if TYPE_CHECKING:
     import h5py
 
+    from cytepool.io.anndata._hdf5 import DirectDataset
+
 __all__ = [
     "ArraySource",
+    "H5DirectSource",
     "H5Source",
     "ZarrV2Source",
     "ZarrV3Source",
+    "h5_source",
     "open_regular",
+    "read_pair",
     "zarr_v2_source",
 ]
 
@@ -113,6 +118,53 @@ class H5Source:
                 msg = f"{self.where}: cannot read elements [{start}, {stop}): {error}"
                 raise FormatError(msg) from error
         return out
+
+
+class H5DirectSource:
+    """A dataset of an ``.h5ad`` file read from its stored chunks, outside h5py
+    (:class:`cytepool.io.anndata._hdf5.DirectDataset`)."""
+
+    def __init__(self, dataset: DirectDataset, where: str):
+        self.dataset = dataset
+        self.where = where
+        self.shape = tuple(dataset.shape)
+        self.dtype = _numeric(np.dtype(dataset.dtype), where)
+
+    def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+        _check_range(self, start, stop)
+        return self.dataset.read(start, stop)
+
+    def close(self) -> None:
+        self.dataset.close()
+
+
+def h5_source(dataset: h5py.Dataset, path: Path, where: str) -> ArraySource:
+    """A dataset of an ``.h5ad`` file: read directly where cytepool decodes its filters, else
+    through h5py."""
+    from cytepool.io.anndata._hdf5 import DirectDataset
+
+    direct = DirectDataset.open(path, dataset.name)
+    return H5DirectSource(direct, where) if direct is not None else H5Source(dataset, where)
+
+
+def read_pair(
+    first: ArraySource, second: ArraySource, start: int, stop: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``[start, stop)`` of two arrays (data and indices), read at once on the decode threads."""
+    if isinstance(first, H5DirectSource) and isinstance(second, H5DirectSource):
+        from cytepool.io.anndata._hdf5 import read_together
+
+        _check_range(first, start, stop)
+        _check_range(second, start, stop)
+        a, b = read_together([(first.dataset, start, stop), (second.dataset, start, stop)])
+        return a, b
+    results: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        results[i] = (first, second)[i].read(start, stop)
+
+    _threads.for_each(run, (0, 1))
+    return results[0], results[1]
 
 
 # --------------------------------------------------------------------------- Zarr v3
