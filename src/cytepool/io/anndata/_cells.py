@@ -39,6 +39,7 @@ from cytepool.io.anndata._readers import (
     matrix_of,
     open_cells,
     open_modalities,
+    read_damaged,
     shown,
 )
 from cytepool.io.anndata._record import stamped
@@ -474,9 +475,13 @@ def _pool_with_tables(
             indptr = matrix.group["indptr"]
             bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
             column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
+            if source.path:
+                column_blocks = read_damaged(column_blocks, source.owner)
             return _pool_columns(column_blocks, feature_table, pool, options)
         else:
             counts = cell_rows(matrix, options["progress"])
+            if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
+                counts = read_damaged(counts, source.owner)
         return pool(counts, feature_table, options["allow_float"])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool import _progress, _words
-from cytepool.errors import FormatError, InputError, InputTypeError, UnknownIdError
+from cytepool.errors import (
+    CytepoolError,
+    FormatError,
+    InputError,
+    InputTypeError,
+    UnknownIdError,
+)
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
 
 if TYPE_CHECKING:
@@ -77,21 +83,60 @@ def open_cells(
     _check_either(layer, use_raw)
     source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
     with _open_store(Path(path)) as root:
-        if not _is_legacy(root):
-            _check_anndata(root, source)
-            element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
-            var_path = "raw/var" if use_raw else "var"
-            for needed in (element, "obs", var_path):
-                if needed not in root:
-                    raise _missing_element(root, needed, source)
-            matrix = _matrix(root, element, Path(path), source.owner)
+        with damaged(path):
+            parts = None if _is_legacy(root) else _anndata_parts(root, path, source, layer, use_raw)
+        if parts is not None:
             try:
-                yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+                yield parts
             finally:
-                _close(matrix)
+                _close(parts[0])
             return
-    with _legacy_anndata(Path(path)) as adata:
-        yield _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
+    with contextlib.ExitStack() as stack:
+        with damaged(path):
+            adata = stack.enter_context(_legacy_anndata(Path(path)))
+            cells = _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
+        yield cells
+
+
+def _anndata_parts(
+    root: Any, path: str | os.PathLike[str], source: Source, layer: str | None, use_raw: bool
+) -> tuple[Any, pd.DataFrame, pd.DataFrame, Source]:
+    """Matrix, obs, var and their names, from a file in the layout of anndata >= 0.7."""
+    _check_anndata(root, source)
+    element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
+    var_path = "raw/var" if use_raw else "var"
+    for needed in (element, "obs", var_path):
+        if needed not in root:
+            raise _missing_element(root, needed, source)
+    matrix = _matrix(root, element, Path(path), source.owner)
+    try:
+        return matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+    except BaseException:
+        _close(matrix)
+        raise
+
+
+@contextlib.contextmanager
+def damaged(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Errors of h5py, zarr-python or anndata met while reading a file's structure (its
+    groups, obs, var) become a FormatError naming the file: the file is damaged.
+
+    cytepool's own errors and the OSError family (a file that cannot be read) pass.
+    """
+    try:
+        yield
+    except (CytepoolError, OSError):
+        raise
+    except Exception as error:
+        problem = f"{type(error).__name__}: {error}"
+        msg = f"{os.fspath(path)} cannot be read as AnnData, it is damaged: {problem}"
+        raise FormatError(msg) from error
+
+
+def read_damaged(blocks: Iterable[Any], path: str) -> Iterator[Any]:
+    """The blocks of a matrix read from the file ``path``, errors as :func:`damaged` has them."""
+    with damaged(path):
+        yield from blocks
 
 
 def _layer_name(layer: str | None) -> str:
@@ -185,35 +230,42 @@ def open_modalities(
     """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
     path = Path(path)
     with _open_store(path) as root:
-        if "mod" not in root:
-            msg = (
-                f"{path} is not a MuData file (it has no 'mod' group): "
-                f"{_words.option('not_modality')}"
-            )
-            raise InputError(msg)
-        if "obs" not in root:
-            msg = f"{path} has no element 'obs' (the global obs of a MuData)"
-            raise UnknownIdError(msg)
-        modalities = {}
-        for name in _modality_order(root["mod"]):
-            where = f"mod/{name}"
-            for needed in ("X", "obs", "var"):
-                if f"{where}/{needed}" not in root:
-                    msg = f"{path} has no element {where}/{needed}"
-                    raise UnknownIdError(msg)
-            group = root[where]
-            owner = f"modality {name!r} of {os.fspath(path)}"
-            modalities[name] = Modality(
-                _matrix(root, f"{where}/X", path, owner),
-                _read_frame(group["obs"]),
-                _read_frame(group["var"]),
-                Source(owner, "X", path=True, modality=True),
-            )
+        with damaged(path):
+            everyone, modalities = _modality_parts(root, path)
         try:
-            yield _read_frame(root["obs"]), modalities
+            yield everyone, modalities
         finally:
             for modality in modalities.values():
                 _close(modality.matrix)
+
+
+def _modality_parts(root: Any, path: Path) -> tuple[pd.DataFrame, dict[str, Modality]]:
+    """The global obs and the modalities of an opened MuData file."""
+    if "mod" not in root:
+        msg = (
+            f"{path} is not a MuData file (it has no 'mod' group): "
+            f"{_words.option('not_modality')}"
+        )
+        raise InputError(msg)
+    if "obs" not in root:
+        msg = f"{path} has no element 'obs' (the global obs of a MuData)"
+        raise UnknownIdError(msg)
+    modalities = {}
+    for name in _modality_order(root["mod"]):
+        where = f"mod/{name}"
+        for needed in ("X", "obs", "var"):
+            if f"{where}/{needed}" not in root:
+                msg = f"{path} has no element {where}/{needed}"
+                raise UnknownIdError(msg)
+        group = root[where]
+        owner = f"modality {name!r} of {os.fspath(path)}"
+        modalities[name] = Modality(
+            _matrix(root, f"{where}/X", path, owner),
+            _read_frame(group["obs"]),
+            _read_frame(group["var"]),
+            Source(owner, "X", path=True, modality=True),
+        )
+    return _read_frame(root["obs"]), modalities
 
 
 def _modality_order(mod: Any) -> list[str]:

@@ -26,6 +26,7 @@ import math
 import os
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from cytepool.errors import FormatError, UnsupportedFeatureError
 from cytepool.io.zarr import _threads
+from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 
 if TYPE_CHECKING:
     import h5py
@@ -278,7 +280,12 @@ class ZarrV2Source:
         self.separator, self.fill = separator, fill
         self.codec = _codec(compressor, where)
         self.chunk_nbytes = math.prod(self.chunks) * self.stored.itemsize
-        self._kept: tuple[int, np.ndarray[Any, Any]] | None = None
+        if self.chunk_nbytes > MAX_CHUNK_BYTES:
+            msg = f"{where}: chunks of {self.chunk_nbytes} bytes; at most {MAX_CHUNK_BYTES} are read"
+            raise UnsupportedFeatureError(msg)
+        # chunks only partly read, decoded: those of the last read, and those of this one
+        self._kept: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
+        self._keep: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
         self._lock = threading.Lock()
 
     def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
@@ -290,7 +297,9 @@ class ZarrV2Source:
         rows = range(start // size, (stop - 1) // size + 1)
         n_columns = -(-self.shape[1] // self.chunks[1]) if len(self.shape) == 2 else 1
         items = [(row, column) for row in rows for column in range(n_columns)]
+        self._keep = {}
         _threads.for_each(lambda item: self._place(item, start, stop, out), items)
+        self._kept, self._keep = self._keep, {}
         return out
 
     def _place(self, item: tuple[int, int], start: int, stop: int, out: np.ndarray) -> None:
@@ -303,65 +312,58 @@ class ZarrV2Source:
         if len(self.shape) == 2:
             width = self.chunks[1]
             target = target[:, column * width : (column + 1) * width]
-        whole = low == first and high == last and (last - first) == size
-        if whole and target.flags.c_contiguous and self.stored.isnative and len(self.shape) == 1:
-            self._decode(row, column, target)
-            return
-        chunk = self._decoded(row, column, keep=not (low == first and high == last))
+        key = (row, column)
+        with self._lock:
+            chunk = self._kept.get(key)
+        if chunk is None:
+            coords = (row, column) if len(self.shape) == 2 else (row,)
+            name = self.separator.join(map(str, coords))
+            where = f"{self.where}, chunk {name}"
+            encoded = self._encoded(self.path / name, where)
+            if encoded is None:  # not stored: the fill value
+                target[...] = self.fill
+                return
+            whole = low == first and high == last and (last - first) == size
+            if whole and len(self.shape) == 1 and self.stored.isnative and self.codec is not None:
+                if self.codec.codec_id == "blosc":  # straight into the result
+                    _check_blosc_header(encoded, self.chunk_nbytes, where)
+                    self._call(lambda: self.codec.decode(encoded, out=target), where)
+                    return
+            chunk = self._chunk(encoded, where)
+            if not (low == first and high == last):  # the next read needs the rest
+                with self._lock:
+                    self._keep[key] = chunk
         piece = chunk[low - first : high - first]
         if len(self.shape) == 2:
             piece = piece[:, : target.shape[1]]
         target[...] = piece
 
-    def _decoded(self, row: int, column: int, *, keep: bool) -> np.ndarray[Any, Any]:
-        """Chunk (row, column) decoded whole, in the chunk's shape and stored byte order."""
-        key = row * (1 << 32) + column
-        with self._lock:
-            if self._kept is not None and self._kept[0] == key:
-                return self._kept[1]
-        chunk = np.empty(self.chunks, dtype=self.stored)
-        self._decode(row, column, chunk.reshape(-1))
-        if keep:
-            with self._lock:
-                self._kept = (key, chunk)
-        return chunk
-
-    def _decode(self, row: int, column: int, target: np.ndarray[Any, Any]) -> None:
-        """Decode chunk (row, column), whole, into ``target`` (its size, C-contiguous)."""
-        coords = (row, column) if len(self.shape) == 2 else (row,)
-        name = self.separator.join(map(str, coords))
-        where = f"{self.where}, chunk {name}"
-        encoded = self._encoded(self.path / name, where)
-        if encoded is None:
-            target.reshape(-1).view(self.stored)[...] = self.fill
-            return
-        flat = target.reshape(-1).view(np.uint8)
+    def _chunk(self, encoded: bytes, where: str) -> np.ndarray[Any, Any]:
+        """A chunk decoded whole, in its shape and stored byte order; its size checked before
+        anything is allocated for it."""
         if self.codec is None:
-            if len(encoded) != self.chunk_nbytes:
-                msg = f"{where}: holds {len(encoded)} bytes; expected {self.chunk_nbytes}"
-                raise FormatError(msg)
-            flat[...] = np.frombuffer(encoded, dtype=np.uint8)
-            return
-        self._decompress(encoded, flat, where)
-
-    def _decompress(self, encoded: bytes, flat: np.ndarray[Any, Any], where: str) -> None:
-        codec_id = self.codec.codec_id
-        try:
-            if codec_id == "blosc":
-                _check_blosc_header(encoded, self.chunk_nbytes, where)
-                self.codec.decode(encoded, out=flat)
-                return
-            decoded = self.codec.decode(encoded)
-        except FormatError:
-            raise
-        except Exception as error:  # numcodecs: RuntimeError, EOFError, zlib.error, ValueError
-            msg = f"{where}: cannot decode it ({self.codec.codec_id}): {type(error).__name__}: "
-            raise FormatError(msg + str(error)) from error
+            decoded: Any = encoded
+        elif self.codec.codec_id == "blosc":
+            _check_blosc_header(encoded, self.chunk_nbytes, where)
+            decoded = np.empty(self.chunk_nbytes, dtype=np.uint8)
+            self._call(lambda: self.codec.decode(encoded, out=decoded), where)
+        else:
+            decoded = self._call(lambda: self.codec.decode(encoded), where)
         raw = np.frombuffer(memoryview(decoded).cast("B"), dtype=np.uint8)
         if raw.size != self.chunk_nbytes:
-            msg = f"{where}: decodes to {raw.size} bytes; expected {self.chunk_nbytes}"
+            msg = f"{where}: holds {raw.size} bytes decoded; expected {self.chunk_nbytes}"
             raise FormatError(msg)
-        flat[...] = raw
+        return raw.view(self.stored).reshape(self.chunks)
+
+    def _call(self, decode: Callable[[], Any], where: str) -> Any:
+        """``decode()``, its failures (numcodecs raises RuntimeError for blosc and zstd,
+        EOFError, zlib.error, ValueError, ...) a FormatError naming the chunk."""
+        try:
+            return decode()
+        except Exception as error:
+            problem = f"{type(error).__name__}: {error}"
+            msg = f"{where}: cannot decode it ({self.codec.codec_id}): {problem}"
+            raise FormatError(msg) from error
 
     def _encoded(self, path: Path, where: str) -> bytes | None:
         """The stored bytes of a chunk, or None if it is not stored (the fill value)."""
