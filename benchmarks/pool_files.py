@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -106,11 +107,10 @@ def build(folder: Path, n_cells: int, n_genes: int) -> None:
     var = pd.DataFrame(index=pd.Index([f"gene{j}" for j in range(n_genes)]))
     matrix = counts_matrix(n_cells, n_genes)
     adata = ad.AnnData(matrix, obs=_obs(n_cells, rng), var=var)
-    ad.settings.zarr_write_format = 2
     writers = {
         "chunked.h5ad": lambda p: adata.write_h5ad(p),
         "gzip.h5ad": lambda p: adata.write_h5ad(p, compression="gzip", compression_opts=4),
-        "v2.zarr": lambda p: adata.write_zarr(p),
+        "v2.zarr": lambda p: _write_zarr_v2(adata, p),
     }
     small = adata[: n_cells // 10].copy()
     writers["csc.h5ad"] = lambda p: ad.AnnData(
@@ -127,10 +127,20 @@ def build(folder: Path, n_cells: int, n_genes: int) -> None:
         partial = folder / f".{name}.partial"
         _remove(partial)
         start = time.perf_counter()
-        write(partial)
+        with warnings.catch_warnings():  # anndata's notes on Zarr v2
+            warnings.simplefilter("ignore")
+            write(partial)
         partial.rename(target)
         print(f"wrote {target} in {time.perf_counter() - start:.1f} s", flush=True)
-    (folder / "built-with.txt").write_text(f"anndata {ad.__version__}\n")
+    version = importlib.metadata.version("anndata")
+    (folder / "built-with.txt").write_text(f"anndata {version}\n")
+
+
+def _write_zarr_v2(adata: object, path: Path) -> None:
+    import anndata as ad
+
+    with ad.settings.override(zarr_write_format=2):
+        adata.write_zarr(path)  # type: ignore[attr-defined]
 
 
 def _remove(path: Path) -> None:
@@ -199,8 +209,14 @@ def _scanpy(path: Path) -> dict[str, np.ndarray]:
     pooled = sc.get.aggregate(adata, by=["cell_type", "sample"], func="sum")
     sums = pooled.layers["sum"]
     sums = sums.toarray() if hasattr(sums, "toarray") else np.asarray(sums)
-    order = np.lexsort((pooled.obs["sample"].astype(str), pooled.obs["cell_type"].astype(str)))
-    return {"counts": sums[order]}
+    # in the cube's order: groups x samples, ids sorted, absent profiles zero
+    groups = sorted(map(str, adata.obs["cell_type"].unique()))
+    samples = sorted(map(str, adata.obs["sample"].unique()))
+    counts = np.zeros((len(groups) * len(samples), sums.shape[1]))
+    labels = zip(pooled.obs["cell_type"].astype(str), pooled.obs["sample"].astype(str), strict=True)
+    for i, (group, sample) in enumerate(labels):
+        counts[groups.index(group) * len(samples) + samples.index(sample)] = sums[i]
+    return {"counts": counts}
 
 
 def _load_kernels() -> None:
