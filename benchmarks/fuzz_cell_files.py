@@ -42,7 +42,9 @@ def write_bases(folder: Path) -> list[Path]:
 
     rng = np.random.default_rng(0)
     n_cells, n_genes = 200, 30
-    matrix = scipy.sparse.random(n_cells, n_genes, density=0.2, format="csr", dtype=np.float32, rng=rng)
+    matrix = scipy.sparse.random(
+        n_cells, n_genes, density=0.2, format="csr", dtype=np.float32, rng=rng
+    )
     matrix.data = np.floor(matrix.data * 10) + 1
     obs = pd.DataFrame(
         {"sample": rng.choice(["a", "b"], n_cells), "cell_type": rng.choice(["x", "y"], n_cells)},
@@ -134,7 +136,7 @@ def worker() -> None:
             outcome, kind = "cube", ""
         except (CytepoolError, OSError) as error:
             outcome, kind = "documented error", type(error).__name__
-        except BaseException as error:  # noqa: BLE001  (what the fuzz looks for)
+        except BaseException as error:  # what the fuzz looks for
             import traceback
 
             outcome, kind = "UNDOCUMENTED", f"{type(error).__name__}: {error}"
@@ -152,7 +154,8 @@ class Worker:
     def run(self, path: Path, timeout: float, memory: float) -> dict[str, Any]:
         import selectors
 
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
         self.process.stdin.write(f"{path}\n")
         self.process.stdin.flush()
         selector = selectors.DefaultSelector()
@@ -210,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                 target = folder / f"case{case}{base.suffix}"
                 how = mutate(base, target, rng)
                 result = runner.run(target, args.timeout, args.memory)
-                counts[f"{result['outcome']} {result['kind'].splitlines()[0] if result['kind'] else ''}".strip()] += 1
+                counts[
+                    f"{result['outcome']} {result['kind'].splitlines()[0] if result['kind'] else ''}".strip()
+                ] += 1
                 if result["outcome"] not in ("cube", "documented error"):
                     failures.append((base.name, how, result))
                     runner.stop()

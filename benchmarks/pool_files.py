@@ -411,11 +411,14 @@ def _print_table(rows: list) -> None:
     print("\n| file | from_anndata / anndata + scanpy | from_anndata / read X | sums |")
     print("|---|---:|---:|---|")
     for layout, _, _, results, equal in rows:
-        ours = results.get("from_anndata", {}).get("wall")
-        ratio = lambda case: (  # noqa: E731
-            f"{ours / results[case]['wall']:.2f}" if ours and case in results else "-"
-        )
-        print(f"| {layout} | {ratio('scanpy')} | {ratio('read')} | {equal} |")
+        ratios = [_ratio(results, "from_anndata", case) for case in ("scanpy", "read")]
+        print(f"| {layout} | {ratios[0]} | {ratios[1]} | {equal} |")
+
+
+def _ratio(results: dict, case: str, other: str) -> str:
+    if case not in results or other not in results:
+        return "-"
+    return f"{results[case]['wall'] / results[other]['wall']:.2f}"
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Smoke test: benchmarks/fuzz_cell_files.py pools a few dozen mutated files, documented errors only."""
+"""Smoke test: benchmarks/fuzz_cell_files.py pools a few dozen mutated files: documented errors
+only."""
 
 from __future__ import annotations
 

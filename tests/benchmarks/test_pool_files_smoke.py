@@ -30,5 +30,9 @@ def test_pool_files_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "decoders and readers: numcodecs" in out
     for layout in ("chunked.h5ad", "v2.zarr", "csc.h5ad"):
         assert f"| {layout} | " in out
-        line = next(row for row in out.splitlines() if row.startswith(f"| {layout} | ") and row.endswith("|") and row.count("|") == 5)
+        line = next(
+            row
+            for row in out.splitlines()
+            if row.startswith(f"| {layout} | ") and row.endswith("|") and row.count("|") == 5
+        )
         assert line.endswith("| equal |"), line

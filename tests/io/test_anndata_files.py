@@ -123,7 +123,9 @@ def assert_identical(found: dict[str, np.ndarray], expected: dict[str, np.ndarra
 
 def reader_of(path: Path, **source: Any) -> Any:
     """The matrix object open_cells gives (cytepool's reader or anndata's)."""
-    with readers.open_cells(path, layer=source.get("layer"), use_raw=source.get("use_raw", False)) as (
+    with readers.open_cells(
+        path, layer=source.get("layer"), use_raw=source.get("use_raw", False)
+    ) as (
         matrix,
         *_,
     ):
@@ -372,7 +374,9 @@ def test_damaged_zarr_v2_chunk_is_a_format_error(tmp_path: Path, codec: str, dam
 
 def test_damaged_zarr_v3_shard_is_a_format_error(tmp_path: Path) -> None:
     path = write(cells(), tmp_path / "c.zarr", "zarr-v3-sharded")
-    shard = next(p for p in (path / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json")
+    shard = next(
+        p for p in (path / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json"
+    )
     data = shard.read_bytes()
     shard.write_bytes(data[:-8] + bytes(8))  # the index's checksum no longer matches
     with pytest.raises(FormatError, match=r"X/data"):
@@ -469,4 +473,6 @@ def test_prefetched_stops_its_reader_when_the_caller_stops() -> None:
     blocks.close()
     assert gate.is_set()
     assert len(ran) <= 3
-    assert not any(t.name.startswith("cytepool-read") and t.is_alive() for t in threading.enumerate())
+    assert not any(
+        t.name.startswith("cytepool-read") and t.is_alive() for t in threading.enumerate()
+    )

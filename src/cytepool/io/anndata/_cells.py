@@ -474,6 +474,7 @@ def _pool_with_tables(
         elif is_sparse_dataset(matrix) and matrix.format == "csc":
             indptr = matrix.group["indptr"]
             bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
+            column_blocks: Iterable[tuple[int, int, Any]]
             column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
             if source.path:
                 column_blocks = read_damaged(column_blocks, source.owner)

@@ -21,8 +21,9 @@ per row (CSR) or column (CSC) plus one, start at 0, never decrease and end withi
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,7 @@ AHEAD = 2
 T = TypeVar("T")
 
 
-def prefetched(tasks: Iterable[Callable[[], T]], ahead: int = AHEAD) -> Iterator[T]:
+def prefetched(tasks: Iterable[Callable[[], T]], ahead: int = AHEAD) -> Generator[T, None, None]:
     """The results of ``tasks``, in order, each run on a reader thread ``ahead`` of its use.
 
     At most ``ahead`` tasks are under way or done-but-not-taken while the caller holds the
@@ -86,7 +87,9 @@ def prefetched(tasks: Iterable[Callable[[], T]], ahead: int = AHEAD) -> Iterator
 # --------------------------------------------------------------------------- opening
 
 
-def open_matrix(root: Any, element: str, path: Path, owner: str) -> SparseMatrix | DenseMatrix | None:
+def open_matrix(
+    root: Any, element: str, path: Path, owner: str
+) -> SparseMatrix | DenseMatrix | None:
     """The matrix at ``element`` of the opened file ``root`` (h5py File or zarr Group) at
     ``path``, or None if it is read by anndata instead. ``owner`` names the file in messages."""
     node = root[element]
@@ -103,7 +106,8 @@ def open_matrix(root: Any, element: str, path: Path, owner: str) -> SparseMatrix
             if source is None:
                 return None
             arrays.append(source)
-        return SparseMatrix(encoding[:3], shape, *arrays, where=f"{element} of {owner}")
+        data, indices, indptr = arrays
+        return SparseMatrix(encoding[:3], shape, data, indices, indptr, f"{element} of {owner}")
     if not hasattr(node, "shape") or len(node.shape) != 2 or encoding not in ("array", ""):
         return None
     source = _source(root, element, path, f"{element} of {owner}")
@@ -207,7 +211,7 @@ class SparseMatrix:
             raise FormatError(msg)
         return indptr
 
-    def blocks(self) -> Iterator[tuple[int, int, Any]]:
+    def blocks(self) -> Generator[tuple[int, int, Any], None, None]:
         """``(start, stop, block)`` for runs of rows (CSR) or columns (CSC), read ahead: the
         block a scipy.sparse matrix of those rows (all columns) or columns (all rows)."""
         import scipy.sparse
@@ -228,11 +232,12 @@ class SparseMatrix:
             return start, stop, block
 
         bounds = list(major_bounds(indptr, n_major, BLOCK_VALUES))
-        tasks = (lambda a=a, b=b: read(a, b) for a, b in bounds)
-        return prefetched(tasks)
+        return prefetched(functools.partial(read, a, b) for a, b in bounds)
 
 
-def major_bounds(indptr: np.ndarray[Any, Any], n_major: int, values: int) -> Iterator[tuple[int, int]]:
+def major_bounds(
+    indptr: np.ndarray[Any, Any], n_major: int, values: int
+) -> Iterator[tuple[int, int]]:
     """Runs of rows (or columns) of about ``values`` stored values, at least one each (one
     empty run when there are none)."""
     if n_major == 0:
@@ -270,7 +275,7 @@ class DenseMatrix:
         """Close the file its array holds open."""
         _close(self.source)
 
-    def blocks(self) -> Iterator[tuple[int, int, Any]]:
+    def blocks(self) -> Generator[tuple[int, int, Any], None, None]:
         """``(start, stop, rows)`` for blocks of about BLOCK_VALUES * 8 bytes, read ahead."""
         n_rows, n_columns = self.shape
         row_bytes = max(1, n_columns * self.source.dtype.itemsize)
@@ -279,4 +284,4 @@ class DenseMatrix:
         def read(start: int, stop: int) -> tuple[int, int, Any]:
             return start, stop, self.source.read(start, stop)
 
-        return prefetched(lambda a=a, b=b: read(a, b) for a, b in bounds)
+        return prefetched(functools.partial(read, a, b) for a, b in bounds)

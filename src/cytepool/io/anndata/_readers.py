@@ -243,8 +243,7 @@ def _modality_parts(root: Any, path: Path) -> tuple[pd.DataFrame, dict[str, Moda
     """The global obs and the modalities of an opened MuData file."""
     if "mod" not in root:
         msg = (
-            f"{path} is not a MuData file (it has no 'mod' group): "
-            f"{_words.option('not_modality')}"
+            f"{path} is not a MuData file (it has no 'mod' group): {_words.option('not_modality')}"
         )
         raise InputError(msg)
     if "obs" not in root:

@@ -281,7 +281,9 @@ class ZarrV2Source:
         self.codec = _codec(compressor, where)
         self.chunk_nbytes = math.prod(self.chunks) * self.stored.itemsize
         if self.chunk_nbytes > MAX_CHUNK_BYTES:
-            msg = f"{where}: chunks of {self.chunk_nbytes} bytes; at most {MAX_CHUNK_BYTES} are read"
+            msg = (
+                f"{where}: chunks of {self.chunk_nbytes} bytes; at most {MAX_CHUNK_BYTES} are read"
+            )
             raise UnsupportedFeatureError(msg)
         # chunks only partly read, decoded: those of the last read, and those of this one
         self._kept: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
@@ -324,11 +326,11 @@ class ZarrV2Source:
                 target[...] = self.fill
                 return
             whole = low == first and high == last and (last - first) == size
-            if whole and len(self.shape) == 1 and self.stored.isnative and self.codec is not None:
-                if self.codec.codec_id == "blosc":  # straight into the result
-                    _check_blosc_header(encoded, self.chunk_nbytes, where)
-                    self._call(lambda: self.codec.decode(encoded, out=target), where)
-                    return
+            direct = whole and len(self.shape) == 1 and self.stored.isnative
+            if direct and self.codec is not None and self.codec.codec_id == "blosc":
+                _check_blosc_header(encoded, self.chunk_nbytes, where)  # straight into out
+                self._call(lambda: self.codec.decode(encoded, out=target), where)
+                return
             chunk = self._chunk(encoded, where)
             if not (low == first and high == last):  # the next read needs the rest
                 with self._lock:
@@ -375,7 +377,9 @@ class ZarrV2Source:
             size = os.fstat(fd).st_size
             limit = self.chunk_nbytes + _SLACK + self.chunk_nbytes // 8
             if size > limit:
-                msg = f"{where}: stores {size} bytes, more than a chunk of {self.chunk_nbytes} needs"
+                msg = (
+                    f"{where}: stores {size} bytes, more than a chunk of {self.chunk_nbytes} needs"
+                )
                 raise FormatError(msg)
             data = os.pread(fd, size, 0)
         finally:
