@@ -129,8 +129,11 @@ def worker() -> None:
     from cytepool.errors import CytepoolError
     from cytepool.io.anndata import from_anndata
 
+    import faulthandler
+
     for line in sys.stdin:
         path = Path(line.strip())
+        faulthandler.dump_traceback_later(float(os.environ.get("FUZZ_DUMP_AFTER", "50")))
         try:
             from_anndata(path, **KEYS, layers=("counts", "detected", "squares"), progress=False)
             outcome, kind = "cube", ""
@@ -141,6 +144,7 @@ def worker() -> None:
 
             outcome, kind = "UNDOCUMENTED", f"{type(error).__name__}: {error}"
             kind += "\n" + traceback.format_exc()
+        faulthandler.cancel_dump_traceback_later()
         print(json.dumps({"outcome": outcome, "kind": kind}), flush=True)
 
 
@@ -193,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     parser.add_argument("--memory", type=float, default=2.0, help="GiB of RSS per worker")
+    parser.add_argument("--only", default="", help="run only these case numbers (1,5,...)")
     args = parser.parse_args(argv)
     if args.worker:
         worker()
@@ -212,12 +217,15 @@ def main(argv: list[str] | None = None) -> int:
                 base = rng.choice(bases)
                 target = folder / f"case{case}{base.suffix}"
                 how = mutate(base, target, rng)
+                if args.only and str(case) not in args.only.split(","):
+                    shutil.rmtree(target) if target.is_dir() else target.unlink()
+                    continue
                 result = runner.run(target, args.timeout, args.memory)
                 counts[
                     f"{result['outcome']} {result['kind'].splitlines()[0] if result['kind'] else ''}".strip()
                 ] += 1
                 if result["outcome"] not in ("cube", "documented error"):
-                    failures.append((base.name, how, result))
+                    failures.append((f"case {case}: {base.name}", how, result))
                     runner.stop()
                     runner = Worker(env)
                 shutil.rmtree(target) if target.is_dir() else target.unlink()

@@ -71,7 +71,11 @@ def from_anndata(
     adata
         The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store
         (Zarr v2 or v3, sharded or not), which is opened read-only (only ``obs``, ``var`` and
-        the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
+        the matrix are read). The matrix of a path is read by cytepool's own readers (HDF5
+        chunks, Zarr v2 chunks through numcodecs, Zarr v3 through :mod:`cytepool.io.zarr`),
+        decoded in parallel, a few blocks ahead of the pooling (see "Pooling cells from a
+        file"); what they do not decode is read by anndata's backed reader, with the same
+        result. A file in the layout of anndata < 0.7 (``obs`` a compound
         dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
         ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
         blocks.
@@ -127,6 +131,11 @@ def from_anndata(
         If a label is missing, labels do not match their texts one to one, a named covariate
         varies within a sample or group, the values are negative or not finite, var names
         are not unique, or ``layer`` and ``use_raw`` are both given.
+    cytepool.errors.FormatError
+        (a ValueError) If the file is damaged: an invalid sparse structure (``indptr``),
+        metadata that claims more entries than the matrix has, a chunk that cannot be
+        decoded or decodes to the wrong size, a path or store file that is not a regular
+        file; the message names the file, the array and the chunk.
 
     Examples
     --------
