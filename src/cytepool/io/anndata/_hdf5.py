@@ -164,8 +164,9 @@ class DirectDataset:
         return read_together([(self, start, stop)], outs=[out])[0]
 
     def close(self) -> None:
-        """Close the file descriptor (reading after this raises ``OSError``)."""
+        """Close the file descriptor (reading after this raises :class:`InputError`)."""
         self._closer()
+        self._fd = -1
 
     def __enter__(self) -> DirectDataset:
         return self
@@ -249,6 +250,9 @@ def _checked_out(
 ) -> np.ndarray[Any, Any]:
     """``out``, or a new array, for rows ``[start, stop)``, checked."""
     length = dataset.shape[0]
+    if dataset._fd < 0:
+        msg = f"{dataset._where()} was closed: open it again to read"
+        raise InputError(msg)
     if not (isinstance(start, int | np.integer) and isinstance(stop, int | np.integer)):
         msg = f"start and stop must be integers, found {start!r} and {stop!r}"
         raise InputError(msg)
@@ -385,8 +389,9 @@ def _chunk_tasks(
         row, column = divmod(cell, columns)
         low, high = max(start, row * chunks[0]), min(stop, (row + 1) * chunks[0])
         rows = slice(low - row * chunks[0], high - row * chunks[0])
+        selection: tuple[slice, ...] = (rows,)
         if len(shape) == 1:
-            target, selection = out[low - start : high - start], (rows,)
+            target = out[low - start : high - start]
         else:
             across = slice(column * chunks[1], min(shape[1], (column + 1) * chunks[1]))
             target = out[low - start : high - start, across]
@@ -412,17 +417,32 @@ def _extend(runs: list[list[int]], offset: int, begin: int, length: int) -> None
 # --- opening --------------------------------------------------------------------------------
 
 
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
 def _open_regular(path: Path) -> int:
     """A read-only descriptor of ``path``, which must be a regular file (never blocks)."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        msg = f"{path}: not a regular file, cannot be read as an HDF5 file"
-        raise FormatError(msg)
+    _check_regular(path, os.stat(path))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced in between
+    try:
+        _check_regular(path, os.fstat(fd))  # it may have been replaced since the stat
+    except BaseException:
         os.close(fd)
-        msg = f"{path}: not a regular file, cannot be read as an HDF5 file"
-        raise FormatError(msg)
+        raise
     return fd
+
+
+def _check_regular(path: Path, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+        msg = f"{path} is not a regular file: it is {kind}"
+        raise FormatError(msg)
 
 
 def _read_layout(path: Path, name: str, file_size: int) -> _Layout | str:
@@ -448,7 +468,16 @@ def _read_layout(path: Path, name: str, file_size: int) -> _Layout | str:
             found = "nothing" if node is None else type(node).__name__.lower()
             msg = f"{path}: expected a dataset at {name!r}, found {found}"
             raise FormatError(msg)
-        return _dataset_layout(node, f"{path}: dataset {name!r}", file_size)
+        where = f"{path}: dataset {name!r}"
+        try:
+            return _dataset_layout(node, where, file_size)
+        except FormatError:
+            raise
+        except (KeyError, OSError, RuntimeError, ValueError) as error:  # HDF5 found it corrupt
+            if isinstance(error, OSError) and error.errno is not None:
+                raise
+            msg = f"{where}: its layout or chunk index cannot be read ({error})"
+            raise FormatError(msg) from error
 
 
 def _dataset_layout(dataset: h5py.Dataset, where: str, file_size: int) -> _Layout | str:
