@@ -30,12 +30,14 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputIndexError
 from cytepool.io.anndata._hdf5_filters import Pipeline, filter_name
+from cytepool.io.zarr._fast import fast_inflate
 from cytepool.io.zarr._threads import for_each
 
 if TYPE_CHECKING:
@@ -193,13 +195,15 @@ class DirectDataset:
         )
         return f"{where}, chunk at {position}"
 
-    def _tasks(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> list[_Task]:
+    def _tasks(
+        self, start: int, stop: int, out: np.ndarray[Any, Any], fast: ModuleType | None
+    ) -> list[_Task]:
         """The reads that fill ``out`` with rows ``[start, stop)``."""
         if start == stop or out.size == 0:
             return []
         if self.chunks is None:
             return self._contiguous_tasks(start, stop, out)
-        return _chunk_tasks(self, start, stop, out)
+        return _chunk_tasks(self, start, stop, out, fast)
 
     def _contiguous_tasks(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> list[_Task]:
         layout = self._layout
@@ -233,10 +237,11 @@ def read_together(
         msg = f"{len(outs)} outputs for {len(requests)} requests"
         raise InputError(msg)
     results, tasks = [], []
+    fast = fast_inflate()
     for (dataset, start, stop), out in zip(requests, outs, strict=True):
         result = _checked_out(dataset, start, stop, out)
         results.append(result)
-        tasks.extend(dataset._tasks(start, stop, result))
+        tasks.extend(dataset._tasks(start, stop, result, fast))
     for_each(_run, tasks)
     return results
 
@@ -326,6 +331,7 @@ class _Decode(_Task):
     entry: int  # the chunk's position in the index
     target: np.ndarray[Any, Any]
     selection: tuple[slice, ...]  # of the chunk
+    fast: ModuleType | None  # the libdeflate binding
 
     def run(self) -> None:
         dataset = self.dataset
@@ -333,12 +339,15 @@ class _Decode(_Task):
         assert layout.chunks is not None
         index = layout.index
         offset, size = int(index.offsets[self.entry]), int(index.sizes[self.entry])
-        where = dataset._where(int(index.cells[self.entry]))
         data = os.pread(dataset._fd, size, offset)
         if len(data) != size:
-            _raise_short(dataset, offset + len(data), where)
+            _raise_short(dataset, offset + len(data), dataset._where(int(index.cells[self.entry])))
         nbytes = math.prod(layout.chunks) * layout.stored.itemsize
-        raw = layout.pipeline.decode(data, int(index.masks[self.entry]), nbytes, where)
+        try:
+            raw = layout.pipeline.decode(data, int(index.masks[self.entry]), nbytes, self.fast)
+        except FormatError as error:
+            msg = f"{dataset._where(int(index.cells[self.entry]))}: {error}"
+            raise FormatError(msg) from error
         chunk = raw.view(layout.stored).reshape(layout.chunks)
         self.target[...] = chunk[self.selection]
 
@@ -370,7 +379,11 @@ def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _chunk_tasks(
-    dataset: DirectDataset, start: int, stop: int, out: np.ndarray[Any, Any]
+    dataset: DirectDataset,
+    start: int,
+    stop: int,
+    out: np.ndarray[Any, Any],
+    fast: ModuleType | None,
 ) -> list[_Task]:
     """The reads of a chunked dataset's rows ``[start, stop)`` into ``out``: raw chunks that
     cover whole rows straight into ``out`` (adjacent ones in one read), the others decoded."""
@@ -402,7 +415,7 @@ def _chunk_tasks(
             offset = int(index.offsets[entry]) + rows.start * row_bytes
             _extend(runs, offset, (low - start) * row_bytes, (high - low) * row_bytes)
         else:
-            tasks.append(_Decode(dataset, entry, target, selection))
+            tasks.append(_Decode(dataset, entry, target, selection, fast))
     return _direct(dataset, out, runs) + tasks
 
 
