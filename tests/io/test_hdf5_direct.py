@@ -556,3 +556,66 @@ def test_a_truncated_file_is_refused_when_opening(tmp_path: Path) -> None:
     cut.write_bytes(raw[:end])
     with pytest.raises(FormatError):
         DirectDataset.open(cut, "x")
+
+
+@pytest.fixture(scope="module")
+def stored_chunks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    """A file of one chunked dataset per filter pipeline, and the stored bytes of its chunk 1."""
+    path = tmp_path_factory.mktemp("mutations") / "x.h5"
+    chunks = {}
+    for name in ("gzip", "gzip-shuffle-fletcher32", "fletcher32", "lzf-shuffle"):
+        _write(path, name, _values((3000,), "<i4"), chunks=(1000,), **FILTERS[name])
+        with h5py.File(path, "r") as file:
+            chunks[name] = file[name].id.read_direct_chunk((1000,))[1]
+    return path, chunks
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+@pytest.mark.parametrize("name", ["gzip", "gzip-shuffle-fletcher32", "fletcher32"])
+def test_a_mutated_checked_chunk_reads_as_h5py_or_fails(
+    tmp_path: Path, stored_chunks: tuple[Path, dict[str, bytes]], name: str, data: st.DataObject
+) -> None:
+    """Bytes of a deflate or Fletcher-32 chunk changed: h5py either reads it (a stream that is
+    still valid) and the direct read gives the same values, or it fails, and so does the
+    direct read, with a FormatError naming the chunk."""
+    source, chunks = stored_chunks
+    stored = bytearray(chunks[name])
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(stored) - 1))
+        stored[at] = data.draw(st.integers(0, 255))
+    path = tmp_path / "x.h5"
+    path.write_bytes(source.read_bytes())
+    with h5py.File(path, "a") as file:
+        file[name].id.write_direct_chunk((1000,), bytes(stored), 0)
+        try:
+            want = file[name][()]
+        except OSError:
+            want = None
+    with _direct(path, name) as dataset:
+        if want is None:
+            with pytest.raises(FormatError, match=rf"'{name}', chunk at \(1000,\): "):
+                dataset.read(0, 3000)
+        else:
+            _assert_same(dataset.read(0, 3000), want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_mutated_lzf_chunk_decodes_exactly_or_fails(
+    stored_chunks: tuple[Path, dict[str, bytes]], data: st.DataObject
+) -> None:
+    """Changed, cut or lengthened LZF streams: the kernel writes only inside its buffer and
+    returns exactly the size written, or a negative code; never more than the buffer holds."""
+    from cytepool.io.anndata._hdf5_kernels import lzf_decode
+
+    stored = bytearray(stored_chunks[1]["lzf-shuffle"])
+    for _ in range(data.draw(st.integers(0, 3))):
+        stored[data.draw(st.integers(0, len(stored) - 1))] = data.draw(st.integers(0, 255))
+    stored = stored[: data.draw(st.integers(0, len(stored)))] + bytes(data.draw(st.binary()))
+    guard = np.full(4100, 0xAB, np.uint8)
+    written = lzf_decode(np.frombuffer(bytes(stored), np.uint8), guard[:4000])
+    assert -3 <= written <= 4000
+    assert (guard[4000:] == 0xAB).all()
