@@ -150,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             build(path, args.values)
         rows = [measure(path, name, args.repeats) for name in LAYOUTS]
         for h5ad in args.h5ad:
-            rows += [measure(h5ad, f"X/{part}", args.repeats) for part in ("data", "indices")]
+            for part in ("data", "indices"):
+                rows.append(measure(h5ad, f"X/{part}", args.repeats))
+                rows[-1]["name"] = f"{h5ad.name}: X/{part}"
         print(environment())
         print(f"file: {path}; medians of {args.repeats} reads each\n")
         print(table(rows))

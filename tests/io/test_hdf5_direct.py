@@ -619,3 +619,11 @@ def test_a_mutated_lzf_chunk_decodes_exactly_or_fails(
     written = lzf_decode(np.frombuffer(bytes(stored), np.uint8), guard[:4000])
     assert -3 <= written <= 4000
     assert (guard[4000:] == 0xAB).all()
+
+
+def test_a_file_replaced_after_opening_is_still_the_one_read(tmp_path: Path) -> None:
+    path = _write(tmp_path / "x.h5", "x", np.arange(1000, dtype="<f4"), chunks=(100,))
+    other = _write(tmp_path / "other.h5", "x", np.zeros(1000, dtype="<f4"), chunks=(100,))
+    with _direct(path) as dataset:
+        os.replace(other, path)
+        _assert_same(dataset.read(0, 1000), np.arange(1000, dtype="<f4"))

@@ -128,7 +128,7 @@ class DirectDataset:
         path = Path(path)
         fd = _open_regular(path)
         try:
-            layout = _read_layout(path, name, os.fstat(fd).st_size)
+            layout = _read_layout(path, name, fd)
         except BaseException:
             os.close(fd)
             raise
@@ -458,12 +458,17 @@ def _check_regular(path: Path, info: os.stat_result) -> None:
         raise FormatError(msg)
 
 
-def _read_layout(path: Path, name: str, file_size: int) -> _Layout | str:
-    """The layout of dataset ``name``, checked against ``file_size``, or why it is not decoded."""
+def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
+    """The layout of dataset ``name``, checked against the file open as ``fd``, or why it is
+    not decoded. h5py opens the file ``fd`` is open on (through /proc where there is one), so
+    the chunk index and the bytes read later come from the same file even if ``path`` is
+    replaced meanwhile."""
     import h5py
 
+    file_size = os.fstat(fd).st_size
+    same = Path(f"/proc/self/fd/{fd}")
     try:
-        file = h5py.File(path, "r")
+        file = h5py.File(same if same.exists() else path, "r")
     except OSError as error:
         if error.errno is not None:  # FileNotFoundError, PermissionError, ...
             raise
