@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from special_files import SPECIAL_FILES, make_special, without_blocking
 
 from cytepool.errors import FormatError, InputError, InputIndexError
-from cytepool.io.anndata._hdf5 import DirectDataset, read_together
+from cytepool.io.anndata._hdf5 import DirectDataset, check_regular, read_together
 
 FILTERS = {
     "raw": {},
@@ -331,6 +331,8 @@ def test_a_special_file_is_refused_without_blocking(tmp_path: Path, special: str
     problem = f"is not a regular file: it is {SPECIAL_FILES[special]}"
     with pytest.raises(FormatError, match=problem):
         without_blocking(lambda: DirectDataset.open(path, "X/data"), path)
+    with pytest.raises(FormatError, match=problem):
+        check_regular(path)
 
 
 def test_files_that_are_not_hdf5_or_lack_the_dataset(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from cytepool.io.zarr._threads import for_each
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["DirectDataset", "read_together"]
+__all__ = ["DirectDataset", "check_regular", "read_together"]
 
 _PIECE = 8 << 20  # bytes read by one call into the result (contiguous data, runs of raw chunks)
 _MOST_CHUNK = (1 << 32) - 1  # HDF5 chunks hold less than 4 GiB
@@ -439,9 +439,24 @@ _KINDS = {
 }
 
 
+def check_regular(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`FormatError` unless ``path`` is a regular file (a FIFO, a socket, a
+    device or a directory would make h5py block or fail obscurely): call it before h5py or
+    anndata opens a path.
+
+    Raises
+    ------
+    FormatError
+        ``path`` is not a regular file ("... is not a regular file: it is a FIFO").
+    FileNotFoundError
+        ``path`` does not exist.
+    """
+    _check_regular(Path(path), os.stat(path))
+
+
 def _open_regular(path: Path) -> int:
     """A read-only descriptor of ``path``, which must be a regular file (never blocks)."""
-    _check_regular(path, os.stat(path))
+    check_regular(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         _check_regular(path, os.fstat(fd))  # it may have been replaced since the stat
