@@ -285,15 +285,8 @@ def _checked_out(
 # --- the reads ------------------------------------------------------------------------------
 
 
-class _Task:
-    """One read of the decode threads."""
-
-    def run(self) -> None:
-        raise NotImplementedError
-
-
 @dataclass
-class _Fill(_Task):
+class _Fill:
     """Values of chunks never written: the fill value."""
 
     target: np.ndarray[Any, Any]
@@ -304,7 +297,7 @@ class _Fill(_Task):
 
 
 @dataclass
-class _Direct(_Task):
+class _Direct:
     """Stored bytes read straight into a contiguous piece of the result, swapped if big-endian."""
 
     dataset: DirectDataset
@@ -324,7 +317,7 @@ class _Direct(_Task):
 
 
 @dataclass
-class _Decode(_Task):
+class _Decode:
     """One chunk read, decoded, and its part copied into the result."""
 
     dataset: DirectDataset
@@ -350,6 +343,10 @@ class _Decode(_Task):
             raise FormatError(msg) from error
         chunk = raw.view(layout.stored).reshape(layout.chunks)
         self.target[...] = chunk[self.selection]
+
+
+_Task = _Fill | _Direct | _Decode
+"""One read of the decode threads."""
 
 
 def _raise_short(dataset: DirectDataset, end: int, where: str | None = None) -> None:
