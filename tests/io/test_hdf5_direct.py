@@ -629,3 +629,41 @@ def test_a_file_replaced_after_opening_is_still_the_one_read(tmp_path: Path) -> 
     with _direct(path) as dataset:
         os.replace(other, path)
         _assert_same(dataset.read(0, 1000), np.arange(1000, dtype="<f4"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"chunks": (10_000,)},  # one chunk (the "single chunk" index of newer files)
+        {"chunks": (700,)},  # fixed array index
+        {"chunks": (700,), "maxshape": (None,)},  # extensible array index
+        {"chunks": (700,), "maxshape": (None,), "compression": "gzip"},
+        {"chunks": (70, 3), "maxshape": (None, None)},  # version 2 B-tree index
+    ],
+    ids=["single-chunk", "fixed-array", "extensible-array", "extensible-gzip", "v2-btree"],
+)
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_every_kind_of_chunk_index(tmp_path: Path, options: Any, libver: str) -> None:
+    shape = (10_000,) if len(options["chunks"]) == 1 else (1000, 10)
+    data = _values(shape, "<f8")
+    with h5py.File(tmp_path / "x.h5", "w", libver=libver) as file:
+        file.create_dataset("x", data=data, **options)
+    with _direct(tmp_path / "x.h5") as dataset:
+        _assert_same(dataset.read(0, shape[0]), data)
+        _assert_same(dataset.read(333, 777), data[333:777])
+
+
+def test_chunks_allocated_early_read_as_written(tmp_path: Path) -> None:
+    """Allocated when the dataset is made (the "implicit" index of newer files): chunks
+    never written hold the fill value, written when they were allocated."""
+    with h5py.File(tmp_path / "x.h5", "w", libver="latest") as file:
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_chunk((100,))
+        plist.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        plist.set_fill_value(np.array([4], "<i2"))
+        space = h5py.h5s.create_simple((1000,))
+        h5py.h5d.create(file.id, b"x", h5py.h5t.STD_I16LE, space, plist)
+        file["x"][120:450] = 9
+        want = file["x"][()]
+    with _direct(tmp_path / "x.h5") as dataset:
+        _assert_same(dataset.read(0, 1000), want)
