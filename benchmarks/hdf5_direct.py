@@ -6,9 +6,13 @@ with shuffle, lzf (each in the chunks h5py chooses, as anndata writes ``X/data``
 contiguous. Each is read whole, into memory, by h5py (``dataset[()]``: one call, h5py's lock,
 one thread) and by ``DirectDataset.read(0, n)`` (the chunks read with ``os.pread`` and decoded
 on cytepool's decode threads), alternately, after one warm-up read of each (the file is in the
-page cache). The table gives the median wall and CPU time of each and the ratio of the walls;
-the results are checked to be equal. ``--h5ad`` adds the datasets ``X/data`` and ``X/indices``
-of an existing ``.h5ad`` file (the files of benchmarks/pool_files.py, say).
+page cache). The table gives the median wall and CPU time of each and the ratio of the walls,
+and the direct read on one thread (``CYTEPOOL_ZARR_THREADS=1``): its CPU time against h5py's
+says how much less work decoding is, whatever the other jobs on the machine leave of the
+second core; the results are checked to be equal. ``--h5ad`` adds the datasets ``X/data`` and ``X/indices``
+of an existing ``.h5ad`` file (the files of benchmarks/pool_files.py, say). (``--quick``
+datasets fit h5py's chunk cache of 1 MiB, so its repeated reads there decode nothing: a smoke
+run, not a measurement.)
 
 Usage (under the shared benchmark lock)::
 
@@ -63,6 +67,21 @@ def timed(read: Callable[[], np.ndarray]) -> tuple[float, float, np.ndarray]:
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
+def one_thread(direct: Any) -> np.ndarray:
+    """The direct read on the calling thread alone."""
+    from cytepool.io.zarr._threads import ENV_THREADS
+
+    before = os.environ.get(ENV_THREADS)
+    os.environ[ENV_THREADS] = "1"
+    try:
+        return direct.read(0, direct.shape[0])
+    finally:
+        if before is None:
+            del os.environ[ENV_THREADS]
+        else:
+            os.environ[ENV_THREADS] = before
+
+
 def measure(path: Path, name: str, repeats: int) -> dict[str, Any]:
     """Median wall and CPU of h5py's and the direct read of dataset ``name``."""
     import h5py
@@ -77,10 +96,11 @@ def measure(path: Path, name: str, repeats: int) -> dict[str, Any]:
         readers = {
             "h5py": lambda: dataset[()],
             "direct": lambda: direct.read(0, direct.shape[0]),
+            "direct, 1 thread": lambda: one_thread(direct),
         }
         times: dict[str, list[tuple[float, float]]] = {key: [] for key in readers}
         results = {key: read() for key, read in readers.items()}  # warm-up
-        if not np.array_equal(results["h5py"], results["direct"]):
+        if not all(np.array_equal(results["h5py"], result) for result in results.values()):
             msg = f"{path}:{name}: the direct read differs from h5py's"
             raise AssertionError(msg)
         del results
@@ -99,22 +119,28 @@ def measure(path: Path, name: str, repeats: int) -> dict[str, Any]:
     return row
 
 
+def ratio(value: float, peer: float) -> str:
+    return f"{value / peer:.2f}" if peer > 0 else "-"
+
+
 def table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| dataset | values | stored (MiB) | chunks | h5py wall / CPU (s) | direct wall / CPU (s) "
-        "| direct / h5py (wall) |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| direct / h5py (wall) | direct, 1 thread: wall / CPU (s) | CPU, 1 thread / h5py |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         if "skipped" in row:
-            lines.append(f"| {row['name']} | left to h5py: {row['skipped']} |||||")
+            lines.append(f"| {row['name']} | left to h5py: {row['skipped']} |||||||")
             continue
         h5py_wall, h5py_cpu = row["h5py"]
         wall, cpu = row["direct"]
+        alone_wall, alone_cpu = row["direct, 1 thread"]
         lines.append(
             f"| {row['name']} | {row['values']:,} | {row['stored']:,.0f} | {row['chunks']} "
             f"| {h5py_wall:.3f} / {h5py_cpu:.3f} | {wall:.3f} / {cpu:.3f} "
-            f"| {wall / h5py_wall:.2f} |"
+            f"| {ratio(wall, h5py_wall)} | {alone_wall:.3f} / {alone_cpu:.3f} "
+            f"| {ratio(alone_cpu, h5py_cpu)} |"
         )
     return "\n".join(lines)
 
