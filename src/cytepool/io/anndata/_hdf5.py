@@ -30,18 +30,20 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputIndexError
 from cytepool.io.anndata._hdf5_filters import Pipeline, filter_name
+from cytepool.io.zarr._fast import fast_inflate
 from cytepool.io.zarr._threads import for_each
 
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["DirectDataset", "read_together"]
+__all__ = ["DirectDataset", "check_regular", "read_together"]
 
 _PIECE = 8 << 20  # bytes read by one call into the result (contiguous data, runs of raw chunks)
 _MOST_CHUNK = (1 << 32) - 1  # HDF5 chunks hold less than 4 GiB
@@ -126,7 +128,7 @@ class DirectDataset:
         path = Path(path)
         fd = _open_regular(path)
         try:
-            layout = _read_layout(path, name, os.fstat(fd).st_size)
+            layout = _read_layout(path, name, fd)
         except BaseException:
             os.close(fd)
             raise
@@ -164,8 +166,9 @@ class DirectDataset:
         return read_together([(self, start, stop)], outs=[out])[0]
 
     def close(self) -> None:
-        """Close the file descriptor (reading after this raises ``OSError``)."""
+        """Close the file descriptor (reading after this raises :class:`InputError`)."""
         self._closer()
+        self._fd = -1
 
     def __enter__(self) -> DirectDataset:
         return self
@@ -192,13 +195,15 @@ class DirectDataset:
         )
         return f"{where}, chunk at {position}"
 
-    def _tasks(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> list[_Task]:
+    def _tasks(
+        self, start: int, stop: int, out: np.ndarray[Any, Any], fast: ModuleType | None
+    ) -> list[_Task]:
         """The reads that fill ``out`` with rows ``[start, stop)``."""
         if start == stop or out.size == 0:
             return []
         if self.chunks is None:
             return self._contiguous_tasks(start, stop, out)
-        return _chunk_tasks(self, start, stop, out)
+        return _chunk_tasks(self, start, stop, out, fast)
 
     def _contiguous_tasks(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> list[_Task]:
         layout = self._layout
@@ -232,10 +237,11 @@ def read_together(
         msg = f"{len(outs)} outputs for {len(requests)} requests"
         raise InputError(msg)
     results, tasks = [], []
+    fast = fast_inflate()
     for (dataset, start, stop), out in zip(requests, outs, strict=True):
         result = _checked_out(dataset, start, stop, out)
         results.append(result)
-        tasks.extend(dataset._tasks(start, stop, result))
+        tasks.extend(dataset._tasks(start, stop, result, fast))
     for_each(_run, tasks)
     return results
 
@@ -249,6 +255,9 @@ def _checked_out(
 ) -> np.ndarray[Any, Any]:
     """``out``, or a new array, for rows ``[start, stop)``, checked."""
     length = dataset.shape[0]
+    if dataset._fd < 0:
+        msg = f"{dataset._where()} was closed: open it again to read"
+        raise InputError(msg)
     if not (isinstance(start, int | np.integer) and isinstance(stop, int | np.integer)):
         msg = f"start and stop must be integers, found {start!r} and {stop!r}"
         raise InputError(msg)
@@ -276,15 +285,8 @@ def _checked_out(
 # --- the reads ------------------------------------------------------------------------------
 
 
-class _Task:
-    """One read of the decode threads."""
-
-    def run(self) -> None:
-        raise NotImplementedError
-
-
 @dataclass
-class _Fill(_Task):
+class _Fill:
     """Values of chunks never written: the fill value."""
 
     target: np.ndarray[Any, Any]
@@ -295,7 +297,7 @@ class _Fill(_Task):
 
 
 @dataclass
-class _Direct(_Task):
+class _Direct:
     """Stored bytes read straight into a contiguous piece of the result, swapped if big-endian."""
 
     dataset: DirectDataset
@@ -315,13 +317,14 @@ class _Direct(_Task):
 
 
 @dataclass
-class _Decode(_Task):
+class _Decode:
     """One chunk read, decoded, and its part copied into the result."""
 
     dataset: DirectDataset
     entry: int  # the chunk's position in the index
     target: np.ndarray[Any, Any]
     selection: tuple[slice, ...]  # of the chunk
+    fast: ModuleType | None  # the libdeflate binding
 
     def run(self) -> None:
         dataset = self.dataset
@@ -329,14 +332,21 @@ class _Decode(_Task):
         assert layout.chunks is not None
         index = layout.index
         offset, size = int(index.offsets[self.entry]), int(index.sizes[self.entry])
-        where = dataset._where(int(index.cells[self.entry]))
         data = os.pread(dataset._fd, size, offset)
         if len(data) != size:
-            _raise_short(dataset, offset + len(data), where)
+            _raise_short(dataset, offset + len(data), dataset._where(int(index.cells[self.entry])))
         nbytes = math.prod(layout.chunks) * layout.stored.itemsize
-        raw = layout.pipeline.decode(data, int(index.masks[self.entry]), nbytes, where)
+        try:
+            raw = layout.pipeline.decode(data, int(index.masks[self.entry]), nbytes, self.fast)
+        except FormatError as error:
+            msg = f"{dataset._where(int(index.cells[self.entry]))}: {error}"
+            raise FormatError(msg) from error
         chunk = raw.view(layout.stored).reshape(layout.chunks)
         self.target[...] = chunk[self.selection]
+
+
+_Task = _Fill | _Direct | _Decode
+"""One read of the decode threads."""
 
 
 def _raise_short(dataset: DirectDataset, end: int, where: str | None = None) -> None:
@@ -366,7 +376,11 @@ def _grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _chunk_tasks(
-    dataset: DirectDataset, start: int, stop: int, out: np.ndarray[Any, Any]
+    dataset: DirectDataset,
+    start: int,
+    stop: int,
+    out: np.ndarray[Any, Any],
+    fast: ModuleType | None,
 ) -> list[_Task]:
     """The reads of a chunked dataset's rows ``[start, stop)`` into ``out``: raw chunks that
     cover whole rows straight into ``out`` (adjacent ones in one read), the others decoded."""
@@ -385,8 +399,9 @@ def _chunk_tasks(
         row, column = divmod(cell, columns)
         low, high = max(start, row * chunks[0]), min(stop, (row + 1) * chunks[0])
         rows = slice(low - row * chunks[0], high - row * chunks[0])
+        selection: tuple[slice, ...] = (rows,)
         if len(shape) == 1:
-            target, selection = out[low - start : high - start], (rows,)
+            target = out[low - start : high - start]
         else:
             across = slice(column * chunks[1], min(shape[1], (column + 1) * chunks[1]))
             target = out[low - start : high - start, across]
@@ -397,7 +412,7 @@ def _chunk_tasks(
             offset = int(index.offsets[entry]) + rows.start * row_bytes
             _extend(runs, offset, (low - start) * row_bytes, (high - low) * row_bytes)
         else:
-            tasks.append(_Decode(dataset, entry, target, selection))
+            tasks.append(_Decode(dataset, entry, target, selection, fast))
     return _direct(dataset, out, runs) + tasks
 
 
@@ -412,25 +427,60 @@ def _extend(runs: list[list[int]], offset: int, begin: int, length: int) -> None
 # --- opening --------------------------------------------------------------------------------
 
 
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def check_regular(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`FormatError` unless ``path`` is a regular file (a FIFO, a socket, a
+    device or a directory would make h5py block or fail obscurely): call it before h5py or
+    anndata opens a path.
+
+    Raises
+    ------
+    FormatError
+        ``path`` is not a regular file ("... is not a regular file: it is a FIFO").
+    FileNotFoundError
+        ``path`` does not exist.
+    """
+    _check_regular(Path(path), os.stat(path))
+
+
 def _open_regular(path: Path) -> int:
     """A read-only descriptor of ``path``, which must be a regular file (never blocks)."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        msg = f"{path}: not a regular file, cannot be read as an HDF5 file"
-        raise FormatError(msg)
+    check_regular(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced in between
+    try:
+        _check_regular(path, os.fstat(fd))  # it may have been replaced since the stat
+    except BaseException:
         os.close(fd)
-        msg = f"{path}: not a regular file, cannot be read as an HDF5 file"
-        raise FormatError(msg)
+        raise
     return fd
 
 
-def _read_layout(path: Path, name: str, file_size: int) -> _Layout | str:
-    """The layout of dataset ``name``, checked against ``file_size``, or why it is not decoded."""
+def _check_regular(path: Path, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+        msg = f"{path} is not a regular file: it is {kind}"
+        raise FormatError(msg)
+
+
+def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
+    """The layout of dataset ``name``, checked against the file open as ``fd``, or why it is
+    not decoded. h5py opens the file ``fd`` is open on (through /proc where there is one), so
+    the chunk index and the bytes read later come from the same file even if ``path`` is
+    replaced meanwhile."""
     import h5py
 
+    file_size = os.fstat(fd).st_size
+    same = Path(f"/proc/self/fd/{fd}")
     try:
-        file = h5py.File(path, "r")
+        file = h5py.File(same if same.exists() else path, "r")
     except OSError as error:
         if error.errno is not None:  # FileNotFoundError, PermissionError, ...
             raise
@@ -448,7 +498,16 @@ def _read_layout(path: Path, name: str, file_size: int) -> _Layout | str:
             found = "nothing" if node is None else type(node).__name__.lower()
             msg = f"{path}: expected a dataset at {name!r}, found {found}"
             raise FormatError(msg)
-        return _dataset_layout(node, f"{path}: dataset {name!r}", file_size)
+        where = f"{path}: dataset {name!r}"
+        try:
+            return _dataset_layout(node, where, file_size)
+        except FormatError:
+            raise
+        except (KeyError, OSError, RuntimeError, ValueError) as error:  # HDF5 found it corrupt
+            if isinstance(error, OSError) and error.errno is not None:
+                raise
+            msg = f"{where}: its layout or chunk index cannot be read ({error})"
+            raise FormatError(msg) from error
 
 
 def _dataset_layout(dataset: h5py.Dataset, where: str, file_size: int) -> _Layout | str:

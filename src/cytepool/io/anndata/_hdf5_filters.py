@@ -6,11 +6,12 @@ them in reverse order and checks every step: a deflate stream must end exactly w
 ends and decode to the size the chunk must have, an LZF stream likewise (HDF5's own LZF filter
 returns a short chunk when the stream is cut short, and the rest of the chunk is then stale
 memory), and a Fletcher-32 checksum must match (either byte order HDF5 ever stored). Any
-failure is a :class:`~cytepool.errors.FormatError` whose message starts with ``where`` (the
-file, the dataset and the chunk).
+failure is a :class:`~cytepool.errors.FormatError` saying what is wrong with the chunk (the
+caller adds which chunk of which dataset of which file).
 
 deflate decodes with libdeflate (the ``deflate`` package) where it is installed and the result
-is certain (see :mod:`cytepool.io.zarr._fast`), else with the standard library's zlib; both
+is certain (the same test as :mod:`cytepool.io.zarr._fast` makes of a gzip member), else with
+the standard library's zlib; both
 release the GIL. LZF and Fletcher-32 are numba kernels (:mod:`._hdf5_kernels`, imported when
 first needed), also without the GIL.
 """
@@ -20,12 +21,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from cytepool.errors import FormatError
-from cytepool.io.zarr._fast import fast_inflate
 
 __all__ = ["DEFLATE", "FLETCHER32", "LZF", "SHUFFLE", "Pipeline", "filter_name"]
 
@@ -124,8 +125,11 @@ class Pipeline:
             return 1, most
         return most, most
 
-    def decode(self, data: Any, mask: int, nbytes: int, where: str) -> np.ndarray[Any, Any]:
-        """The ``nbytes`` decoded bytes (uint8) of the stored chunk ``data`` (bytes).
+    def decode(
+        self, data: Any, mask: int, nbytes: int, fast: ModuleType | None
+    ) -> np.ndarray[Any, Any]:
+        """The ``nbytes`` decoded bytes (uint8) of the stored chunk ``data`` (bytes); deflate
+        streams are tried first with ``fast`` (the libdeflate binding, or None).
 
         Raises
         ------
@@ -137,27 +141,32 @@ class Pipeline:
         for k in reversed(range(len(active))):
             code = active[k]
             if code == FLETCHER32:
-                buffer = _verified(buffer, where)
+                buffer = _verified(buffer)
             elif code == SHUFFLE:
                 buffer = _unshuffled(buffer, self.element_size)
+            elif code == DEFLATE:
+                buffer = _inflated(buffer, _size_before(active, k, nbytes), fast)
             else:
-                size = nbytes + _CHECKSUM * active[:k].count(FLETCHER32)
-                decoder = _inflated if code == DEFLATE else _unlzf
-                buffer = decoder(buffer, size, where)
+                buffer = _unlzf(buffer, _size_before(active, k, nbytes))
         array = np.frombuffer(buffer, np.uint8)
         if array.size != nbytes:
-            msg = f"{where}: decodes to {array.size} bytes, expected {nbytes}"
+            msg = f"decodes to {array.size} bytes, expected {nbytes}"
             raise FormatError(msg)
         return array
 
 
-def _verified(buffer: Any, where: str) -> memoryview:
+def _size_before(active: tuple[int, ...], k: int, nbytes: int) -> int:
+    """The size of a chunk of ``nbytes`` before filter ``active[k]`` was applied to it."""
+    return nbytes + _CHECKSUM * active[:k].count(FLETCHER32)
+
+
+def _verified(buffer: Any) -> memoryview:
     """The bytes before a Fletcher-32 checksum that matches them."""
     from cytepool.io.anndata._hdf5_kernels import fletcher32
 
     view = memoryview(buffer).cast("B")
     if len(view) < _CHECKSUM:
-        msg = f"{where}: {len(view)} bytes, too few for a Fletcher-32 checksum"
+        msg = f"{len(view)} bytes, too few for a Fletcher-32 checksum"
         raise FormatError(msg)
     body = view[:-_CHECKSUM]
     stored = int.from_bytes(view[-_CHECKSUM:], "little")
@@ -165,7 +174,7 @@ def _verified(buffer: Any, where: str) -> memoryview:
     swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)  # before HDF5 1.6.3
     if stored not in (computed, swapped):
         found = f"stored {stored:#010x}, computed {computed:#010x}"
-        msg = f"{where}: Fletcher-32 checksum mismatch ({found})"
+        msg = f"Fletcher-32 checksum mismatch ({found})"
         raise FormatError(msg)
     return body
 
@@ -186,50 +195,49 @@ def _unshuffled(buffer: Any, size: int) -> np.ndarray[Any, Any]:
     return out
 
 
-def _inflated(buffer: Any, size: int, where: str) -> Any:
+def _inflated(buffer: Any, size: int, fast: ModuleType | None) -> Any:
     """The ``size`` bytes the zlib stream ``buffer`` decodes to, nothing after the stream."""
-    fast = _fast_inflated(buffer, size)
-    if fast is not None:
-        return fast
+    done = _fast_inflated(buffer, size, fast) if fast is not None else None
+    if done is not None:
+        return done
     decoder = zlib.decompressobj()
     try:
         out = decoder.decompress(buffer, size + 1)
     except zlib.error as error:
-        msg = f"{where}: corrupt deflate stream ({error})"
+        msg = f"corrupt deflate stream ({error})"
         raise FormatError(msg) from error
     if len(out) > size:
-        msg = f"{where}: decodes to more than the {size} bytes of a chunk"
+        msg = f"decodes to more than the {size} bytes of a chunk"
         raise FormatError(msg)
     if not decoder.eof:
-        msg = f"{where}: the deflate stream is cut short ({len(out)} of {size} bytes decoded)"
+        msg = f"the deflate stream is cut short ({len(out)} of {size} bytes decoded)"
         raise FormatError(msg)
     if len(out) != size:
-        msg = f"{where}: decodes to {len(out)} bytes, expected {size}"
+        msg = f"decodes to {len(out)} bytes, expected {size}"
         raise FormatError(msg)
     if decoder.unused_data:
-        msg = f"{where}: {len(decoder.unused_data)} bytes after the end of the deflate stream"
+        msg = f"{len(decoder.unused_data)} bytes after the end of the deflate stream"
         raise FormatError(msg)
     return out
 
 
-def _fast_inflated(buffer: Any, size: int) -> bytearray | None:
+def _fast_inflated(buffer: Any, size: int, module: ModuleType) -> bytearray | None:
     """libdeflate's decoding of ``buffer`` if certainly right (exactly ``size`` bytes, its
     Adler-32 trailer last and nowhere earlier, so nothing follows the stream), else None."""
-    module = fast_inflate()
-    if module is None or size <= 0:
+    if size <= 0:
         return None
     data = buffer if isinstance(buffer, bytes) else bytes(buffer)
     try:
         out: bytearray = module.zlib_decompress(data, size)
     except module.DeflateError:
         return None
-    trailer = zlib.adler32(out).to_bytes(4, "big")
+    trailer = int(module.adler32(out)).to_bytes(4, "big")
     if len(out) != size or data[-4:] != trailer or data.find(trailer) != len(data) - 4:
         return None
     return out
 
 
-def _unlzf(buffer: Any, size: int, where: str) -> np.ndarray[Any, Any]:
+def _unlzf(buffer: Any, size: int) -> np.ndarray[Any, Any]:
     """The ``size`` bytes the LZF stream ``buffer`` decodes to, exactly."""
     from cytepool.io.anndata import _hdf5_kernels as kernels
 
@@ -241,9 +249,9 @@ def _unlzf(buffer: Any, size: int, where: str) -> np.ndarray[Any, Any]:
         kernels.BAD_REFERENCE: "an LZF back-reference points before the start of the chunk",
     }
     if written in problems:
-        msg = f"{where}: {problems[written]}"
+        msg = problems[written]
         raise FormatError(msg)
     if written != size:
-        msg = f"{where}: the LZF stream decodes to {written} bytes, expected {size}"
+        msg = f"the LZF stream decodes to {written} bytes, expected {size}"
         raise FormatError(msg)
     return out

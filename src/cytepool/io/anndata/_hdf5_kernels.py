@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numba
-import numpy as np
 
 # What lzf_decode returns besides the decoded length.
 OVERRUN = -1  # the output would go past the end of the buffer (the chunk decodes to more bytes)
@@ -31,7 +30,7 @@ def lzf_decode(source: Any, out: Any) -> int:  # pragma: no cover - compiled
     ip, op = 0, 0
     end_in, end_out = source.shape[0], out.shape[0]
     while ip < end_in:
-        control = np.int64(source[ip])
+        control = int(source[ip])
         ip += 1
         if control < 32:  # a run of control + 1 literal bytes
             length = control + 1
@@ -47,11 +46,11 @@ def lzf_decode(source: Any, out: Any) -> int:  # pragma: no cover - compiled
         if ip >= end_in:
             return TRUNCATED
         if length == 7:
-            length += np.int64(source[ip])
+            length += int(source[ip])
             ip += 1
             if ip >= end_in:
                 return TRUNCATED
-        reference = op - ((control & 31) << 8) - 1 - np.int64(source[ip])
+        reference = op - ((control & 31) << 8) - 1 - int(source[ip])
         ip += 1
         if op + length + 2 > end_out:
             return OVERRUN
@@ -73,13 +72,13 @@ def fletcher32(data: Any) -> int:  # pragma: no cover - compiled
         block = min(words, _BLOCK)
         words -= block
         for _ in range(block):
-            sum1 += (np.int64(data[position]) << 8) | np.int64(data[position + 1])
+            sum1 += (int(data[position]) << 8) | int(data[position + 1])
             sum2 += sum1
             position += 2
         sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
         sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
     if data.shape[0] % 2:
-        sum1 += np.int64(data[position]) << 8
+        sum1 += int(data[position]) << 8
         sum2 += sum1
         sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
         sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
