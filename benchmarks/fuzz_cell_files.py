@@ -42,10 +42,9 @@ def write_bases(folder: Path) -> list[Path]:
 
     rng = np.random.default_rng(0)
     n_cells, n_genes = 200, 30
-    matrix = scipy.sparse.random(
-        n_cells, n_genes, density=0.2, format="csr", dtype=np.float32, rng=rng
-    )
-    matrix.data = np.floor(matrix.data * 10) + 1
+    values = np.floor(rng.random((n_cells, n_genes)) * 10) + 1
+    dense = np.where(rng.random(values.shape) < 0.2, values, 0).astype(np.float32)
+    matrix = scipy.sparse.csr_matrix(dense)
     obs = pd.DataFrame(
         {"sample": rng.choice(["a", "b"], n_cells), "cell_type": rng.choice(["x", "y"], n_cells)},
         index=[f"c{i}" for i in range(n_cells)],
@@ -126,10 +125,10 @@ def mutate(base: Path, target: Path, rng: random.Random) -> str:
 def worker() -> None:
     """Pool each path read from stdin; write one JSON line per case: outcome and error type."""
     warnings.simplefilter("ignore")
+    import faulthandler
+
     from cytepool.errors import CytepoolError
     from cytepool.io.anndata import from_anndata
-
-    import faulthandler
 
     for line in sys.stdin:
         path = Path(line.strip())

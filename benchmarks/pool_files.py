@@ -224,8 +224,8 @@ def _load_kernels() -> None:
 
     import cytepool
 
-    matrix = scipy.sparse.random(4000, 1000, density=0.4, format="csr", dtype=np.float32, rng=0)
-    matrix.data[:] = 1
+    rng = np.random.default_rng(0)
+    matrix = scipy.sparse.csr_matrix((rng.random((4000, 1000)) < 0.4).astype(np.float32))
     labels = np.arange(4000) % 2
     cytepool.from_cells(matrix, sample_labels=labels, group_labels=labels)
 
