@@ -5,8 +5,10 @@ The pooling path of a file (:mod:`cytepool.io.anndata._direct`) reads ``data``, 
 ``dtype`` (native byte order), ``where`` (how messages name it) and ``read(start, stop)``, the
 elements or rows ``[start, stop)``. One source per storage:
 
-- an ``.h5ad`` dataset: :class:`H5Source`, through h5py (one thread at a time: h5py holds a
-  global lock), until the direct chunk reader takes over;
+- an ``.h5ad`` dataset: :class:`H5DirectSource`, its stored chunks read with ``os.pread`` and
+  decoded on the decode threads (:mod:`cytepool.io.anndata._hdf5`); or, for a filter that
+  reader does not decode, :class:`H5Source`, through h5py (one thread at a time: h5py holds a
+  global lock);
 - a Zarr v2 array (what anndata < 0.13 writes): :class:`ZarrV2Source`, which reads each chunk
   file itself and decodes it with numcodecs (blosc, zstd, gzip, zlib, lz4 or none) on
   cytepool's decode threads, numcodecs' decoders releasing the GIL;
@@ -261,8 +263,11 @@ def _fill(value: Any, dtype: np.dtype[Any], where: str) -> Any:
 class ZarrV2Source:
     """A Zarr v2 array: chunk files read here, decoded with numcodecs on the decode threads.
 
-    A chunk only partly read is kept decoded until the next read, which usually needs its
-    rest (blocks of rows follow each other).
+    A whole blosc chunk of a 1-D array is decoded straight into the result. A chunk only
+    partly read is kept decoded until the next read, which usually needs its rest (blocks of
+    rows follow each other). Sizes are checked before anything is allocated: a chunk file
+    larger than its chunk can need, a blosc header or a decoded chunk of the wrong size, a raw
+    chunk of the wrong length are a FormatError naming the chunk.
     """
 
     def __init__(
