@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cytepool.io.anndata import _direct as direct
 from cytepool.io.anndata import _readers as readers
 
 ad = pytest.importorskip("anndata")
@@ -85,16 +86,22 @@ def blocks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Small blocks; the list receives the bounds of each block of rows (or columns) read."""
     monkeypatch.setattr(readers, "BLOCK_NONZEROS", 40)
     monkeypatch.setattr(readers, "BLOCK_BYTES", 100)
+    monkeypatch.setattr(direct, "BLOCK_VALUES", 40)
     seen: list[tuple[int, int]] = []
-    for name in ("block_bounds", "nonzero_bounds"):
-        original = getattr(readers, name)
+    for module, name in (
+        (readers, "block_bounds"),
+        (readers, "nonzero_bounds"),
+        (direct, "major_bounds"),
+        (direct, "row_bounds"),
+    ):
+        original = getattr(module, name)
 
         def counted(*args: Any, original: Any = original) -> Iterator[tuple[int, int]]:
             for bounds in original(*args):
                 seen.append(bounds)
                 yield bounds
 
-        monkeypatch.setattr(readers, name, counted)
+        monkeypatch.setattr(module, name, counted)
     return seen
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
+from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix
 from cytepool.io.anndata._many import check_single, pool_files
 from cytepool.io.anndata._readers import (
     Modality,
@@ -38,6 +40,8 @@ from cytepool.io.anndata._readers import (
     matrix_of,
     open_cells,
     open_modalities,
+    read_damaged,
+    shown,
 )
 from cytepool.io.anndata._record import stamped
 
@@ -72,7 +76,11 @@ def from_anndata(
     adata
         The cells: an AnnData, or the path of an ``.h5ad`` file or AnnData ``.zarr`` store
         (Zarr v2 or v3, sharded or not), which is opened read-only (only ``obs``, ``var`` and
-        the matrix are read). A file in the layout of anndata < 0.7 (``obs`` a compound
+        the matrix are read). The matrix of a path is read by cytepool's own readers (HDF5
+        chunks, Zarr v2 chunks through numcodecs, Zarr v3 through :mod:`cytepool.io.zarr`),
+        decoded in parallel, a few blocks ahead of the pooling (see "Pooling cells from a
+        file"); what they do not decode is read by anndata's backed reader, with the same
+        result. A file in the layout of anndata < 0.7 (``obs`` a compound
         dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
         ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
         blocks. A list of paths pools every file into one cube: each file on its own, in
@@ -154,6 +162,11 @@ def from_anndata(
         also if the files' features differ, a profile is in two files (unless
         ``duplicates="add"``), or ``sample_ids`` does not name one sample per file; a file
         that fails stops the run with its error, naming the file.
+    cytepool.errors.FormatError
+        (a ValueError) If the file is damaged: an invalid sparse structure (``indptr``),
+        metadata that claims more entries than the matrix has, a chunk that cannot be
+        decoded or decodes to the wrong size, a path or store file that is not a regular
+        file; the message names the file, the array and the chunk.
 
     Examples
     --------
@@ -546,33 +559,47 @@ def _pool_with_tables(
 
     names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": obs.index}
     names["features"] = feature_table.index
-    with _words.speaking(**names):
-        if is_sparse_dataset(matrix) and matrix.format == "csc":
-            return _pool_columns(matrix, feature_table, pool, options)
-        counts = cell_rows(matrix, options["progress"])
+    with _words.speaking(**names), contextlib.ExitStack() as stack:
+        if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
+            blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
+            if matrix.format == "csc":
+                return _pool_columns(blocks, feature_table, pool, options)
+            rows = (block for _, _, block in blocks)
+            counts = shown(rows, matrix.shape[0], options["progress"])
+        elif is_sparse_dataset(matrix) and matrix.format == "csc":
+            indptr = matrix.group["indptr"]
+            bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
+            column_blocks: Iterable[tuple[int, int, Any]]
+            column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
+            if source.path:
+                column_blocks = read_damaged(column_blocks, source.owner)
+            return _pool_columns(column_blocks, feature_table, pool, options)
+        else:
+            counts = cell_rows(matrix, options["progress"])
+            if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
+                counts = read_damaged(counts, source.owner)
         return pool(counts, feature_table, options["allow_float"])
 
 
 def _pool_columns(
-    matrix: Any,
+    blocks: Iterable[tuple[int, int, Any]],
     features: pd.DataFrame,
     pool: Callable[[Any, pd.DataFrame, bool], Cube],
     options: Mapping[str, Any],
 ) -> Cube:
-    """Pool a CSC matrix on disk in blocks of columns, then join them along the features.
+    """Pool a CSC matrix on disk in blocks of columns, ``(start, stop, block)``, then join
+    them along the features.
 
     Values that are not counts are warned about once, in the first block that holds one.
     """
 
-    progress = _progress.Progress(
-        matrix.shape[1], "pooling", "features", enabled=options["progress"]
-    )
+    progress = _progress.Progress(len(features), "pooling", "features", enabled=options["progress"])
     parts: list[Cube] = []
     allow_float = options["allow_float"]
     try:
-        for start, stop in _readers.nonzero_bounds(matrix.group["indptr"], matrix.shape[1]):
+        for start, stop, block in blocks:
             with _words.speaking(first_column=start):
-                parts.append(pool(matrix[:, start:stop], features.iloc[start:stop], allow_float))
+                parts.append(pool(block, features.iloc[start:stop], allow_float))
             allow_float = allow_float or _float_counts(parts[-1])
             progress.update(stop - start)
     finally:

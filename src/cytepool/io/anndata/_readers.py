@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool import _progress, _words
-from cytepool.errors import InputError, InputTypeError, UnknownIdError
+from cytepool.errors import (
+    CytepoolError,
+    FormatError,
+    InputError,
+    InputTypeError,
+    UnknownIdError,
+)
+from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
 
 if TYPE_CHECKING:
     import anndata
@@ -76,18 +83,60 @@ def open_cells(
     _check_either(layer, use_raw)
     source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
     with _open_store(Path(path)) as root:
-        if not _is_legacy(root):
-            _check_anndata(root, source)
-            element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
-            var_path = "raw/var" if use_raw else "var"
-            for needed in (element, "obs", var_path):
-                if needed not in root:
-                    raise _missing_element(root, needed, source)
-            matrix = _on_disk_matrix(root[element])
-            yield matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+        with damaged(path):
+            parts = None if _is_legacy(root) else _anndata_parts(root, path, source, layer, use_raw)
+        if parts is not None:
+            try:
+                yield parts
+            finally:
+                _close(parts[0])
             return
-    with _legacy_anndata(Path(path)) as adata:
-        yield _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
+    with contextlib.ExitStack() as stack:
+        with damaged(path):
+            adata = stack.enter_context(_legacy_anndata(Path(path)))
+            cells = _legacy_cells(adata, source, layer=layer, use_raw=use_raw)
+        yield cells
+
+
+def _anndata_parts(
+    root: Any, path: str | os.PathLike[str], source: Source, layer: str | None, use_raw: bool
+) -> tuple[Any, pd.DataFrame, pd.DataFrame, Source]:
+    """Matrix, obs, var and their names, from a file in the layout of anndata >= 0.7."""
+    _check_anndata(root, source)
+    element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
+    var_path = "raw/var" if use_raw else "var"
+    for needed in (element, "obs", var_path):
+        if needed not in root:
+            raise _missing_element(root, needed, source)
+    matrix = _matrix(root, element, Path(path), source.owner)
+    try:
+        return matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
+    except BaseException:
+        _close(matrix)
+        raise
+
+
+@contextlib.contextmanager
+def damaged(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Errors of h5py, zarr-python or anndata met while reading a file's structure (its
+    groups, obs, var) become a FormatError naming the file: the file is damaged.
+
+    cytepool's own errors and the OSError family (a file that cannot be read) pass.
+    """
+    try:
+        yield
+    except (CytepoolError, OSError):
+        raise
+    except Exception as error:
+        problem = f"{type(error).__name__}: {error}"
+        msg = f"{os.fspath(path)} cannot be read as AnnData, it is damaged: {problem}"
+        raise FormatError(msg) from error
+
+
+def read_damaged(blocks: Iterable[Any], path: str) -> Iterator[Any]:
+    """The blocks of a matrix read from the file ``path``, errors as :func:`damaged` has them."""
+    with damaged(path):
+        yield from blocks
 
 
 def _layer_name(layer: str | None) -> str:
@@ -181,31 +230,41 @@ def open_modalities(
     """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
     path = Path(path)
     with _open_store(path) as root:
-        if "mod" not in root:
-            msg = (
-                f"{path} is not a MuData file (it has no 'mod' group): "
-                f"{_words.option('not_modality')}"
-            )
-            raise InputError(msg)
-        if "obs" not in root:
-            msg = f"{path} has no element 'obs' (the global obs of a MuData)"
-            raise UnknownIdError(msg)
-        modalities = {}
-        for name in _modality_order(root["mod"]):
-            where = f"mod/{name}"
-            for needed in ("X", "obs", "var"):
-                if f"{where}/{needed}" not in root:
-                    msg = f"{path} has no element {where}/{needed}"
-                    raise UnknownIdError(msg)
-            group = root[where]
-            owner = f"modality {name!r} of {os.fspath(path)}"
-            modalities[name] = Modality(
-                _on_disk_matrix(group["X"]),
-                _read_frame(group["obs"]),
-                _read_frame(group["var"]),
-                Source(owner, "X", path=True, modality=True),
-            )
-        yield _read_frame(root["obs"]), modalities
+        with damaged(path):
+            everyone, modalities = _modality_parts(root, path)
+        try:
+            yield everyone, modalities
+        finally:
+            for modality in modalities.values():
+                _close(modality.matrix)
+
+
+def _modality_parts(root: Any, path: Path) -> tuple[pd.DataFrame, dict[str, Modality]]:
+    """The global obs and the modalities of an opened MuData file."""
+    if "mod" not in root:
+        msg = (
+            f"{path} is not a MuData file (it has no 'mod' group): {_words.option('not_modality')}"
+        )
+        raise InputError(msg)
+    if "obs" not in root:
+        msg = f"{path} has no element 'obs' (the global obs of a MuData)"
+        raise UnknownIdError(msg)
+    modalities = {}
+    for name in _modality_order(root["mod"]):
+        where = f"mod/{name}"
+        for needed in ("X", "obs", "var"):
+            if f"{where}/{needed}" not in root:
+                msg = f"{path} has no element {where}/{needed}"
+                raise UnknownIdError(msg)
+        group = root[where]
+        owner = f"modality {name!r} of {os.fspath(path)}"
+        modalities[name] = Modality(
+            _matrix(root, f"{where}/X", path, owner),
+            _read_frame(group["obs"]),
+            _read_frame(group["var"]),
+            Source(owner, "X", path=True, modality=True),
+        )
+    return _read_frame(root["obs"]), modalities
 
 
 def _modality_order(mod: Any) -> list[str]:
@@ -222,6 +281,7 @@ def _open_store(path: Path) -> Iterator[Any]:
     if path.is_dir():
         import zarr
 
+        _check_store_files(path)
         try:
             group = zarr.open_group(path, mode="r")
         except (ValueError, OSError) as error:
@@ -231,6 +291,9 @@ def _open_store(path: Path) -> Iterator[Any]:
         return
     import h5py
 
+    if not path.is_file():
+        msg = f"{path} is neither a regular file nor a directory: not an .h5ad file or .zarr store"
+        raise FormatError(msg)
     try:
         file = h5py.File(path, "r")
     except OSError as error:
@@ -238,6 +301,29 @@ def _open_store(path: Path) -> Iterator[Any]:
         raise InputError(msg) from error
     with file:
         yield file
+
+
+def _matrix(root: Any, element: str, path: Path, owner: str) -> Any:
+    """The matrix at ``element``: read by cytepool's file reader where it can
+    (:mod:`cytepool.io.anndata._direct`), else by anndata's backed reader."""
+    return open_matrix(root, element, path, owner) or _on_disk_matrix(root[element])
+
+
+def _close(matrix: Any) -> None:
+    """Close what cytepool's file reader holds open (anndata's readers close with the file)."""
+    if isinstance(matrix, SparseMatrix | DenseMatrix):
+        matrix.close()
+
+
+def _check_store_files(path: Path) -> None:
+    """Every entry of a store is a regular file or a directory (a FIFO would block a read)."""
+    for folder, directories, files in os.walk(path):
+        for name in files:
+            entry = Path(folder) / name
+            if not entry.is_file():
+                msg = f"{entry} in the store {path} is not a regular file"
+                raise FormatError(msg)
+        del directories
 
 
 def _on_disk_matrix(element: Any) -> Any:
@@ -258,7 +344,7 @@ def cell_rows(matrix: Any, progress: bool | None) -> Any:
 
     if isinstance(matrix, np.ndarray) or scipy.sparse.issparse(matrix):
         return matrix
-    return _shown(_row_blocks(matrix), matrix.shape[0], progress)
+    return shown(_row_blocks(matrix), matrix.shape[0], progress)
 
 
 def is_sparse_dataset(matrix: Any) -> bool:
@@ -299,13 +385,15 @@ def nonzero_bounds(indptr: Any, n_major: int) -> Iterator[tuple[int, int]]:
     yield from ((int(a), int(b)) for a, b in zip(starts, stops, strict=True) if b > a)
 
 
-def _shown(blocks: Iterator[Any], n_rows: int, progress: bool | None) -> Iterator[Any]:
-    """The blocks, with a progress bar of the rows handed on."""
-    bar = _progress.Progress(n_rows, "pooling", "cells", enabled=progress)
+def shown(
+    blocks: Iterator[Any], n_rows: int, progress: bool | None, unit: str = "cells"
+) -> Iterator[Any]:
+    """The blocks, with a progress bar of the rows (``unit``) handed on."""
+    bar = _progress.Progress(n_rows, "pooling", unit, enabled=progress)
     try:
         for block in blocks:
             yield block
-            bar.update(block.shape[0])
+            bar.update(block.shape[0] if unit == "cells" else block.shape[1])
     finally:
         bar.close()
 

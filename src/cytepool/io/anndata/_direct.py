@@ -1,0 +1,287 @@
+"""The cells matrix of a file, read block by block while the blocks before are pooled.
+
+:func:`open_matrix` opens X (or a layer, or raw.X) of an ``.h5ad`` file or AnnData ``.zarr``
+store for pooling: a :class:`SparseMatrix` (CSR or CSC) or a :class:`DenseMatrix` whose arrays
+are read through array sources (:mod:`cytepool.io.anndata._sources`), without anndata. It
+returns None for what it does not read (a Zarr v2 array with filters, say), and the caller
+falls back to anndata's backed reader, which gives the same sums.
+
+Blocks are read on a reader thread, :data:`AHEAD` blocks ahead of the one being pooled
+(:func:`prefetched`): the pooling kernel adds block *k* while blocks *k+1*, ... are read and
+decoded (the decoding itself runs on cytepool's decode threads), and memory holds at most
+``AHEAD + 1`` blocks of about :data:`BLOCK_VALUES` stored values each, whatever the size of
+the file.
+
+A sparse matrix is checked before anything is allocated for it: ``indptr`` must have one entry
+per row (CSR) or column (CSC) plus one, start at 0, never decrease and end within ``data``, and
+``data`` and ``indices`` must have the same length; else a
+:class:`~cytepool.errors.FormatError` names the file and the array.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.io.anndata._sources import (
+    ArraySource,
+    ZarrV3Source,
+    h5_source,
+    read_pair,
+    zarr_v2_source,
+)
+
+__all__ = [
+    "AHEAD",
+    "BLOCK_VALUES",
+    "DenseMatrix",
+    "SparseMatrix",
+    "major_bounds",
+    "open_matrix",
+    "prefetched",
+    "row_bounds",
+]
+
+BLOCK_VALUES = 1 << 21
+"""Stored values per block of a sparse matrix (a dense block holds about as many bytes)."""
+AHEAD = 2
+"""Blocks read ahead of the one being pooled."""
+
+T = TypeVar("T")
+
+
+def prefetched(tasks: Iterable[Callable[[], T]], ahead: int = AHEAD) -> Generator[T, None, None]:
+    """The results of ``tasks``, in order, each run on a reader thread ``ahead`` of its use.
+
+    At most ``ahead`` tasks are under way or done-but-not-taken while the caller holds the
+    result before them. When the caller stops early (an error, a closed generator), tasks
+    not started are cancelled and the one running is waited for.
+    """
+    executor = ThreadPoolExecutor(1, thread_name_prefix="cytepool-read")
+    pending: collections.deque[Future[T]] = collections.deque()
+    queue = iter(tasks)
+    try:
+        for task in itertools.islice(queue, ahead):
+            pending.append(executor.submit(task))
+        while pending:
+            result = pending.popleft().result()
+            for task in itertools.islice(queue, 1):
+                pending.append(executor.submit(task))
+            yield result
+            del result
+    finally:
+        for future in pending:
+            future.cancel()
+        executor.shutdown(wait=True)
+
+
+# --------------------------------------------------------------------------- opening
+
+
+def open_matrix(
+    root: Any, element: str, path: Path, owner: str
+) -> SparseMatrix | DenseMatrix | None:
+    """The matrix at ``element`` of the opened file ``root`` (h5py File or zarr Group) at
+    ``path``, or None if it is read by anndata instead. ``owner`` names the file in messages."""
+    node = root[element]
+    encoding = str(node.attrs.get("encoding-type", ""))
+    if encoding in ("csr_matrix", "csc_matrix"):
+        shape = _shape(node.attrs.get("shape"), f"{element} of {owner}")
+        arrays = []
+        for name in ("data", "indices", "indptr"):
+            key = f"{element}/{name}"
+            if name not in node:
+                msg = f"{element} of {owner} ({encoding}) lacks its array {name!r}"
+                raise FormatError(msg)
+            source = _source(root, key, path, f"{key} of {owner}")
+            if source is None:
+                return None
+            arrays.append(source)
+        data, indices, indptr = arrays
+        return SparseMatrix(encoding[:3], shape, data, indices, indptr, f"{element} of {owner}")
+    if not hasattr(node, "shape") or len(node.shape) != 2 or encoding not in ("array", ""):
+        return None
+    source = _source(root, element, path, f"{element} of {owner}")
+    return None if source is None else DenseMatrix(source)
+
+
+def _shape(value: Any, where: str) -> tuple[int, int]:
+    try:
+        shape = tuple(int(n) for n in value)
+    except (TypeError, ValueError, OverflowError):
+        shape = ()
+    if len(shape) != 2 or min(shape) < 0:
+        msg = f"{where}: its attribute 'shape' is {value!r}; expected two integers >= 0"
+        raise FormatError(msg)
+    return shape[0], shape[1]
+
+
+def _source(root: Any, key: str, path: Path, where: str) -> ArraySource | None:
+    """The array source of ``key``; None when it must be read by anndata."""
+    if not path.is_dir():
+        return h5_source(root[key], path, where)
+    folder = path / key
+    if (folder / ".zarray").exists():
+        found = zarr_v2_source(folder, where)
+        return None if isinstance(found, str) else found
+    try:
+        return ZarrV3Source(folder, where)
+    except UnsupportedFeatureError:
+        return None
+
+
+def _close(array: ArraySource) -> None:
+    close = getattr(array, "close", None)
+    if close is not None:
+        close()
+
+
+# --------------------------------------------------------------------------- sparse
+
+
+@dataclass
+class SparseMatrix:
+    """A CSR or CSC matrix on disk: its three arrays, read in blocks of rows or columns."""
+
+    format: str  # "csr" or "csc"
+    shape: tuple[int, int]
+    data: ArraySource
+    indices: ArraySource
+    indptr: ArraySource
+    where: str
+
+    def close(self) -> None:
+        """Close the files its arrays hold open."""
+        for array in (self.data, self.indices, self.indptr):
+            _close(array)
+
+    def major(self) -> int:
+        """The number of rows (CSR) or columns (CSC): of entries of indptr, less one."""
+        return self.shape[0] if self.format == "csr" else self.shape[1]
+
+    def checked_indptr(self) -> np.ndarray[Any, Any]:
+        """indptr, read and checked against the shape and data (see the module's text)."""
+        n_major = self.major()
+        what = "rows" if self.format == "csr" else "columns"
+        for array in (self.data, self.indices, self.indptr):
+            if len(array.shape) != 1:
+                msg = f"{array.where} has shape {array.shape}; expected a 1-D array"
+                raise FormatError(msg)
+        if self.data.shape != self.indices.shape:
+            msg = (
+                f"{self.where}: data and indices have different lengths "
+                f"({self.data.shape[0]} and {self.indices.shape[0]})"
+            )
+            raise FormatError(msg)
+        for array in (self.indices, self.indptr):
+            if array.dtype.kind not in "iu":
+                msg = f"{array.where} holds {array.dtype}; expected integers"
+                raise FormatError(msg)
+        if self.indptr.shape[0] != n_major + 1:
+            msg = (
+                f"{self.indptr.where} has {self.indptr.shape[0]} entries; expected one per "
+                f"{what[:-1]} plus one ({n_major + 1}) for shape {self.shape}"
+            )
+            raise FormatError(msg)
+        indptr = self.indptr.read(0, n_major + 1)
+        if indptr.dtype.kind == "u" and indptr.size and indptr.max() > np.iinfo(np.int64).max:
+            msg = f"{self.indptr.where} holds entries beyond int64"
+            raise FormatError(msg)
+        indptr = indptr.astype(np.int64, copy=False)
+        steps = np.diff(indptr)
+        problem = None
+        if indptr[0] != 0:
+            problem = f"starts at {indptr[0]}, not 0"
+        elif steps.size and steps.min() < 0:
+            at = int(np.argmax(steps < 0))
+            problem = f"decreases after entry {at} ({indptr[at]} then {indptr[at + 1]})"
+        elif indptr[-1] > self.data.shape[0]:
+            problem = f"ends at {indptr[-1]}, past the {self.data.shape[0]} stored values"
+        if problem is not None:
+            msg = f"{self.indptr.where} is not a valid index pointer: it {problem}"
+            raise FormatError(msg)
+        return indptr
+
+    def blocks(self) -> Generator[tuple[int, int, Any], None, None]:
+        """``(start, stop, block)`` for runs of rows (CSR) or columns (CSC), read ahead: the
+        block a scipy.sparse matrix of those rows (all columns) or columns (all rows)."""
+        import scipy.sparse
+
+        indptr = self.checked_indptr()
+        n_major = self.major()
+        kind = scipy.sparse.csr_matrix if self.format == "csr" else scipy.sparse.csc_matrix
+        index_type = np.int32 if self.indices.dtype.itemsize <= 4 else np.int64
+
+        def read(start: int, stop: int) -> tuple[int, int, Any]:
+            low, high = int(indptr[start]), int(indptr[stop])
+            data, indices = read_pair(self.data, self.indices, low, high)
+            wide = index_type if high - low < 2**31 else np.int64
+            local = (indptr[start : stop + 1] - low).astype(wide)
+            n = stop - start
+            shape = (n, self.shape[1]) if self.format == "csr" else (self.shape[0], n)
+            block = kind((data, indices.astype(wide, copy=False), local), shape=shape)
+            return start, stop, block
+
+        bounds = list(major_bounds(indptr, n_major, BLOCK_VALUES))
+        return prefetched(functools.partial(read, a, b) for a, b in bounds)
+
+
+def major_bounds(
+    indptr: np.ndarray[Any, Any], n_major: int, values: int
+) -> Iterator[tuple[int, int]]:
+    """Runs of rows (or columns) of about ``values`` stored values, at least one each (one
+    empty run when there are none)."""
+    if n_major == 0:
+        yield 0, 0
+        return
+    marks = np.searchsorted(indptr, np.arange(0, indptr[-1], values), "right")
+    starts = np.unique(np.concatenate([[0], np.maximum(marks - 1, 0)]))
+    stops = np.append(starts[1:], n_major)
+    yield from ((int(a), int(b)) for a, b in zip(starts, stops, strict=True) if b > a)
+
+
+# --------------------------------------------------------------------------- dense
+
+
+def row_bounds(n_rows: int, step: int) -> Iterator[tuple[int, int]]:
+    """Runs of ``step`` rows (one empty run when there are none)."""
+    if n_rows == 0:
+        yield 0, 0
+    for start in range(0, n_rows, step):
+        yield start, min(n_rows, start + step)
+
+
+@dataclass
+class DenseMatrix:
+    """A dense matrix on disk, read in blocks of rows."""
+
+    source: ArraySource
+    format: str = "dense"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.source.shape[0], self.source.shape[1]
+
+    def close(self) -> None:
+        """Close the file its array holds open."""
+        _close(self.source)
+
+    def blocks(self) -> Generator[tuple[int, int, Any], None, None]:
+        """``(start, stop, rows)`` for blocks of about BLOCK_VALUES * 8 bytes, read ahead."""
+        n_rows, n_columns = self.shape
+        row_bytes = max(1, n_columns * self.source.dtype.itemsize)
+        bounds = list(row_bounds(n_rows, max(1, (BLOCK_VALUES * 8) // row_bytes)))
+
+        def read(start: int, stop: int) -> tuple[int, int, Any]:
+            return start, stop, self.source.read(start, stop)
+
+        return prefetched(functools.partial(read, a, b) for a, b in bounds)

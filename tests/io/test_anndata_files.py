@@ -1,0 +1,478 @@
+"""Pooling straight from a file (issue 23): cytepool's own readers, every layout, hostile files.
+
+``from_anndata(path)`` reads X (or a layer, or raw.X) through cytepool's array sources
+(:mod:`cytepool.io.anndata._sources`) in blocks read ahead of the pooling. Every layout must
+give the cube of anndata's own in-memory read, bit for bit (counts, detected, squares), and
+sums equal to scanpy's ``sc.get.aggregate``; a damaged file must raise a FormatError naming the
+file and the array, never hang, never allocate what its metadata claims.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ad = pytest.importorskip("anndata")
+pd = pytest.importorskip("pandas")
+sparse = pytest.importorskip("scipy.sparse")
+h5py = pytest.importorskip("h5py")
+numcodecs = pytest.importorskip("numcodecs")
+
+from cytepool.errors import FormatError  # noqa: E402
+from cytepool.io.anndata import _direct as direct  # noqa: E402
+from cytepool.io.anndata import _readers as readers  # noqa: E402
+from cytepool.io.anndata import _sources as sources  # noqa: E402
+from cytepool.io.anndata import from_anndata  # noqa: E402
+
+KEYS = {"sample_key": "sample", "group_key": "cell_type"}
+LAYERS = ("counts", "detected", "squares")
+N_CELLS, N_GENES = 300, 40
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 100 stored values: many blocks, read ahead, on every file."""
+    monkeypatch.setattr(direct, "BLOCK_VALUES", 100)
+
+
+@pytest.fixture(autouse=True)
+def deadline() -> Iterator[None]:
+    """No test here may hang (a FIFO read would block forever)."""
+
+    def expire(*_: Any) -> None:
+        raise TimeoutError("the read hung")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(900)  # generous: first calls compile numba kernels on a busy machine
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def cells(values: str = "counts") -> Any:
+    """An AnnData of counts (float32 CSR), with a layer and raw holding other values."""
+    rng = np.random.default_rng(7)
+    numbers = np.floor(rng.random((N_CELLS, N_GENES)) * 20) + 1
+    matrix = sparse.csr_matrix(np.where(rng.random(numbers.shape) < 0.2, numbers, 0).astype("f4"))
+    if values == "fractions":
+        matrix.data = matrix.data / 3
+    obs = pd.DataFrame(
+        {
+            "sample": pd.Categorical(rng.choice(["s1", "s2", "s3"], N_CELLS)),
+            "cell_type": rng.choice(["B", "T"], N_CELLS),
+        },
+        index=[f"c{i}" for i in range(N_CELLS)],
+    )
+    adata = ad.AnnData(matrix, obs=obs, var=pd.DataFrame(index=[f"g{j}" for j in range(N_GENES)]))
+    adata.layers["twice"] = matrix * 2
+    adata.raw = ad.AnnData(matrix * 3, obs=obs, var=adata.var)
+    return adata
+
+
+def as_layout(adata: Any, layout: str) -> Any:
+    if layout == "csr":
+        return adata
+    convert = (lambda m: m.tocsc()) if layout == "csc" else (lambda m: m.toarray())
+    other = ad.AnnData(convert(adata.X), obs=adata.obs, var=adata.var)
+    other.layers["twice"] = convert(adata.layers["twice"])
+    other.raw = ad.AnnData(convert(adata.raw.X), obs=adata.obs, var=adata.var)
+    return other
+
+
+def write(adata: Any, path: Path, storage: str) -> Path:
+    """Write ``adata`` as anndata writes it in ``storage``; the path."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata's notes on Zarr v2
+        if storage == "h5ad":
+            adata.write_h5ad(path)
+        elif storage in ("gzip", "lzf"):
+            adata.write_h5ad(path, compression=storage)
+        elif storage == "zarr-v2":
+            with ad.settings.override(zarr_write_format=2):
+                adata.write_zarr(path)
+        elif storage == "zarr-v3":
+            with ad.settings.override(zarr_write_format=3):
+                adata.write_zarr(path)
+        elif storage == "zarr-v3-sharded":
+            with ad.settings.override(zarr_write_format=3, auto_shard_zarr_v3=True):
+                adata.write_zarr(path)
+    return path
+
+
+def pooled(path_or_adata: Any, **source: Any) -> dict[str, np.ndarray]:
+    cube = from_anndata(path_or_adata, **KEYS, layers=LAYERS, **source)
+    return {name: cube.to_numpy(name) for name in LAYERS}
+
+
+def assert_identical(found: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    for name, values in expected.items():
+        assert found[name].dtype == values.dtype, name
+        np.testing.assert_array_equal(found[name], values, err_msg=name)
+
+
+def reader_of(path: Path, **source: Any) -> Any:
+    """The matrix object open_cells gives (cytepool's reader or anndata's)."""
+    with readers.open_cells(
+        path, layer=source.get("layer"), use_raw=source.get("use_raw", False)
+    ) as (
+        matrix,
+        *_,
+    ):
+        return matrix
+
+
+STORAGES = ["h5ad", "gzip", "lzf", "zarr-v2", "zarr-v3", "zarr-v3-sharded"]
+SOURCES = {"X": {}, "layer": {"layer": "twice"}, "raw": {"use_raw": True}}
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("layout", ["csr", "csc", "dense"])
+@pytest.mark.parametrize("storage", STORAGES)
+def test_file_pools_as_in_memory(tmp_path: Path, storage: str, layout: str, source: str) -> None:
+    adata = as_layout(cells(), layout)
+    suffix = ".h5ad" if storage in ("h5ad", "gzip", "lzf") else ".zarr"
+    path = write(adata, tmp_path / f"cells{suffix}", storage)
+    matrix = reader_of(path, **SOURCES[source])
+    assert isinstance(matrix, direct.SparseMatrix | direct.DenseMatrix), type(matrix)
+    assert_identical(pooled(path, **SOURCES[source]), pooled(adata, **SOURCES[source]))
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("storage", ["h5ad", "gzip", "zarr-v2"])
+def test_file_sums_equal_scanpy(tmp_path: Path, storage: str) -> None:
+    sc = pytest.importorskip("scanpy")
+    adata = cells()
+    path = write(adata, tmp_path / ("c.zarr" if "zarr" in storage else "c.h5ad"), storage)
+    sums = pooled(path)["counts"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        aggregated = sc.get.aggregate(adata, by=["cell_type", "sample"], func="sum")
+    for i, (group, sample) in enumerate(
+        zip(aggregated.obs["cell_type"], aggregated.obs["sample"], strict=True)
+    ):
+        g, s = ["B", "T"].index(str(group)), ["s1", "s2", "s3"].index(str(sample))
+        expected = np.asarray(aggregated.layers["sum"][i]).ravel()
+        np.testing.assert_array_equal(sums[g, s], expected.astype(np.int64))
+
+
+def test_fractions_pool_as_in_memory_from_a_file(tmp_path: Path) -> None:
+    """Float sums are added in the order of the cells, whatever the blocks: bit-identical."""
+    adata = cells("fractions")
+    path = write(adata, tmp_path / "c.zarr", "zarr-v2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = pooled(adata)
+        found = pooled(path)
+    assert found["counts"].dtype == np.float64
+    assert_identical(found, expected)
+
+
+# --------------------------------------------------------------------------- Zarr v2 codecs
+
+
+def recode(array: Path, compressor: dict[str, Any] | None, dtype: str | None = None) -> None:
+    """Rewrite a Zarr v2 array's chunks with another compressor (and byte order)."""
+    meta = json.loads((array / ".zarray").read_text())
+    old = numcodecs.get_codec(meta["compressor"]) if meta["compressor"] else None
+    new = numcodecs.get_codec(compressor) if compressor else None
+    stored = np.dtype(meta["dtype"])
+    target = np.dtype(dtype) if dtype else stored
+    for chunk in [p for p in array.iterdir() if not p.name.startswith(".")]:
+        raw = chunk.read_bytes()
+        decoded = np.frombuffer(old.decode(raw) if old else raw, dtype=stored).astype(target)
+        chunk.write_bytes(new.encode(decoded.tobytes()) if new else decoded.tobytes())
+    meta["compressor"], meta["dtype"] = compressor, target.str
+    (array / ".zarray").write_text(json.dumps(meta))
+    unconsolidate(array)
+
+
+def unconsolidate(node: Path) -> None:
+    """Drop the store's consolidated metadata (its copy of the old .zarray)."""
+    for folder in (node, *node.parents):
+        (folder / ".zmetadata").unlink(missing_ok=True)
+        if (folder / ".zattrs").exists() and not (folder.parent / ".zgroup").exists():
+            return
+
+
+CODECS = {
+    "zstd": {"id": "zstd", "level": 3},
+    "gzip": {"id": "gzip", "level": 4},
+    "zlib": {"id": "zlib", "level": 4},
+    "none": None,
+    "blosc-zstd": {"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2, "blocksize": 0},
+}
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_zarr_v2_codecs_pool_as_in_memory(tmp_path: Path, codec: str) -> None:
+    adata = cells()
+    path = write(adata, tmp_path / "c.zarr", "zarr-v2")
+    for name in ("data", "indices", "indptr"):
+        recode(path / "X" / name, CODECS[codec])
+    assert isinstance(reader_of(path).data, sources.ZarrV2Source)
+    assert_identical(pooled(path), pooled(adata))
+
+
+def test_big_endian_values_are_read(tmp_path: Path) -> None:
+    adata = cells()
+    zarr_path = write(adata, tmp_path / "c.zarr", "zarr-v2")
+    for name, dtype in (("data", ">f4"), ("indices", ">i4"), ("indptr", ">i8")):
+        recode(zarr_path / "X" / name, CODECS["zstd"], dtype)
+    h5_path = write(adata, tmp_path / "c.h5ad", "h5ad")
+    with h5py.File(h5_path, "a") as f:
+        for name, dtype in (("data", ">f4"), ("indices", ">i4")):
+            values = f["X"][name][...]
+            del f["X"][name]
+            f["X"].create_dataset(name, data=values.astype(dtype), chunks=(64,))
+    expected = pooled(adata)
+    assert_identical(pooled(zarr_path), expected)
+    assert_identical(pooled(h5_path), expected)
+
+
+def test_what_is_not_decoded_falls_back_to_anndata(tmp_path: Path) -> None:
+    """A Zarr v2 array with filters is read by anndata's reader: the same cube."""
+    adata = cells()
+    path = write(adata, tmp_path / "c.zarr", "zarr-v2")
+    zarr = pytest.importorskip("zarr")
+    group = zarr.open_group(path / "X", mode="r+")
+    indices = group["indices"][...]
+    attributes = dict(group["indices"].attrs)
+    shutil.rmtree(path / "X" / "indices")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        array = group.create_array(
+            "indices",
+            shape=indices.shape,
+            dtype=indices.dtype,
+            chunks=(64,),
+            filters=[numcodecs.Delta(dtype=indices.dtype.str)],
+            compressors=[numcodecs.Zstd()],
+        )
+    array[...] = indices
+    array.attrs.update(attributes)
+    unconsolidate(path / "X")
+    assert not isinstance(reader_of(path), direct.SparseMatrix)
+    assert_identical(pooled(path), pooled(adata))
+
+
+# --------------------------------------------------------------------------- hostile files
+
+
+def h5_with(tmp_path: Path, change: Callable[[Any], None]) -> Path:
+    path = write(cells(), tmp_path / "c.h5ad", "h5ad")
+    with h5py.File(path, "a") as f:
+        change(f["X"])
+    return path
+
+
+def replace(group: Any, name: str, values: np.ndarray) -> None:
+    del group[name]
+    group.create_dataset(name, data=values)
+
+
+BAD_CSR: dict[str, tuple[Callable[[Any], None], str]] = {
+    "decreasing indptr": (
+        lambda x: replace(x, "indptr", x["indptr"][...][::-1].copy()),
+        r"X/indptr of .*c\.h5ad is not a valid index pointer: it starts at",
+    ),
+    "non-monotone indptr": (
+        lambda x: replace(x, "indptr", np.r_[0, 50, 10, x["indptr"][3:]]),
+        r"X/indptr of .*c\.h5ad is not a valid index pointer: it decreases after entry 1",
+    ),
+    "negative indptr": (
+        lambda x: replace(x, "indptr", np.r_[-5, x["indptr"][1:]]),
+        r"X/indptr of .*: it starts at -5",
+    ),
+    "indptr past data": (
+        lambda x: replace(x, "indptr", np.r_[x["indptr"][:-1], 10**9]),
+        r"X/indptr of .*: it ends at 1000000000, past the \d+ stored values",
+    ),
+    "indptr of the wrong length": (
+        lambda x: replace(x, "indptr", x["indptr"][:-2]),
+        r"X/indptr of .*c\.h5ad has 299 entries; expected one per row plus one \(301\)",
+    ),
+    "data and indices of different lengths": (
+        lambda x: replace(x, "indices", x["indices"][:-1]),
+        r"X of .*c\.h5ad: data and indices have different lengths",
+    ),
+    "indices of floats": (
+        lambda x: replace(x, "indices", x["indices"][...].astype(np.float32)),
+        r"X/indices of .*c\.h5ad holds float32; expected integers",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CSR))
+def test_invalid_csr_structure_is_a_format_error(tmp_path: Path, case: str) -> None:
+    change, message = BAD_CSR[case]
+    path = h5_with(tmp_path, change)
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+def test_column_indices_out_of_range_name_the_matrix(tmp_path: Path) -> None:
+    path = h5_with(tmp_path, lambda x: replace(x, "indices", x["indices"][...] + N_GENES))
+    with pytest.raises(ValueError, match=r"X of .*c\.h5ad: the sparse matrix is invalid"):
+        from_anndata(path, **KEYS)
+
+
+def test_indptr_metadata_that_lies_allocates_nothing(tmp_path: Path) -> None:
+    path = write(cells(), tmp_path / "c.zarr", "zarr-v2")
+    meta_path = path / "X" / "indptr" / ".zarray"
+    meta = json.loads(meta_path.read_text())
+    meta["shape"] = [10**15]
+    meta_path.write_text(json.dumps(meta))
+    message = r"X/indptr of .*c\.zarr has 1000000000000000 entries; expected one per row"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+def damage_first_chunk(path: Path, codec: str, damage: Callable[[bytes], bytes]) -> None:
+    array = path / "X" / "data"
+    if CODECS.get(codec, "blosc") != "blosc":
+        recode(array, CODECS[codec])
+    chunk = array / "0"
+    chunk.write_bytes(damage(chunk.read_bytes()))
+
+
+DAMAGES: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": lambda b: b[: len(b) // 2],
+    "garbled": lambda b: b[:16] + bytes(255 - x for x in b[16:]),
+    "empty": lambda b: b"",
+}
+
+
+# a garbled uncompressed chunk has the right size: nothing can tell it from values
+DAMAGED = [
+    (codec, damage)
+    for codec in ("blosc", "zstd", "gzip", "zlib", "none")
+    for damage in DAMAGES
+    if (codec, damage) != ("none", "garbled")
+]
+
+
+@pytest.mark.parametrize(("codec", "damage"), DAMAGED)
+def test_damaged_zarr_v2_chunk_is_a_format_error(tmp_path: Path, codec: str, damage: str) -> None:
+    path = write(cells(), tmp_path / "c.zarr", "zarr-v2")
+    damage_first_chunk(path, codec, DAMAGES[damage])
+    with pytest.raises(FormatError, match=r"X/data of .*c\.zarr, chunk 0: "):
+        from_anndata(path, **KEYS)
+
+
+def test_damaged_zarr_v3_shard_is_a_format_error(tmp_path: Path) -> None:
+    path = write(cells(), tmp_path / "c.zarr", "zarr-v3-sharded")
+    shard = next(
+        p for p in (path / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json"
+    )
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-8] + bytes(8))  # the index's checksum no longer matches
+    with pytest.raises(FormatError, match=r"X/data"):
+        from_anndata(path, **KEYS)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_fifo_for_the_file_does_not_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "c.h5ad")
+    with pytest.raises(FormatError, match=r"c\.h5ad is neither a regular file nor a directory"):
+        from_anndata(tmp_path / "c.h5ad", **KEYS)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+@pytest.mark.parametrize("chunk", ["X/data/0", "obs/sample/codes/0"])
+def test_a_fifo_for_a_zarr_chunk_does_not_hang(tmp_path: Path, chunk: str) -> None:
+    path = write(cells(), tmp_path / "c.zarr", "zarr-v2")
+    (path / chunk).unlink()
+    os.mkfifo(path / chunk)
+    with pytest.raises(FormatError, match=r"is not a regular file"):
+        from_anndata(path, **KEYS)
+
+
+def test_a_fifo_is_refused_by_the_chunk_reader(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(FormatError, match=r"the chunk is not a regular file"):
+        sources.open_regular(tmp_path / "fifo", "the chunk")
+
+
+def test_cli_on_a_corrupt_zarr_store_prints_one_error(tmp_path: Path) -> None:
+    """One CPU (as taskset -c 0 pins it): the error line alone, no asyncio complaints."""
+    path = write(cells(), tmp_path / "c.zarr", "zarr-v2")
+    damage_first_chunk(path, "blosc", DAMAGES["garbled"])
+    command = [sys.executable, "-m", "cytepool", "pool", str(path), str(tmp_path / "o.cube.zarr")]
+    command += ["--sample-key", "sample", "--group-key", "cell_type"]
+    if hasattr(os, "sched_setaffinity"):
+        command = ["taskset", "-c", "0", *command] if _has_taskset() else command
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0
+    assert "chunk 0" in done.stderr
+    assert "Task was destroyed" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3, done.stderr
+
+
+def _has_taskset() -> bool:
+    from shutil import which
+
+    return which("taskset") is not None
+
+
+# --------------------------------------------------------------------------- read ahead
+
+
+def test_prefetched_keeps_order_and_bounds_what_is_ahead() -> None:
+    import threading
+
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def task(i: int) -> Callable[[], int]:
+        def run() -> int:
+            with lock:
+                started.append(i)
+            return i
+
+        return run
+
+    taken = []
+    for value in direct.prefetched((task(i) for i in range(10)), ahead=2):
+        with lock:
+            assert max(started) <= value + 2  # at most two tasks beyond the one in hand
+        taken.append(value)
+    assert taken == list(range(10))
+
+
+def test_prefetched_stops_its_reader_when_the_caller_stops() -> None:
+    import threading
+
+    ran: list[int] = []
+    gate = threading.Event()
+
+    def task(i: int) -> Callable[[], int]:
+        def run() -> int:
+            ran.append(i)
+            if i == 0:
+                gate.set()
+            return i
+
+        return run
+
+    blocks = direct.prefetched((task(i) for i in range(100)), ahead=2)
+    assert next(blocks) == 0
+    blocks.close()
+    assert gate.is_set()
+    assert len(ran) <= 3
+    assert not any(
+        t.name.startswith("cytepool-read") and t.is_alive() for t in threading.enumerate()
+    )
