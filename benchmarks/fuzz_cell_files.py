@@ -161,22 +161,25 @@ class Worker:
         assert self.process.stdout is not None
         self.process.stdin.write(f"{path}\n")
         self.process.stdin.flush()
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if selector.select(0.2):
-                line = self.process.stdout.readline()
-                if not line:
-                    return {"outcome": "CRASHED", "kind": f"exit {self.process.wait()}"}
-                return dict(json.loads(line))
-            if _rss_gib(self.process.pid) > memory:
-                return {"outcome": "MEMORY", "kind": f"over {memory} GiB"}
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if selector.select(0.2):
+                    line = self.process.stdout.readline()
+                    if not line:
+                        return {"outcome": "CRASHED", "kind": f"exit {self.process.wait()}"}
+                    return dict(json.loads(line))
+                if _rss_gib(self.process.pid) > memory:
+                    return {"outcome": "MEMORY", "kind": f"over {memory} GiB"}
         return {"outcome": "HANG", "kind": f"over {timeout} s"}
 
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def _rss_gib(pid: int) -> float:
