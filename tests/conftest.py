@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from factories import BACKENDS
@@ -27,3 +30,18 @@ def pooling_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     else:
         monkeypatch.setattr(_pool_sums, "PIECE_VALUES", 7)
     return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """A dask ``distributed`` client of a real LocalCluster: two worker processes of one
+    thread each, the dashboard on a free port (tests on several xdist workers would clash
+    on 8787); skipped when distributed is missing."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sys
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -123,18 +122,6 @@ def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
         match=r"extra 'dask' \(in a checkout of cytepool: pip install -e '\.\[dask\]'\)",
     ):
         from_cells(FakeDaskArray(), sample_labels=["a"], group_labels=["g"])
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["integer", "float"])

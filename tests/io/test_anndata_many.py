@@ -7,7 +7,6 @@ concatenated in memory with anndata.concat.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -375,20 +374,8 @@ def test_cli_failing_file_writes_nothing(
 
 
 # ---------------------------------------------------------------------------------------------
-# A dask distributed cluster
+# A dask distributed cluster (the `client` fixture is in tests/conftest.py)
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
 
 
 def test_files_pooled_on_a_local_cluster(client: Any, files: list[str]) -> None:

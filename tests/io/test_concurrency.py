@@ -163,12 +163,24 @@ def test_reads_racing_overwrites_never_mix(tmp_path: Path) -> None:
     assert read_whole(path) == 16
 
 
-def test_a_read_never_mixes_two_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def sparse_ones() -> np.ndarray:
+    data = np.zeros(512, dtype=np.int32)
+    data[::64] = 1
+    return data
+
+
+@pytest.mark.parametrize(
+    "first", [np.full(8, 1), sparse_ones()], ids=["every chunk stored", "most chunks absent"]
+)
+def test_a_read_never_mixes_two_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: np.ndarray
+) -> None:
     # After the first chunk of a read, the store is replaced as write_cube replaces one: the
-    # new directory takes the path and the old one is removed.
+    # new directory takes the path and the old one is removed. With most chunks absent the
+    # read lists the directory instead of opening each chunk: the same check holds.
     monkeypatch.setenv(ENV_THREADS, "1")
-    write_array(tmp_path / "a", np.full(8, 1), chunks=(1,), compression=None)
-    write_array(tmp_path / "new", np.full(8, 2), chunks=(1,), compression=None)
+    write_array(tmp_path / "a", first, chunks=(1,), compression=None)
+    write_array(tmp_path / "new", np.full_like(first, 2), chunks=(1,), compression=None)
     array = open_array(tmp_path / "a")
     original = Reader._read_file_chunk
     replaced: list[bool] = []

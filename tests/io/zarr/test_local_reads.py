@@ -4,7 +4,6 @@ found by one listing of the chunk directory, and the memory a read of one large 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 import tracemalloc
@@ -18,9 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import FormatError
 from cytepool.io.zarr import _stored, open_array, store, write_array
-from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr._threads import ENV_THREADS
 from cytepool.io.zarr.store import LocalHandle, LocalStore
 
@@ -130,32 +128,6 @@ def test_every_row_of_a_sparse_read_into_is_handed_over_once(tmp_path: Path) -> 
     for start, stop in rows:
         covered[start:stop] += 1
     assert (covered == 1).all()
-
-
-def test_a_store_replaced_during_a_sparse_read_raises(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(ENV_THREADS, "1")
-    data = np.zeros(512, dtype=np.int32)
-    data[::64] = 1
-    write_array(tmp_path / "a", data, chunks=(1,), compression=None)
-    write_array(tmp_path / "new", np.full(512, 2, dtype=np.int32), chunks=(1,), compression=None)
-    array = open_array(tmp_path / "a")
-    original = Reader._read_file_chunk
-    replaced: list[bool] = []
-
-    def replace_after_the_first_chunk(self: Reader, piece: Any, work: Any) -> None:
-        original(self, piece, work)
-        if not replaced:
-            os.rename(tmp_path / "a", tmp_path / "old")
-            os.rename(tmp_path / "new", tmp_path / "a")
-            shutil.rmtree(tmp_path / "old")
-            replaced.append(True)
-
-    monkeypatch.setattr(Reader, "_read_file_chunk", replace_after_the_first_chunk)
-    with pytest.raises(StoreChangedError, match="replaced while it was being read"):
-        array[...]
-    assert replaced == [True]
 
 
 @pytest.mark.parametrize("list_from", [1, 10**9])
