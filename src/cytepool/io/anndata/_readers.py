@@ -20,6 +20,7 @@ from cytepool.errors import (
     UnknownIdError,
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
+from cytepool.io.anndata._hdf5_heap import check_global_heaps
 
 if TYPE_CHECKING:
     import anndata
@@ -300,6 +301,8 @@ def _open_store(path: Path) -> Iterator[Any]:
         msg = f"{path} is not an .h5ad (HDF5) file: {error}"
         raise InputError(msg) from error
     with file:
+        with damaged(path):
+            check_global_heaps(file, path)
         yield file
 
 
