@@ -285,7 +285,11 @@ def _open_store(path: Path) -> Iterator[Any]:
         _check_store_files(path)
         try:
             group = zarr.open_group(path, mode="r")
-        except (ValueError, OSError) as error:
+        except Exception as error:
+            if any((path / name).is_file() for name in ("zarr.json", ".zgroup")):
+                problem = f"{type(error).__name__}: {error}"
+                msg = f"{path} cannot be read as AnnData, its group is damaged: {problem}"
+                raise FormatError(msg) from error
             msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
             raise InputError(msg) from error
         yield group
