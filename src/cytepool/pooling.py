@@ -189,8 +189,8 @@ def from_cells(
 
 def from_codes(
     counts: Any,
-    sample_labels: tuple[np.ndarray[Any, Any], Sequence[str]],
-    group_labels: tuple[np.ndarray[Any, Any], Sequence[str]],
+    sample_labels: tuple[np.ndarray[Any, Any], list[str]],
+    group_labels: tuple[np.ndarray[Any, Any], list[str]],
     *,
     samples: Any,
     groups: Any,

@@ -153,3 +153,46 @@ def test_damaged_zarr_group_metadata_is_a_format_error(tmp_path: Path, text: str
     root.write_text(text)
     with pytest.raises(FormatError, match=r"c\.zarr cannot be read as AnnData, its group is"):
         from_anndata(path, **KEYS)
+
+
+def zarr_v2(tmp_path: Path) -> Path:
+    """A Zarr v2 store of cells(), without consolidated metadata (so an edit is read)."""
+    path = tmp_path / "c.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if hasattr(ad.settings, "zarr_write_format"):
+            with ad.settings.override(zarr_write_format=2):
+                cells().write_zarr(path)
+        else:
+            cells().write_zarr(path)
+    (path / ".zmetadata").unlink(missing_ok=True)
+    return path
+
+
+def claim(array: Path, length: int) -> None:
+    meta = json.loads((array / ".zarray").read_text())
+    meta["shape"] = [length]
+    (array / ".zarray").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("array", "length", "message"),
+    [
+        ("obs/sample/codes", 10**9, r"obs of .*c\.zarr, sample/codes has 1000000000 entries"),
+        ("obs/sample/codes", 49, r"sample/codes has 49 entries, expected one per row \(50\)"),
+        ("var/_index", 10**9, r"var of .*c\.zarr, .*_index.* has 1000000000 entries"),
+        ("obs/sample/categories", 10**12, r"sample/categories claims 1000000000000 entries"),
+    ],
+)
+def test_obs_and_var_lengths_that_lie_allocate_nothing(
+    tmp_path: Path, array: str, length: int, message: str
+) -> None:
+    """Every array of obs and var is checked against the rows of X (the categories against
+    the size of the store) before anndata reads it."""
+    path = zarr_v2(tmp_path)
+    target = path / array
+    if not (target / ".zarray").exists():  # anndata >= 0.13: the index is nullable strings
+        target = target / "values"
+    claim(target, length)
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)

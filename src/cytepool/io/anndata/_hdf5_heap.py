@@ -289,4 +289,3 @@ def _stored_descriptors(
             msg = f"{where}: the chunk at byte {offset} {error}"
             raise FormatError(msg) from error
     return [bytes(chunk) for chunk in found]
-
