@@ -238,26 +238,29 @@ class Worker:
         started = time.monotonic()
         self.process.stdin.write(f"{path}\n")
         self.process.stdin.flush()
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
         deadline = started + timeout
         result = {"outcome": "HANG", "kind": f"over {timeout} s"}
-        while time.monotonic() < deadline:
-            if selector.select(0.05):
-                line = self.process.stdout.readline()
-                if not line:
-                    result = {"outcome": "CRASHED", "kind": f"exit {self.process.wait()}"}
-                else:
-                    result = dict(json.loads(line))
-                break
-            if _rss_gib(self.process.pid) > memory:
-                result = {"outcome": "MEMORY", "kind": f"over {memory} GiB"}
-                break
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if selector.select(0.05):
+                    line = self.process.stdout.readline()
+                    if not line:
+                        result = {"outcome": "CRASHED", "kind": f"exit {self.process.wait()}"}
+                    else:
+                        result = dict(json.loads(line))
+                    break
+                if _rss_gib(self.process.pid) > memory:
+                    result = {"outcome": "MEMORY", "kind": f"over {memory} GiB"}
+                    break
         return result | {"seconds": time.monotonic() - started}
 
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def _rss_gib(pid: int) -> float:
