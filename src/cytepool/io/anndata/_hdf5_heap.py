@@ -176,30 +176,26 @@ def _collection_size(view: mmap.mmap, at: int, lengths: int) -> int | None:
 def _objects(
     view: mmap.mmap, at: int, size: int, header: int, lengths: int, path: Path
 ) -> np.ndarray[Any, Any]:
-    """Walk the objects of the collection at ``at`` as libhdf5 does; their sizes by index."""
+    """Walk the objects of the collection at ``at`` as libhdf5 does (a numba kernel); the
+    sizes of its objects by index (-1 where there is none)."""
+    from cytepool.io.anndata._hdf5_kernels import heap_objects
+
     object_header = 8 + lengths  # index, reference count, 4 reserved bytes, size
-    end = at + size
-    found: dict[int, int] = {}
-    position = at + header
-    while position < end:
-        if position + object_header > end:  # too small for an object: free space
-            break
-        index = int.from_bytes(view[position : position + 2], "little")
-        length = int.from_bytes(view[position + 8 : position + object_header], "little")
-        need = object_header + -(-length // _ALIGN) * _ALIGN if index else length
-        if need <= 0 or position + need > end:
-            what = "as empty free space" if need <= 0 else f"of {length} bytes, past byte {end}"
-            msg = (
-                f"{path} is damaged: its global heap collection at byte {at} lists object "
-                f"{index} (at byte {position}) {what}; libhdf5 would read it without end"
-            )
-            raise FormatError(msg)
-        if index:
-            found[index] = length
-        position += need
-    sizes = np.full(max(found, default=0) + 1, -1, np.int64)
-    for index, length in found.items():
-        sizes[index] = length
+    data = np.frombuffer(view[at : at + size], np.uint8)  # a copy: the map stays closable
+    found = np.zeros((size // object_header + 1, 2), np.int64)
+    count, bad = heap_objects(data, header, object_header, found)
+    if bad >= 0:
+        index = int.from_bytes(data[bad : bad + 2].tobytes(), "little")
+        length = int.from_bytes(data[bad + 8 : bad + object_header].tobytes(), "little")
+        what = "as empty free space" if length == 0 else f"of {length} bytes, past its end"
+        msg = (
+            f"{path} is damaged: its global heap collection at byte {at} lists object "
+            f"{index} (at byte {at + bad}) {what}; libhdf5 would read it without end"
+        )
+        raise FormatError(msg)
+    indices, lengths_found = found[:count, 0], found[:count, 1]
+    sizes = np.full(int(indices.max(initial=0)) + 1, -1, np.int64)
+    sizes[indices] = lengths_found
     return sizes
 
 
