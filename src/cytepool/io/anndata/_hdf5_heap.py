@@ -194,7 +194,7 @@ def _objects(
         )
         raise FormatError(msg)
     indices, lengths_found = found[:count, 0], found[:count, 1]
-    sizes = np.full(int(indices.max()) + 1 if count else 1, -1, np.int64)
+    sizes = np.full(int(np.max(indices)) + 1 if count else 1, -1, np.int64)
     sizes[indices] = lengths_found
     return sizes
 
