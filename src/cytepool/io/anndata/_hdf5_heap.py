@@ -22,7 +22,8 @@ not exist or whose length is not that of its object, is a
 
 What it cannot check: the descriptors of attributes (they live in object headers, which
 cytepool does not parse; a damaged one can make libhdf5 allocate up to 4 GiB once, then fail),
-string datasets stored with a filter cytepool does not decode, and a collection inside the
+string datasets stored with a filter cytepool does not decode, strings inside compound records
+(the obs and var of files of anndata < 0.7), and a collection inside the
 range a damaged chunk index claims for a large numeric dataset.
 """
 
