@@ -172,9 +172,40 @@ def from_cells(
     array([[0, 1],
            [1, 1]])
     """  # noqa: E501
-    wanted = _check_layers(layers)
+    _check_layers(layers)  # before the labels, whose errors are found later
     sample_codes, sample_ids = factorize(sample_labels, "sample_labels")
     group_codes, group_ids = factorize(group_labels, "group_labels")
+    return from_codes(
+        counts,
+        (sample_codes, sample_ids),
+        (group_codes, group_ids),
+        samples=samples,
+        groups=groups,
+        features=features,
+        layers=layers,
+        allow_float=allow_float,
+    )
+
+
+def from_codes(
+    counts: Any,
+    sample_labels: tuple[np.ndarray[Any, Any], list[str]],
+    group_labels: tuple[np.ndarray[Any, Any], list[str]],
+    *,
+    samples: Any,
+    groups: Any,
+    features: Any,
+    layers: Sequence[str],
+    allow_float: bool,
+) -> Cube:
+    """:func:`from_cells` of labels already factorized, each ``(codes, ids)``: an int64 code
+    per cell into the sorted ids that occur, as :func:`cytepool._labels.factorize` gives them.
+
+    :mod:`cytepool.io.anndata` factorizes the obs columns once (for the covariates too) and
+    hands the codes on here, so they are not factorized again.
+    """
+    wanted = _check_layers(layers)
+    (sample_codes, sample_ids), (group_codes, group_ids) = sample_labels, group_labels
     if sample_codes.size != group_codes.size:
         msg = (
             f"sample_labels and group_labels: expected one label per cell in each, found "

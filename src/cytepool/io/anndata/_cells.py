@@ -527,9 +527,7 @@ def _pool_with_tables(
     var columns to keep; ``options``: ``layers``, ``allow_float`` and ``progress``, as
     :func:`from_anndata` takes them.
     """
-    import pandas as pd
-
-    from cytepool.pooling import from_cells
+    from cytepool.pooling import from_codes
 
     obs, var = frames
     feature_table = features_table(var, features, source.var)
@@ -538,18 +536,13 @@ def _pool_with_tables(
     if shape != expected:
         msg = f"{source.matrix} has shape {shape}, expected {expected} (cells x features)"
         raise InputError(msg)
-    sample_labels, group_labels = (
-        pd.Categorical.from_codes(
-            table.index.get_indexer(pd.Index(ids, dtype=object))[codes], categories=table.index
-        )
-        for (codes, ids), table in zip(labels, tables, strict=True)
-    )
+    coded = [_coded(codes, ids, table) for (codes, ids), table in zip(labels, tables, strict=True)]
 
     def pool(counts: Any, features: pd.DataFrame, allow_float: bool) -> Cube:
-        return from_cells(
+        return from_codes(
             counts,
-            sample_labels=sample_labels,
-            group_labels=group_labels,
+            coded[0],
+            coded[1],
             samples=tables[0],
             groups=tables[1],
             features=features,
@@ -579,6 +572,17 @@ def _pool_with_tables(
             if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
                 counts = read_damaged(counts, source.owner)
         return pool(counts, feature_table, options["allow_float"])
+
+
+def _coded(
+    codes: np.ndarray, ids: Sequence[str], table: pd.DataFrame
+) -> tuple[np.ndarray, list[str]]:
+    """Codes into the ids of ``table`` (which holds every id of ``ids``, sorted, and no other:
+    the codes are then handed on as they are), for :func:`cytepool.pooling.from_codes`."""
+    positions = table.index.get_indexer(list(ids))
+    if not np.array_equal(positions, np.arange(len(table))):
+        codes = positions[codes]
+    return codes.astype(np.int64, copy=False), [str(name) for name in table.index]
 
 
 def _pool_columns(

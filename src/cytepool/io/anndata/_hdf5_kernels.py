@@ -85,3 +85,41 @@ def fletcher32(data: Any) -> int:  # pragma: no cover - compiled
     sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
     sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
     return (sum2 << 16) | sum1
+
+
+@numba.njit(cache=True, nogil=True)
+def heap_objects(
+    data: Any, start: int, object_header: int, found: Any
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Walk the objects of a global heap collection (``data``, uint8, the whole collection)
+    from byte ``start`` as libhdf5's ``H5HG__cache_heap_deserialize`` does: each object's header
+    (``object_header`` bytes: 2 of index, 2 of reference count, 4 reserved, then its size) and
+    its size padded to 8 bytes; index 0 is free space, whose size includes its header; a tail
+    too small for a header is free space.
+
+    Writes ``(index, size)`` of the objects of index > 0 into the rows of ``found`` (int64,
+    ``len(data) // object_header`` rows at least). Returns the number written and -1, or the
+    number written and the byte at which the walk would not end (an empty free space, an
+    object past the end of the collection).
+    """
+    end = data.shape[0]
+    position = start
+    count = 0
+    while position < end:
+        if position + object_header > end:
+            break
+        index = int(data[position]) | (int(data[position + 1]) << 8)
+        length = 0
+        for k in range(object_header - 1, 7, -1):
+            if length > (end >> 8):  # past the end already: stop before it overflows
+                return count, position
+            length = (length << 8) | int(data[position + k])
+        need = object_header + (length + 7) // 8 * 8 if index else length
+        if need <= 0 or length > end or position + need > end:
+            return count, position
+        if index:
+            found[count, 0] = index
+            found[count, 1] = length
+            count += 1
+        position += need
+    return count, -1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from cytepool.errors import (
     UnknownIdError,
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
+from cytepool.io.anndata._hdf5_heap import check_global_heaps
 
 if TYPE_CHECKING:
     import anndata
@@ -110,6 +112,10 @@ def _anndata_parts(
             raise _missing_element(root, needed, source)
     matrix = _matrix(root, element, Path(path), source.owner)
     try:
+        bound = _stored_bytes(Path(path))
+        n_obs, n_vars = (int(n) for n in matrix.shape)
+        check_frame(root["obs"], n_obs, bound, f"obs of {source.owner}")
+        check_frame(root[var_path], n_vars, bound, f"{var_path} of {source.owner}")
         return matrix, _read_frame(root["obs"]), _read_frame(root[var_path]), source
     except BaseException:
         _close(matrix)
@@ -151,6 +157,50 @@ def _missing_element(root: Any, element: str, source: Source) -> KeyError:
         what = f"{_layer_name(element.removeprefix('layers/'))}; its layers are {layers}"
     msg = f"{source.owner} has no {what}"
     return UnknownIdError(msg)
+
+
+_PER_ROW = {"categorical": ("codes",), "nullable-integer": ("values", "mask")}
+_PER_ROW |= {"nullable-boolean": ("values", "mask"), "nullable-string-array": ("values", "mask")}
+
+
+def check_frame(group: Any, n_rows: int, bound: int, where: str) -> None:
+    """Check the lengths of a dataframe's arrays before anndata reads (and allocates) them.
+
+    An array of a row (the index, a column, a categorical's codes, a nullable column's values
+    and mask) must have ``n_rows`` entries, the rows of the matrix; any other array (the
+    categories) at most ``max(n_rows, bound)``, ``bound`` being the bytes the file or store
+    holds. Else a :class:`FormatError` names the array: its metadata lies.
+    """
+    if not hasattr(group, "keys") or hasattr(group, "dtype"):  # a legacy compound dataset
+        return
+    for name in group:
+        node = group[name]
+        encoding = str(node.attrs.get("encoding-type", ""))
+        if hasattr(node, "shape"):
+            _check_length(node, n_rows, None, f"{where}, array {name!r}")
+            continue
+        for part in node:
+            exact = n_rows if part in _PER_ROW.get(encoding, ()) else None
+            if hasattr(node[part], "shape"):
+                _check_length(node[part], exact, max(n_rows, bound), f"{where}, {name}/{part}")
+
+
+def _check_length(array: Any, exact: int | None, most: int | None, where: str) -> None:
+    shape = tuple(int(n) for n in array.shape)
+    length = shape[0] if shape else 1
+    if exact is not None and length != exact:
+        msg = f"{where} has {length} entries, expected one per row ({exact}): it is damaged"
+        raise FormatError(msg)
+    if most is not None and math.prod(shape) > most:
+        msg = f"{where} claims {math.prod(shape)} entries, more than the file holds: it is damaged"
+        raise FormatError(msg)
+
+
+def _stored_bytes(path: Path) -> int:
+    """The bytes of a file, or of every file of a store."""
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
 
 
 def _read_frame(element: Any) -> pd.DataFrame:
@@ -258,8 +308,12 @@ def _modality_parts(root: Any, path: Path) -> tuple[pd.DataFrame, dict[str, Moda
                 raise UnknownIdError(msg)
         group = root[where]
         owner = f"modality {name!r} of {os.fspath(path)}"
+        matrix = _matrix(root, f"{where}/X", path, owner)
+        n_obs, n_vars = (int(n) for n in matrix.shape)
+        check_frame(group["obs"], n_obs, _stored_bytes(path), f"obs of {owner}")
+        check_frame(group["var"], n_vars, _stored_bytes(path), f"var of {owner}")
         modalities[name] = Modality(
-            _matrix(root, f"{where}/X", path, owner),
+            matrix,
             _read_frame(group["obs"]),
             _read_frame(group["var"]),
             Source(owner, "X", path=True, modality=True),
@@ -284,7 +338,11 @@ def _open_store(path: Path) -> Iterator[Any]:
         _check_store_files(path)
         try:
             group = zarr.open_group(path, mode="r")
-        except (ValueError, OSError) as error:
+        except Exception as error:
+            if any((path / name).is_file() for name in ("zarr.json", ".zgroup")):
+                problem = f"{type(error).__name__}: {error}"
+                msg = f"{path} cannot be read as AnnData, its group is damaged: {problem}"
+                raise FormatError(msg) from error
             msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
             raise InputError(msg) from error
         yield group
@@ -300,6 +358,8 @@ def _open_store(path: Path) -> Iterator[Any]:
         msg = f"{path} is not an .h5ad (HDF5) file: {error}"
         raise InputError(msg) from error
     with file:
+        with damaged(path):
+            check_global_heaps(file, path)
         yield file
 
 

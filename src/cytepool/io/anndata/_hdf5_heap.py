@@ -1,0 +1,288 @@
+"""Check an HDF5 file's global heap before h5py reads a string from it.
+
+The variable-length strings of an HDF5 file (every attribute h5py writes, such as anndata's
+``encoding-type``; anndata's string arrays: obs and var names, categories) are stored in *global
+heap collections*; an attribute or dataset holds, per string, a descriptor: its length, the
+address of its collection and its index there. libhdf5 trusts both:
+
+- it parses a whole collection when it first reads a string from it, stepping from object to
+  object by their stored sizes; an object of size 0 at index 0 makes it step in place forever
+  (``H5HG__cache_heap_deserialize``, HDF5 1.14 and 2.0), a huge size makes it step outside the
+  collection;
+- it allocates a string's length, as the descriptor gives it (up to 4 GiB), before it compares
+  it with the size of the heap object.
+
+:func:`check_global_heaps` runs when cytepool opens an ``.h5ad`` (or ``.h5mu``) file, before any
+attribute or string is read: it finds the file's collections (their signature ``GCOL``, searched
+for everywhere except in the stored values of large numeric datasets, such as X's) and walks
+each as libhdf5 would, and it checks the descriptors of every string dataset against them. A
+collection whose walk would not end inside it, or a descriptor whose collection or object does
+not exist or whose length is not that of its object, is a
+:class:`~cytepool.errors.FormatError` naming the file and the byte or the dataset.
+
+What it cannot check: the descriptors of attributes (they live in object headers, which
+cytepool does not parse; a damaged one can make libhdf5 allocate up to 4 GiB once, then fail),
+string datasets stored with a filter cytepool does not decode, strings inside compound records
+(the obs and var of files of anndata < 0.7), and a collection inside the
+range a damaged chunk index claims for a large numeric dataset.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cytepool.errors import FormatError
+from cytepool.io.anndata._hdf5 import check_regular
+from cytepool.io.anndata._hdf5_filters import Pipeline
+
+if TYPE_CHECKING:
+    import h5py
+
+__all__ = ["check_global_heaps"]
+
+_SIGNATURE = b"GCOL"
+_SEARCHED = 1 << 20  # numeric datasets storing more bytes than this are not searched
+_ALIGN = 8  # heap objects are padded to multiples of 8 bytes
+
+
+@dataclass(frozen=True)
+class _Datasets:
+    """What :func:`check_global_heaps` needs of a file's datasets."""
+
+    numbers: list[tuple[int, int]]  # (byte offset, size) of large numeric datasets' values
+    strings: list[h5py.Dataset]  # datasets of variable-length values
+
+
+def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
+    """Check the global heap of the open HDF5 file ``file`` at ``path`` (see the module's text).
+
+    Raises
+    ------
+    FormatError
+        A damaged collection, or a string dataset whose descriptors do not match the heap.
+    """
+    path = Path(path)
+    check_regular(path)
+    plist = file.id.get_create_plist()
+    addresses, lengths = plist.get_sizes()
+    base = plist.get_userblock()  # addresses in the file count from its end
+    datasets = _datasets(file)
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            gaps = _gaps(datasets.numbers, size)
+            heaps = _collections(view, gaps, lengths, path)
+            for dataset in datasets.strings:
+                _check_descriptors(dataset, view, heaps, (addresses, base), path)
+
+
+def _datasets(file: h5py.File) -> _Datasets:
+    """The ranges of large numeric datasets' values, and the string datasets, of ``file``."""
+    import h5py
+
+    numbers: list[tuple[int, int]] = []
+    strings: list[h5py.Dataset] = []
+
+    def visit(name: str, node: Any) -> None:
+        del name
+        if not isinstance(node, h5py.Dataset):
+            return
+        if h5py.check_vlen_dtype(node.dtype) is not None:
+            strings.append(node)
+        elif node.dtype.kind in "biuf" and node.id.get_storage_size() > _SEARCHED:
+            numbers.extend(_stored_ranges(node))
+
+    file.visititems(visit)
+    return _Datasets(numbers, strings)
+
+
+def _stored_ranges(dataset: h5py.Dataset) -> list[tuple[int, int]]:
+    """``(byte offset, size)`` of the stored values of a contiguous or chunked dataset."""
+    offset = dataset.id.get_offset()
+    if offset is not None:
+        return [(int(offset), int(dataset.id.get_storage_size()))]
+    if dataset.chunks is None:
+        return []
+    return [(offset, size) for _, offset, size, _ in _chunks(dataset)]
+
+
+def _chunks(dataset: h5py.Dataset) -> list[tuple[Any, int, int, int]]:
+    """``(element offset, byte offset, stored size, filter mask)`` of each stored chunk."""
+    found: list[tuple[Any, int, int, int]] = []
+
+    def visit(info: Any) -> None:
+        if info.byte_offset is not None:
+            found.append((info.chunk_offset, info.byte_offset, info.size, info.filter_mask))
+
+    try:
+        dataset.id.chunk_iter(visit)
+    except (AttributeError, NotImplementedError):  # HDF5 without H5Dchunk_iter
+        found.clear()
+        for k in range(dataset.id.get_num_chunks()):
+            visit(dataset.id.get_chunk_info(k))
+    return found
+
+
+def _gaps(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges of the file not in ``ranges`` (which may overlap)."""
+    gaps, position = [], 0
+    for offset, length in sorted(ranges):
+        if offset > position:
+            gaps.append((position, min(offset, size)))
+        position = max(position, offset + length)
+    if position < size:
+        gaps.append((position, size))
+    return [(start, stop) for start, stop in gaps if start < stop]
+
+
+def _collections(
+    view: mmap.mmap, gaps: list[tuple[int, int]], lengths: int, path: Path
+) -> dict[int, np.ndarray[Any, Any]]:
+    """The collections found in ``gaps``: address to the sizes of their objects by index
+    (-1 where there is none)."""
+    heaps = {}
+    header = 8 + lengths  # signature, version, 3 reserved bytes, collection size
+    for start, stop in gaps:
+        at = view.find(_SIGNATURE, start, stop)
+        while at >= 0:
+            size = _collection_size(view, at, lengths)
+            if size is None:  # not a collection libhdf5 would read: it refuses it itself
+                at = view.find(_SIGNATURE, at + 1, stop)
+                continue
+            heaps[at] = _objects(view, at, size, header, lengths, path)
+            at = view.find(_SIGNATURE, at + size, stop)
+    return heaps
+
+
+def _collection_size(view: mmap.mmap, at: int, lengths: int) -> int | None:
+    """The size of the collection at ``at``, or None if libhdf5 would refuse to read it."""
+    header = 8 + lengths
+    if at + header > len(view) or view[at + 4] != 1:
+        return None
+    size = int.from_bytes(view[at + 8 : at + header], "little")
+    if size < header or size > len(view) - at:
+        return None
+    return size
+
+
+def _objects(
+    view: mmap.mmap, at: int, size: int, header: int, lengths: int, path: Path
+) -> np.ndarray[Any, Any]:
+    """Walk the objects of the collection at ``at`` as libhdf5 does (a numba kernel); the
+    sizes of its objects by index (-1 where there is none)."""
+    from cytepool.io.anndata._hdf5_kernels import heap_objects
+
+    object_header = 8 + lengths  # index, reference count, 4 reserved bytes, size
+    data = np.frombuffer(view[at : at + size], np.uint8)  # a copy: the map stays closable
+    found = np.zeros((size // object_header + 1, 2), np.int64)
+    count, bad = heap_objects(data, header, object_header, found)
+    if bad >= 0:
+        index = int.from_bytes(data[bad : bad + 2].tobytes(), "little")
+        length = int.from_bytes(data[bad + 8 : bad + object_header].tobytes(), "little")
+        what = "as empty free space" if length == 0 else f"of {length} bytes, past its end"
+        msg = (
+            f"{path} is damaged: its global heap collection at byte {at} lists object "
+            f"{index} (at byte {at + bad}) {what}; libhdf5 would read it without end"
+        )
+        raise FormatError(msg)
+    indices, lengths_found = found[:count, 0], found[:count, 1]
+    sizes = np.full(int(np.max(indices)) + 1 if count else 1, -1, np.int64)
+    sizes[indices] = lengths_found
+    return sizes
+
+
+def _check_descriptors(
+    dataset: h5py.Dataset,
+    view: mmap.mmap,
+    heaps: dict[int, np.ndarray[Any, Any]],
+    addressing: tuple[int, int],
+    path: Path,
+) -> None:
+    """Every descriptor of the variable-length dataset names an object of its length;
+    ``addressing``: the size of addresses in the file, and the user block's size (addresses
+    count from its end, the byte offsets of ``heaps`` from the start of the file)."""
+    import h5py
+
+    base = h5py.check_vlen_dtype(dataset.dtype)
+    itemsize = 1 if base in (str, bytes) else np.dtype(base).itemsize
+    addresses, base = addressing
+    if addresses not in (4, 8):
+        return
+    descriptor = np.dtype([("n", "<u4"), ("heap", f"<u{addresses}"), ("index", "<u4")])
+    where = f"{path}: dataset {dataset.name!r}"
+    for raw in _stored_descriptors(dataset, view, descriptor.itemsize, where):
+        _check_against_heaps(np.frombuffer(raw, descriptor), itemsize, heaps, base, where)
+
+
+def _check_against_heaps(
+    descriptors: np.ndarray[Any, Any],
+    itemsize: int,
+    heaps: dict[int, np.ndarray[Any, Any]],
+    base: int,
+    where: str,
+) -> None:
+    """Each descriptor (of a value not empty) names an object of its length in ``heaps``."""
+    used = descriptors[descriptors["n"] != 0]
+    for heap in np.unique(used["heap"]).tolist():
+        mine = used[used["heap"] == heap]
+        sizes = heaps.get(int(heap) + base)
+        if sizes is None:
+            msg = f"{where} lists strings in a global heap collection at byte {heap}, not one"
+            raise FormatError(msg)
+        index = mine["index"].astype(np.int64)
+        found = np.where(index < sizes.size, sizes[np.minimum(index, sizes.size - 1)], -1)
+        wrong = np.flatnonzero(found != mine["n"].astype(np.int64) * itemsize)
+        if wrong.size:
+            k = wrong[0]
+            stored = "none" if found[k] < 0 else f"one of {found[k]} bytes"
+            msg = (
+                f"{where} lists a value of {int(mine['n'][k]) * itemsize} bytes as object "
+                f"{int(index[k])} of the global heap collection at byte {heap}, which holds "
+                f"{stored}"
+            )
+            raise FormatError(msg)
+
+
+def _stored_descriptors(
+    dataset: h5py.Dataset, view: mmap.mmap, itemsize: int, where: str
+) -> list[bytes]:
+    """The descriptors of a variable-length dataset, as stored (chunk by chunk); none when
+    they are stored in a way cytepool does not read (compact, a filter it does not decode)."""
+    import h5py
+
+    count = math.prod(dataset.shape or ())
+    offset = dataset.id.get_offset()
+    if offset is not None:
+        stop = int(offset) + count * itemsize
+        if stop > len(view):
+            msg = f"{where}: its values go past the end of the file"
+            raise FormatError(msg)
+        return [view[int(offset) : stop]]
+    plist = dataset.id.get_create_plist()
+    if plist.get_layout() != h5py.h5d.CHUNKED:
+        return []
+    filters = [plist.get_filter(k)[::2] for k in range(plist.get_nfilters())]
+    pipeline = Pipeline.check(filters, itemsize)
+    if isinstance(pipeline, str):
+        return []
+    nbytes = math.prod(dataset.chunks or ()) * itemsize
+    found = []
+    for _, offset, size, mask in _chunks(dataset):
+        if offset + size > len(view):
+            msg = f"{where}: a chunk at byte {offset} goes past the end of the file"
+            raise FormatError(msg)
+        try:
+            found.append(pipeline.decode(view[offset : offset + size], mask, nbytes, None))
+        except FormatError as error:
+            msg = f"{where}: the chunk at byte {offset} {error}"
+            raise FormatError(msg) from error
+    return [bytes(chunk) for chunk in found]

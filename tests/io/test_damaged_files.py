@@ -1,0 +1,198 @@
+"""Damaged .h5ad files and Zarr stores that hung or blew up memory (issue 23, the fuzz run).
+
+Each test writes a small file with anndata, damages one structure the way
+benchmarks/fuzz_cell_files.py found it damaged, and pools it by path: the result must be a
+FormatError naming the file and what is damaged. libhdf5 itself loops forever on the first
+kind, so those cases are pooled in a child process with a time limit: a regression fails the
+test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ad = pytest.importorskip("anndata")
+pd = pytest.importorskip("pandas")
+h5py = pytest.importorskip("h5py")
+
+from cytepool.errors import FormatError  # noqa: E402
+from cytepool.io.anndata import from_anndata  # noqa: E402
+
+KEYS = {"sample_key": "sample", "group_key": "cell_type"}
+
+
+def cells() -> Any:
+    rng = np.random.default_rng(3)
+    obs = pd.DataFrame(
+        {"sample": rng.choice(["a", "b"], 50), "cell_type": rng.choice(["x", "y"], 50)},
+        index=[f"cell{i}" for i in range(50)],
+    )
+    var = pd.DataFrame(index=[f"gene{j}" for j in range(6)])
+    return ad.AnnData(rng.integers(0, 5, (50, 6)).astype(np.float32), obs=obs, var=var)
+
+
+def written(tmp_path: Path) -> Path:
+    path = tmp_path / "c.h5ad"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cells().write_h5ad(path)
+    return path
+
+
+def collections(data: bytes) -> list[int]:
+    """Byte offsets of the global heap collections (signature GCOL) of an HDF5 file."""
+    return [match.start() for match in re.finditer(b"GCOL", data)]
+
+
+def patched(path: Path, at: int, new: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + len(new)] = new
+    path.write_bytes(bytes(data))
+
+
+def pooled_in_child(path: Path) -> tuple[str, str]:
+    """The error type and message of pooling ``path`` in a child process (600 s at most)."""
+    code = (
+        "import json, sys, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "from cytepool.io.anndata import from_anndata\n"
+        "try:\n"
+        f"    from_anndata(sys.argv[1], **{KEYS!r})\n"
+        "    print(json.dumps(['cube', '']))\n"
+        "except Exception as error:\n"
+        "    print(json.dumps([type(error).__name__, str(error)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    kind, message = json.loads(done.stdout.splitlines()[-1])
+    return kind, message
+
+
+def test_global_heap_with_empty_free_space_is_a_format_error(tmp_path: Path) -> None:
+    """An object of index 0 and size 0 (free space that does not advance): libhdf5 would read
+    the collection forever when it reads the first attribute."""
+    path = written(tmp_path)
+    first = collections(path.read_bytes())[0] + 16  # the collection's first object
+    patched(path, first, bytes(2))  # index 0
+    patched(path, first + 8, bytes(8))  # size 0
+    kind, message = pooled_in_child(path)
+    assert kind == "FormatError"
+    expected = r"c\.h5ad is damaged: its global heap collection at byte \d+ lists object 0 .*"
+    assert re.search(expected + "as empty free space", message), message
+
+
+def test_global_heap_object_past_its_collection_is_a_format_error(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    first = collections(path.read_bytes())[0] + 16
+    patched(path, first + 8, (1 << 40).to_bytes(8, "little"))
+    with pytest.raises(FormatError, match=r"c\.h5ad is damaged: .* of 1099511627776 bytes, past"):
+        from_anndata(path, **KEYS)
+
+
+def string_dataset(path: Path) -> tuple[str, int]:
+    """The name and byte offset of the var names (variable-length strings, contiguous)."""
+    with h5py.File(path, "r") as file:
+        node = file["var/_index"]
+        dataset = node["values"] if isinstance(node, h5py.Group) else node
+        return dataset.name, int(dataset.id.get_offset())
+
+
+def test_string_length_that_lies_allocates_nothing(tmp_path: Path) -> None:
+    """A descriptor claiming a 1 GiB string: libhdf5 would allocate it before it compares it
+    with the heap object."""
+    path = written(tmp_path)
+    name, offset = string_dataset(path)
+    patched(path, offset, (1 << 30).to_bytes(4, "little"))
+    message = rf"dataset '{name}' lists a value of 1073741824 bytes as object \d+ .* holds one of"
+    with pytest.raises(FormatError, match=rf"c\.h5ad: {message}"):
+        from_anndata(path, **KEYS)
+
+
+def test_string_in_no_collection_is_a_format_error(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    name, offset = string_dataset(path)
+    patched(path, offset + 4, (24).to_bytes(8, "little"))
+    message = rf"dataset '{name}' lists strings in a global heap collection at byte 24, not one"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:
+    """Heap addresses count from the end of a user block (as MuData's .h5mu has one)."""
+    path = tmp_path / "u.h5ad"
+    with h5py.File(path, "w", userblock_size=512):
+        pass
+    with warnings.catch_warnings(), h5py.File(path, "a") as file:
+        warnings.simplefilter("ignore")
+        ad.io.write_elem(file, "/", cells())
+    cube = from_anndata(path, **KEYS)
+    assert cube.cells.sum() == 50
+
+
+@pytest.mark.parametrize("text", ['{"zarr_format": "x"}', "{not json"])
+def test_damaged_zarr_group_metadata_is_a_format_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "c.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cells().write_zarr(path)
+    root = next(path / name for name in ("zarr.json", ".zgroup") if (path / name).exists())
+    root.write_text(text)
+    with pytest.raises(FormatError, match=r"c\.zarr cannot be read as AnnData, its group is"):
+        from_anndata(path, **KEYS)
+
+
+def zarr_v2(tmp_path: Path) -> Path:
+    """A Zarr v2 store of cells(), without consolidated metadata (so an edit is read)."""
+    path = tmp_path / "c.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if hasattr(ad.settings, "zarr_write_format"):
+            with ad.settings.override(zarr_write_format=2):
+                cells().write_zarr(path)
+        else:
+            cells().write_zarr(path)
+    (path / ".zmetadata").unlink(missing_ok=True)
+    return path
+
+
+def claim(array: Path, length: int) -> None:
+    meta = json.loads((array / ".zarray").read_text())
+    meta["shape"] = [length]
+    (array / ".zarray").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("array", "length", "message"),
+    [
+        ("obs/sample/codes", 10**9, r"obs of .*c\.zarr, sample/codes has 1000000000 entries"),
+        ("obs/sample/codes", 49, r"sample/codes has 49 entries, expected one per row \(50\)"),
+        ("var/_index", 10**9, r"var of .*c\.zarr, .*_index.* has 1000000000 entries"),
+        ("obs/sample/categories", 10**12, r"sample/categories claims 1000000000000 entries"),
+    ],
+)
+def test_obs_and_var_lengths_that_lie_allocate_nothing(
+    tmp_path: Path, array: str, length: int, message: str
+) -> None:
+    """Every array of obs and var is checked against the rows of X (the categories against
+    the size of the store) before anndata reads it."""
+    path = zarr_v2(tmp_path)
+    target = path / array
+    if not (target / ".zarray").exists():  # anndata >= 0.13: the index is nullable strings
+        target = target / "values"
+    claim(target, length)
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
