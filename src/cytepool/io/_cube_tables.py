@@ -21,8 +21,9 @@ open file, no closure), so a cube read from a file pickles before its tables wer
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -30,15 +31,31 @@ from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool._utf8 import Utf8Buffer
-from cytepool.errors import FormatError
-from cytepool.fingerprint import BLAKE3, CanonicalColumn, columns_digest
+from cytepool.errors import FormatError, StoreChangedError, StoredTypeError
+from cytepool.fingerprint import (
+    BLAKE3,
+    CanonicalColumn,
+    canonical_column,
+    column_digest,
+    columns_digest,
+    combined_digest,
+)
 from cytepool.io.tables.backends import INDEX, check_installed
 from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
 from cytepool.io.tables.strings import Utf8Strings
-from cytepool.io.zarr.store import StorePath
+from cytepool.io.zarr.fields import METADATA_FILE
+from cytepool.io.zarr.store import Store, StorePath, Version, join, reading
 
-__all__ = ["StoredFrame", "read_cube_table", "stored_digest"]
+__all__ = [
+    "LazyFrame",
+    "StoredColumn",
+    "StoredFrame",
+    "parse_table_columns",
+    "read_cube_table",
+    "read_lazy_cube_table",
+    "stored_digest",
+]
 
 _NUMBER_KINDS = "biuf"
 _NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
@@ -62,14 +79,7 @@ def read_cube_table(
     if digest is None or not named or strings is None:
         return stored.frame(backend)
     check_installed(backend)
-    ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
-    repeated = ids.repeated()
-    if repeated:
-        message = (
-            f"the cube file {root} is corrupt or was edited: {axis}: the ids must be unique; "
-            f"it holds {repeated[:10]} more than once"
-        )
-        raise FormatError(message)
+    ids = _checked_ids(strings, root, axis)
     names = {
         name: _type_name(column)
         for name, column in [(stored.index_name, index), *stored.columns.items()]
@@ -78,6 +88,177 @@ def read_cube_table(
     schema = known if len(known) == len(names) else None  # else asked of the frame when needed
     make = StoredFrame(stored, backend, axis)
     return AxisTable.deferred(axis, make, ids, schema, digest, algorithm=algorithm)
+
+
+@dataclass(frozen=True)
+class StoredColumn:
+    """A table column as the ``tables`` attribute of a cube file (format 1.2) lists it: its
+    name, its anndata encoding (which tells a remote reader its parts before it fetches its
+    document) and its BLAKE3 :func:`~cytepool.fingerprint.column_digest`."""
+
+    name: str
+    encoding: str
+    digest: str
+
+
+def parse_table_columns(
+    value: object, rows: Mapping[str, int], digests: Mapping[str, str], root: object
+) -> dict[str, tuple[StoredColumn, ...]]:
+    """The columns the ``tables`` attribute lists for each table, checked: every table of
+    ``rows``, its id column first, names unique, and the column digests combining into the
+    table's digest of ``digests`` (FormatError naming ``root`` otherwise)."""
+    if not isinstance(value, dict) or set(value) != set(rows):
+        _corrupt(root, f"tables must map {sorted(rows)} to their columns, found {value!r:.200}")
+    return {
+        axis: _parse_columns(axis, value[axis], rows[axis], digests[axis], root) for axis in rows
+    }
+
+
+def _parse_columns(
+    axis: str, entries: object, rows: int, digest: str, root: object
+) -> tuple[StoredColumn, ...]:
+    keys = {"name", "encoding", "digest"}
+    if not isinstance(entries, list) or not all(
+        isinstance(entry, dict)
+        and set(entry) == keys
+        and all(isinstance(entry[key], str) for key in keys)
+        for entry in entries
+    ):
+        _corrupt(root, f"tables[{axis!r}] must list objects of {sorted(keys)} (strings)")
+    columns = tuple(StoredColumn(e["name"], e["encoding"], e["digest"]) for e in entries)
+    names = [column.name for column in columns]
+    if not names or names[0] != ID_COLUMNS[axis] or len(set(names)) != len(names):
+        _corrupt(root, f"tables[{axis!r}] must list unique columns, {ID_COLUMNS[axis]!r} first")
+    try:
+        combined = combined_digest(rows, [column.digest for column in columns])
+    except ValueError as error:
+        _corrupt(root, f"tables[{axis!r}]: {error}")
+    if combined != digest:
+        problem = (
+            f"the column digests of tables[{axis!r}] do not match its table digest (for the "
+            f"{rows} rows its shape gives)"
+        )
+        _corrupt(root, problem)
+    return columns
+
+
+def _corrupt(root: object, problem: str) -> NoReturn:
+    message = f"the cube file {root} is corrupt: {problem}"
+    raise FormatError(message)
+
+
+def read_lazy_cube_table(
+    root: StorePath,
+    axis: str,
+    backend: str,
+    rows: int,
+    columns: tuple[StoredColumn, ...],
+    source: tuple[Store, Version],
+) -> AxisTable:
+    """The table ``axis`` of the cube file at ``root`` (format 1.2, whose ``tables`` attribute
+    listed ``columns``): its ids read now and verified against their column digest, its other
+    columns read and verified when its frame is first made (:class:`LazyFrame`), from the
+    store and root document version of ``source``."""
+    stored = read_stored_table_at(root / axis, rows=rows, columns=())
+    names = [stored.index_name, *stored.order]
+    if names != [column.name for column in columns]:
+        message = (
+            f"the cube file {root} is corrupt: {axis} has columns {names}, its attributes list "
+            f"{[column.name for column in columns]}"
+        )
+        raise FormatError(message)
+    strings = _plain_ids(stored.index)
+    if strings is None:
+        values = getattr(stored.index, "values", None)
+        found = getattr(values, "dtype", type(values).__name__)
+        message = (
+            f"the cube file {root} holds ids in {axis}/{names[0]} that are not strings with "
+            f"none missing (encoding {stored.index.kind!r}, values {found})"
+        )
+        raise StoredTypeError(message)
+    canonical = _canonical(stored.index_name, stored.index)
+    digest = None if canonical is None else column_digest(stored.n_rows, canonical)
+    if digest != columns[0].digest:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids ({names[0]!r}) "
+            "do not match their stored digest"
+        )
+        raise FormatError(message)
+    check_installed(backend)
+    ids = _checked_ids(strings, root, axis)
+    schema = {names[0]: "String"} if len(names) == 1 else None  # else asked of the frame
+    store, version = source
+    make = LazyFrame(store, version, join(root.key, axis), rows, columns, backend, axis)
+    table = AxisTable.deferred(axis, make, ids, schema, algorithm=BLAKE3)
+    return table.with_column_digests([column.digest for column in columns])
+
+
+def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
+    """The ids as the UTF-8 buffer they were read as (FormatError if one repeats)."""
+    ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
+    repeated = ids.repeated()
+    if repeated:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids must be unique; "
+            f"it holds {repeated[:10]} more than once"
+        )
+        raise FormatError(message)
+    return ids
+
+
+@dataclass(frozen=True)
+class LazyFrame:
+    """Makes the frame of a table of a cube file of format 1.2 when it is first used: opens
+    the store again (StoreChangedError if its root document is no longer ``version``), reads
+    every column and verifies each against its column digest (FormatError naming the column).
+
+    Holds the store and the table's key, not an open handle, so it pickles.
+    """
+
+    store: Store
+    version: Version
+    key: str
+    rows: int
+    columns: tuple[StoredColumn, ...]
+    backend: str
+    axis: str
+
+    def __call__(self) -> Any:
+        """The frame, every column verified, in the form a table holds."""
+        with reading(self.store.open()) as handle:
+            current = handle.version(METADATA_FILE)
+            if current is None or not self.version.matches(current):
+                message = (
+                    f"the cube file {self.store.where('')} changed since it was opened; "
+                    "open it again"
+                )
+                raise StoreChangedError(message)
+            stored = read_stored_table_at(StorePath(handle) / self.key, rows=self.rows)
+            return self._verified(stored)
+
+    def _verified(self, stored: StoredTable) -> Any:
+        named = [(stored.index_name, stored.index), *stored.columns.items()]
+        if [name for name, _ in named] != [column.name for column in self.columns]:
+            self._mismatch(", ".join(name for name, _ in named), "columns")
+        frame = None
+        for (name, column), entry in zip(named, self.columns, strict=True):
+            canonical = _canonical(name, column)
+            if canonical is None:  # a kind seen in the frame only (dates, categories of numbers)
+                if frame is None:
+                    frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
+                canonical = canonical_column(frame.get_column(name), name)
+            if column_digest(stored.n_rows, canonical) != entry.digest:
+                self._mismatch(name, "column")
+        if frame is None:
+            frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
+        return frame
+
+    def _mismatch(self, name: str, what: str) -> NoReturn:
+        message = (
+            f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis}: "
+            f"{what} {name!r} does not match its stored digest"
+        )
+        raise FormatError(message)
 
 
 @dataclass(frozen=True)

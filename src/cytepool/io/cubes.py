@@ -29,7 +29,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -45,9 +45,15 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
-from cytepool.io._cube_tables import read_cube_table
+from cytepool.io._cube_tables import (
+    StoredColumn,
+    parse_table_columns,
+    read_cube_table,
+    read_lazy_cube_table,
+)
 from cytepool.io.tables.backends import check_backend
 from cytepool.io.tables.gather import gather_documents
+from cytepool.io.tables.registry import element_children
 from cytepool.io.zarr import (
     DATA_TYPES,
     METADATA_FILE,
@@ -57,7 +63,7 @@ from cytepool.io.zarr import (
     write_array,
     write_group,
 )
-from cytepool.io.zarr._store import locate
+from cytepool.io.zarr._store import locate, read_document, text_path
 from cytepool.io.zarr.consolidated import (
     consolidated_documents,
     fetch_ahead,
@@ -69,9 +75,10 @@ from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import (
     LocalStore,
+    Store,
     StoreHandle,
     StorePath,
-    is_url,
+    Version,
     join,
     reading,
     refuse_url,
@@ -107,7 +114,8 @@ _ATTRIBUTES_1_0 = (
     "metadata",
     "provenance",
 )
-_REQUIRED_ATTRIBUTES = (*_ATTRIBUTES_1_0, "attributes_digest")
+_ATTRIBUTES_1_1 = (*_ATTRIBUTES_1_0, "attributes_digest")
+_REQUIRED_ATTRIBUTES = (*_ATTRIBUTES_1_1, "tables")  # format 1.2
 _TABLES = (("samples", "sample_id"), ("groups", "group_id"), ("features", "feature_id"))
 _TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shape each describes
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
@@ -300,7 +308,7 @@ def read_cube(
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
     check_backend(backend)
-    store = locate(path if is_url(path) else _local_path(path), storage_options)
+    store = locate(path, storage_options)
     root = store.where("")
     try:
         handle = store.open()
@@ -312,7 +320,7 @@ def read_cube(
         raise FormatError(message) from error
     try:
         with reading(handle):
-            return _read(handle, backend)
+            return _read(handle, backend, store)
     except StoreChangedError as error:
         changed = "was replaced" if isinstance(store, LocalStore) else "changed"
         message = f"the cube file {root} {changed} while it was being read; open it again"
@@ -326,15 +334,8 @@ def read_cube(
 
 def _local_path(path: object) -> Path:
     """Return ``path`` as a Path, refusing URLs and anything that is not a path."""
-    if not isinstance(path, str | os.PathLike):
-        message = f"path must be a str or os.PathLike, found {type(path).__name__}"
-        raise InputTypeError(message)
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        message = f"path must be a text path, found {type(text).__name__}"
-        raise InputTypeError(message)
-    refuse_url(text, "a cube file")
-    return Path(text)
+    refuse_url(path, "a cube file")
+    return text_path(path)
 
 
 def _local_target(path: object) -> Path:
@@ -396,8 +397,10 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
 
     known = _blake3_digests(cube)
     options: dict[str, Any] = {"compression": compression, "level": level}
+    tables: dict[str, list[dict[str, str]]] = {}
     for axis, index in _TABLES:
         build_table(getattr(cube, axis), root / axis, index=index, **options)
+        tables[axis] = _table_columns(parts_of(cube).tables[axis].column_digests(), root / axis)
     cells = np.asarray(cube.cells)
     write_array(root / "cells", cells, chunks=_small_chunks(cells), **_PROFILE_AXES, **options)
     if cube.normalization is not None:
@@ -421,7 +424,23 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
         layers=layers,
         dtypes={name: np.dtype(cube.layers[name].dtype).name for name in cube.layers},
     )
-    write_consolidated_group(root, _attributes(cube, digests))
+    write_consolidated_group(root, {**_attributes(cube, digests), "tables": tables})
+
+
+def _table_columns(digests: Sequence[str], directory: Path) -> list[dict[str, str]]:
+    """The ``tables`` entry of a table just written at ``directory``: each column (the index
+    first) with its anndata encoding and its BLAKE3 column digest."""
+    attributes = read_group_attributes(directory)
+    names = [attributes["_index"], *attributes["column-order"]]
+    return [
+        {"name": name, "encoding": _encoding(directory / name), "digest": digest}
+        for name, digest in zip(names, digests, strict=True)
+    ]
+
+
+def _encoding(node: Path) -> str:
+    document, _, _ = read_document(node)
+    return str(document["attributes"]["encoding-type"])
 
 
 def _blake3_digests(cube: Cube) -> Digests:
@@ -581,6 +600,7 @@ class _Header:
     digests: Digests
     metadata: dict[str, Any]
     provenance: tuple[Any, ...]
+    tables: dict[str, tuple[StoredColumn, ...]] | None  # the columns of each table (1.2)
 
 
 def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Header:
@@ -592,7 +612,7 @@ def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Hea
         )
         raise FormatError(message)
     minor = _check_version(attributes.get("format_version"), root)
-    known = _ATTRIBUTES_1_0 if minor == 0 else _REQUIRED_ATTRIBUTES
+    known = (_ATTRIBUTES_1_0, _ATTRIBUTES_1_1, _REQUIRED_ATTRIBUTES)[min(minor, 2)]
     missing = [key for key in known if key not in attributes]
     unknown = [key for key in attributes if key not in known]
     if missing or (unknown and minor <= _MINOR):
@@ -608,7 +628,11 @@ def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Hea
     provenance = _parse_provenance(attributes, root)
     if minor > 0:
         _check_attributes_digest(attributes, digests.algorithm, root)
-    return _Header(shape, layers, digests, metadata, provenance)
+    tables = None
+    if minor >= 2:
+        rows = {axis: shape[_TABLE_AXES[axis]] for axis, _ in _TABLES}
+        tables = parse_table_columns(attributes["tables"], rows, digests.tables, root)
+    return _Header(shape, layers, digests, metadata, provenance, tables)
 
 
 def _check_algorithm(digests: Digests, minor: int, root: Path | StorePath) -> None:
@@ -734,7 +758,7 @@ def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> 
         raise FormatError(message) from error
 
 
-def _read(handle: StoreHandle, backend: str) -> Cube:
+def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
@@ -755,16 +779,45 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
         root = StorePath(read_through(handle, document, documents, version))
     else:
         layers = [f"layers/{name}" for name in header.layers]
-        documents = gather_documents(handle, [*_PARTS, "layers", *layers], version)
+        documents = gather_documents(
+            handle, [*_PARTS, "layers", *layers, *_columns(header)], version
+        )
     if documents is not None:
-        fetch_ahead(root.handle, documents, _PARTS)
-    return _read_parts(root, backend, header)
+        fetch_ahead(root.handle, documents, _read_now(header))
+    return _read_parts(root, backend, header, (store, version))
 
 
-def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
+def _columns(header: _Header) -> list[str]:
+    """The nodes of the tables' columns and of their parts, which the ``tables`` attribute of a
+    file of format 1.2 names (none for older files): fetched with the parts, in one round."""
+    nodes: list[str] = []
+    for axis, columns in (header.tables or {}).items():
+        for column in columns:
+            node = f"{axis}/{column.name}"
+            kind = {"node_type": "group", "attributes": {"encoding-type": column.encoding}}
+            nodes += [node, *(f"{node}/{part}" for part in element_children(kind))]
+    return [node for node in nodes if all(map(_is_name, node.split("/")))]
+
+
+def _is_name(name: str) -> bool:
+    return node_name_problem(name) is None
+
+
+def _read_now(header: _Header) -> list[str]:
+    """The nodes whose chunks opening reads: the tables (only their ids for a file of format
+    1.2, whose other columns are read when a frame is asked for), cells and normalization."""
+    if header.tables is None:
+        return list(_PARTS)
+    ids = [f"{axis}/{columns[0].name}" for axis, columns in header.tables.items()]
+    return [*ids, "cells", "normalization"]
+
+
+def _read_parts(
+    root: StorePath, backend: str, header: _Header, source: tuple[Store, Version]
+) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
     try:  # each table verified from its stored values, its frame made when used (or a frame)
-        tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
+        tables = {axis: _read_table(root, axis, backend, header, source) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
         read_group_attributes(root / "layers")
@@ -804,8 +857,12 @@ def _assemble(
         raise FormatError(message) from error
 
 
-def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
+def _read_table(
+    root: StorePath, axis: str, backend: str, header: _Header, source: tuple[Store, Version]
+) -> Any:
     rows = header.shape[_TABLE_AXES[axis]]
+    if header.tables is not None:
+        return read_lazy_cube_table(root, axis, backend, rows, header.tables[axis], source)
     return read_cube_table(root, axis, backend, rows, header.digests.algorithm)
 
 

@@ -54,8 +54,10 @@ def gather_documents(
         watch(version)
     documents: dict[str, Any] = {}
     level = list(dict.fromkeys(keys))
+    asked: set[str] = set()
     while level and len(documents) < _MOST_DOCUMENTS:
         level = level[: _MOST_DOCUMENTS - len(documents)]
+        asked.update(level)
         got = gather([join(key, METADATA_FILE) for key in level], limit=MAX_METADATA_BYTES)
         below: list[str] = []
         for key in level:
@@ -63,7 +65,11 @@ def gather_documents(
             if document is not None:
                 documents[key] = document
                 below += [join(key, name) for name in element_children(document)]
-        level = [key for key in below if node_name_problem(key.rpartition("/")[2]) is None]
+        level = [
+            key
+            for key in dict.fromkeys(below)
+            if key not in asked and node_name_problem(key.rpartition("/")[2]) is None
+        ]
     return documents
 
 
