@@ -40,17 +40,22 @@ from cytepool.fingerprint import (
     columns_digest,
     combined_digest,
 )
+from cytepool.io.tables import registry as _r
 from cytepool.io.tables.backends import INDEX, check_installed
 from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
+from cytepool.io.tables.gather import gather_documents
 from cytepool.io.tables.strings import Utf8Strings
+from cytepool.io.zarr.consolidated import fetch_ahead
 from cytepool.io.zarr.fields import METADATA_FILE
+from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import Store, StorePath, Version, join, reading
 
 __all__ = [
     "LazyFrame",
     "StoredColumn",
     "StoredFrame",
+    "column_nodes",
     "parse_table_columns",
     "read_cube_table",
     "read_lazy_cube_table",
@@ -156,41 +161,49 @@ def read_lazy_cube_table(
     source: tuple[Store, Version],
 ) -> AxisTable:
     """The table ``axis`` of the cube file at ``root`` (format 1.2, whose ``tables`` attribute
-    listed ``columns``): its ids read now and verified against their column digest, its other
-    columns read and verified when its frame is first made (:class:`LazyFrame`), from the
-    store and root document version of ``source``."""
-    stored = read_stored_table_at(root / axis, rows=rows, columns=())
-    names = [stored.index_name, *stored.order]
-    if names != [column.name for column in columns]:
-        message = (
-            f"the cube file {root} is corrupt: {axis} has columns {names}, its attributes list "
-            f"{[column.name for column in columns]}"
-        )
-        raise FormatError(message)
-    strings = _plain_ids(stored.index)
+    listed ``columns``): its ids read now and verified against their column digest; the
+    table's document and its other columns read and verified when its frame is first made
+    (:class:`LazyFrame`), from the store and root document version of ``source``."""
+    name = columns[0].name
+    node = root / axis / name
+    _r.check_lengths(root / axis, [name], rows)  # from the metadata, before a value is read
+    index = _r.read_element(node, objects=False)
+    strings = _plain_ids(index)
     if strings is None:
-        values = getattr(stored.index, "values", None)
+        values = getattr(index, "values", None)
         found = getattr(values, "dtype", type(values).__name__)
         message = (
-            f"the cube file {root} holds ids in {axis}/{names[0]} that are not strings with "
-            f"none missing (encoding {stored.index.kind!r}, values {found})"
+            f"the cube file {root} holds ids in {axis}/{name} that are not strings with "
+            f"none missing (encoding {index.kind!r}, values {found})"
         )
         raise StoredTypeError(message)
-    canonical = _canonical(stored.index_name, stored.index)
-    digest = None if canonical is None else column_digest(stored.n_rows, canonical)
-    if digest != columns[0].digest:
+    canonical = _canonical(name, index)
+    if canonical is None or column_digest(rows, canonical) != columns[0].digest:
         message = (
-            f"the cube file {root} is corrupt or was edited: {axis}: the ids ({names[0]!r}) "
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids ({name!r}) "
             "do not match their stored digest"
         )
         raise FormatError(message)
-    check_installed(backend)
     ids = _checked_ids(strings, root, axis)
-    schema = {names[0]: "String"} if len(names) == 1 else None  # else asked of the frame
+    schema = {name: "String"} if len(columns) == 1 else None  # else asked of the frame
     store, version = source
     make = LazyFrame(store, version, join(root.key, axis), rows, columns, backend, axis)
     table = AxisTable.deferred(axis, make, ids, schema, algorithm=BLAKE3)
     return table.with_column_digests([column.digest for column in columns])
+
+
+def column_nodes(key: str, columns: tuple[StoredColumn, ...]) -> list[str]:
+    """The nodes of the table at ``key`` whose documents reading ``columns`` takes: each
+    column and, for one its encoding stores as a group, its parts (a categorical's codes and
+    categories, a nullable array's values and mask). Names that cannot name a node are left
+    out (the reader meets them)."""
+    nodes: list[str] = []
+    for column in columns:
+        if node_name_problem(column.name) is None:
+            node = join(key, column.name)
+            kind = {"node_type": "group", "attributes": {"encoding-type": column.encoding}}
+            nodes += [node, *(join(node, part) for part in _r.element_children(kind))]
+    return nodes
 
 
 def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
@@ -226,6 +239,10 @@ class LazyFrame:
     def __call__(self) -> Any:
         """The frame, every column verified, in the form a table holds."""
         with reading(self.store.open()) as handle:
+            nodes = [self.key, *column_nodes(self.key, self.columns)]
+            documents = gather_documents(handle, nodes, self.version)  # a remote store: a round
+            if documents is not None:
+                fetch_ahead(handle, documents, [self.key])  # and a round for the chunks
             current = handle.version(METADATA_FILE)
             if current is None or not self.version.matches(current):
                 message = (

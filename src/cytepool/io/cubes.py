@@ -47,13 +47,13 @@ from cytepool.errors import (
 from cytepool.io._atomic import replace_directory
 from cytepool.io._cube_tables import (
     StoredColumn,
+    column_nodes,
     parse_table_columns,
     read_cube_table,
     read_lazy_cube_table,
 )
-from cytepool.io.tables.backends import check_backend
+from cytepool.io.tables.backends import check_backend, check_installed
 from cytepool.io.tables.gather import gather_documents
-from cytepool.io.tables.registry import element_children
 from cytepool.io.zarr import (
     DATA_TYPES,
     METADATA_FILE,
@@ -779,33 +779,25 @@ def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
         root = StorePath(read_through(handle, document, documents, version))
     else:
         layers = [f"layers/{name}" for name in header.layers]
-        documents = gather_documents(
-            handle, [*_PARTS, "layers", *layers, *_columns(header)], version
-        )
+        documents = gather_documents(handle, [*_opened(header), "layers", *layers], version)
     if documents is not None:
         fetch_ahead(root.handle, documents, _read_now(header))
     return _read_parts(root, backend, header, (store, version))
 
 
-def _columns(header: _Header) -> list[str]:
-    """The nodes of the tables' columns and of their parts, which the ``tables`` attribute of a
-    file of format 1.2 names (none for older files): fetched with the parts, in one round."""
-    nodes: list[str] = []
-    for axis, columns in (header.tables or {}).items():
-        for column in columns:
-            node = f"{axis}/{column.name}"
-            kind = {"node_type": "group", "attributes": {"encoding-type": column.encoding}}
-            nodes += [node, *(f"{node}/{part}" for part in element_children(kind))]
-    return [node for node in nodes if all(map(_is_name, node.split("/")))]
-
-
-def _is_name(name: str) -> bool:
-    return node_name_problem(name) is None
+def _opened(header: _Header) -> list[str]:
+    """The nodes opening reads: the tables (of a file of format 1.2, only the id columns,
+    which its ``tables`` attribute names with their parts; the other columns are read when a
+    frame is asked for), the cells and the normalization."""
+    if header.tables is None:
+        return list(_PARTS)
+    tables = header.tables.items()
+    ids = [node for axis, columns in tables for node in column_nodes(axis, columns[:1])]
+    return [*ids, "cells", "normalization"]
 
 
 def _read_now(header: _Header) -> list[str]:
-    """The nodes whose chunks opening reads: the tables (only their ids for a file of format
-    1.2, whose other columns are read when a frame is asked for), cells and normalization."""
+    """The nodes whose chunks opening reads (those of :func:`_opened`, a column's parts in it)."""
     if header.tables is None:
         return list(_PARTS)
     ids = [f"{axis}/{columns[0].name}" for axis, columns in header.tables.items()]
@@ -816,6 +808,7 @@ def _read_parts(
     root: StorePath, backend: str, header: _Header, source: tuple[Store, Version]
 ) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
+    check_installed(backend)  # now, though a frame may be built later
     try:  # each table verified from its stored values, its frame made when used (or a frame)
         tables = {axis: _read_table(root, axis, backend, header, source) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
