@@ -177,6 +177,7 @@ def read_lazy_cube_table(
             f"none missing (encoding {index.kind!r}, values {found})"
         )
         raise StoredTypeError(message)
+    ids = _checked_ids(strings, root, axis)  # the more telling error first
     canonical = _canonical(name, index)
     if canonical is None or column_digest(rows, canonical) != columns[0].digest:
         message = (
@@ -184,7 +185,6 @@ def read_lazy_cube_table(
             "do not match their stored digest"
         )
         raise FormatError(message)
-    ids = _checked_ids(strings, root, axis)
     schema = {name: "String"} if len(columns) == 1 else None  # else asked of the frame
     store, version = source
     make = LazyFrame(store, version, join(root.key, axis), rows, columns, backend, axis)
