@@ -1126,7 +1126,7 @@ def test_flipped_byte_in_table(stored: Path) -> None:
     flip_byte(stored / "samples" / "age" / "c" / "0", offset=8)
     read = read_cube(stored)  # a covariate is read, and verified, when the frame is made
     with pytest.raises(ValueError, match="samples"):
-        read.samples
+        _ = read.samples
 
 
 def test_a_table_read_after_the_file_was_replaced_is_refused(tmp_path: Path, cube: Cube) -> None:
@@ -1137,7 +1137,7 @@ def test_a_table_read_after_the_file_was_replaced_is_refused(tmp_path: Path, cub
     read = read_cube(path)
     write_cube(cube.select(samples=[0, 1, 2, 3]), path, overwrite=True)  # the same content
     with pytest.raises(StoreChangedError, match="changed since it was opened"):
-        read.samples
+        _ = read.samples
 
 
 def test_flipped_byte_in_ids(stored: Path) -> None:
@@ -1154,7 +1154,7 @@ def test_deleted_table_chunk(stored: Path) -> None:
     chunk.unlink()
     read = read_cube(stored)
     with pytest.raises(ValueError, match="features: column 'symbol' does not match"):
-        read.features
+        _ = read.features
 
 
 def test_flipped_byte_in_cells(stored: Path) -> None:

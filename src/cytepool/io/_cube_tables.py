@@ -1,5 +1,10 @@
 """A cube file's tables: verified from their stored values, their frames made when first used.
 
+Of a file of format 1.2, :func:`read_lazy_cube_table` reads a table's id column alone and
+verifies it against its column digest (listed, with each column's encoding, in the ``tables``
+attribute, :func:`parse_table_columns`); its :class:`LazyFrame` reads the other columns when
+the frame is first used, each verified against its own digest.
+
 :func:`read_cube_table` reads a table's columns (strings as UTF-8 buffers) and, when
 :func:`stored_digest` covers them, gives a checked :class:`~cytepool._table.AxisTable` whose
 digest and ids are known now and whose frame (pandas, polars or pyarrow) is built when first

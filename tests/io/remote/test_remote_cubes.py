@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("obstore")
-pd = pytest.importorskip("pandas")
 
 from remote_servers import TEST_SECRET, peak_in_flight, round_trips
 
@@ -26,6 +25,8 @@ from cytepool.io import read_cube, read_table, write_cube, write_table
 from cytepool.io.zarr import open_array, read_group_attributes
 from cytepool.io.zarr.remote import RemoteStore
 from factories import make_cube, string_values
+
+pd = pytest.importorskip("pandas")
 
 N_GROUPS, N_SAMPLES, N_FEATURES = 4, 6, 3000
 LATENCY = 0.15  # seconds per request: requests sent together overlap on the server's clock
@@ -158,7 +159,7 @@ def test_missing_table_part_is_a_format_error(local: Path, tmp_path: Path, serve
     column, chunk = part.split("/c/")
     (string_values(copy / column) / "c" / chunk).unlink()
     with pytest.raises(FormatError, match="corrupt"):  # a covariate: when the frame is made
-        read_cube(serve_http(copy).url).samples
+        _ = read_cube(serve_http(copy).url).samples
 
 
 def test_missing_root_is_a_format_error(serve_http, tmp_path: Path) -> None:
