@@ -1140,6 +1140,16 @@ def test_a_table_read_after_the_file_was_replaced_is_refused(tmp_path: Path, cub
         _ = read.samples
 
 
+def test_a_table_document_listing_other_columns_is_refused(plain: Path) -> None:
+    document = json.loads((plain / "samples" / "zarr.json").read_text())
+    order = document["attributes"]["column-order"]
+    document["attributes"]["column-order"] = order[::-1]
+    (plain / "samples" / "zarr.json").write_text(json.dumps(document))
+    read = read_cube(plain)  # the ids are read by name: the table's document when it is used
+    with pytest.raises(FormatError, match=rf"samples has the columns \['sample_id', '{order[-1]}'"):
+        _ = read.samples
+
+
 def test_flipped_byte_in_ids(stored: Path) -> None:
     column = stored / "groups" / "group_id"  # an array, or a group of values and mask (pandas 3)
     chunk = next(p for p in sorted(column.rglob("*")) if p.is_file() and p.name != "zarr.json")

@@ -260,8 +260,13 @@ class LazyFrame:
 
     def _verified(self, stored: StoredTable) -> Any:
         named = [(stored.index_name, stored.index), *stored.columns.items()]
-        if [name for name, _ in named] != [column.name for column in self.columns]:
-            self._mismatch(", ".join(name for name, _ in named), "columns")
+        listed = [column.name for column in self.columns]
+        if [name for name, _ in named] != listed:
+            message = (
+                f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis} "
+                f"has the columns {[name for name, _ in named]}, its attributes list {listed}"
+            )
+            raise FormatError(message)
         frame = None
         for (name, column), entry in zip(named, self.columns, strict=True):
             canonical = _canonical(name, column)
@@ -270,15 +275,15 @@ class LazyFrame:
                     frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
                 canonical = canonical_column(frame.get_column(name), name)
             if column_digest(stored.n_rows, canonical) != entry.digest:
-                self._mismatch(name, "column")
+                self._mismatch(name)
         if frame is None:
             frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
         return frame
 
-    def _mismatch(self, name: str, what: str) -> NoReturn:
+    def _mismatch(self, name: str) -> NoReturn:
         message = (
             f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis}: "
-            f"{what} {name!r} does not match its stored digest"
+            f"column {name!r} does not match its stored digest"
         )
         raise FormatError(message)
 
