@@ -162,7 +162,11 @@ class AxisTable:
         return self._columns
 
     def schema(self) -> dict[str, str]:
-        """The column names (the id column first) with their narwhals data type names."""
+        """The column names (the id column first) with their narwhals data type names (asked
+        of the frame's maker if it can tell them without a frame, else of the frame)."""
+        if self._schema is None and self._make is not None:
+            stored = getattr(self._make, "schema", None)  # a cube file's table: its columns
+            self._schema = None if stored is None else stored()
         if self._schema is None:
             self._schema = {str(name): str(dtype) for name, dtype in self.frame.schema.items()}
         return self._schema
@@ -387,6 +391,10 @@ class _Taken:
 
     def __call__(self) -> nw.DataFrame[Any]:
         return reset_index(self.table.frame[self.idx, :])
+
+    def schema(self) -> dict[str, str]:
+        """The schema of the table the rows are taken from (told without its frame if it can)."""
+        return self.table.schema()
 
 
 def unique_positions(ids: Sequence[str], axis: str, verb: str) -> dict[str, int]:

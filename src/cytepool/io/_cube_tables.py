@@ -243,6 +243,28 @@ class LazyFrame:
 
     def __call__(self) -> Any:
         """The frame, every column verified, in the form a table holds."""
+        stored, pending = self._read()
+        frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
+        for name, entry in pending:  # a kind seen in the frame only (dates, ...)
+            canonical = canonical_column(frame.get_column(name), name)
+            if column_digest(stored.n_rows, canonical) != entry.digest:
+                self._mismatch(name)
+        return frame
+
+    def schema(self) -> dict[str, str] | None:
+        """The column names with their narwhals data type names, from the stored columns
+        (read and verified; no frame is built), or None when a column's type depends on the
+        backend (then asked of the frame)."""
+        stored, pending = self._read()
+        named = [(stored.index_name, stored.index), *stored.columns.items()]
+        names = {name: _type_name(column) for name, column in named}
+        known = {name: kind for name, kind in names.items() if kind is not None}
+        return known if not pending and len(known) == len(names) else None
+
+    def _read(self) -> tuple[StoredTable, list[tuple[str, StoredColumn]]]:
+        """Every column, read from the store opened again, and verified against its digest
+        where its stored values give its canonical form; the others, to be verified from the
+        frame."""
         with reading(self.store.open()) as handle:
             nodes = [self.key, *column_nodes(self.key, self.columns)]
             documents = gather_documents(handle, nodes, self.version)  # a remote store: a round
@@ -256,9 +278,9 @@ class LazyFrame:
                 )
                 raise StoreChangedError(message)
             stored = read_stored_table_at(StorePath(handle) / self.key, rows=self.rows)
-            return self._verified(stored)
+            return stored, self._verified(stored)
 
-    def _verified(self, stored: StoredTable) -> Any:
+    def _verified(self, stored: StoredTable) -> list[tuple[str, StoredColumn]]:
         named = [(stored.index_name, stored.index), *stored.columns.items()]
         listed = [column.name for column in self.columns]
         if [name for name, _ in named] != listed:
@@ -267,18 +289,14 @@ class LazyFrame:
                 f"has the columns {[name for name, _ in named]}, its attributes list {listed}"
             )
             raise FormatError(message)
-        frame = None
+        pending = []
         for (name, column), entry in zip(named, self.columns, strict=True):
             canonical = _canonical(name, column)
-            if canonical is None:  # a kind seen in the frame only (dates, categories of numbers)
-                if frame is None:
-                    frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
-                canonical = canonical_column(frame.get_column(name), name)
-            if column_digest(stored.n_rows, canonical) != entry.digest:
+            if canonical is None:
+                pending.append((name, entry))
+            elif column_digest(stored.n_rows, canonical) != entry.digest:
                 self._mismatch(name)
-        if frame is None:
-            frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
-        return frame
+        return pending
 
     def _mismatch(self, name: str) -> NoReturn:
         message = (
