@@ -74,10 +74,11 @@ class AxisTable:
         self._stored = ids if isinstance(ids, BufferIds) else None
         self._position: dict[str, int] | None = None
         self._digests: dict[str, str] = {}  # by hash algorithm
+        self._columns: tuple[str, ...] | None = None  # the BLAKE3 digest of each column
         if digest is not None:
             self._digests[algorithm] = digest
         elif frame is not None:  # now: a column the digest does not cover is an error now
-            self._digests[algorithm] = _fp.table_digest(frame, algorithm)
+            self.digest(algorithm)
 
     @classmethod
     def deferred(
@@ -102,6 +103,12 @@ class AxisTable:
         table._make, table._schema = make, None if schema is None else dict(schema)
         table._position = position
         return table
+
+    def with_column_digests(self, digests: Sequence[str]) -> AxisTable:
+        """This table, knowing the BLAKE3 :func:`~cytepool.fingerprint.column_digest` of each
+        of its columns (those a cube file of format 1.2 stores, checked against its digest)."""
+        self._columns = tuple(digests)
+        return self
 
     @classmethod
     def of_ids(cls, axis: str, ids: list[str], backend: Any) -> AxisTable:
@@ -139,11 +146,27 @@ class AxisTable:
         """The table digest (:func:`cytepool.fingerprint.table_digest`) of the frame, made
         with ``algorithm`` (known, or computed from the frame once)."""
         if algorithm not in self._digests:
-            self._digests[algorithm] = _fp.table_digest(self.frame, algorithm)
+            if algorithm == _fp.BLAKE3:
+                digest = _fp.combined_digest(len(self), self.column_digests())
+            else:
+                digest = _fp.table_digest(self.frame, algorithm)
+            self._digests[algorithm] = digest
         return self._digests[algorithm]
 
+    def column_digests(self) -> tuple[str, ...]:
+        """The BLAKE3 :func:`~cytepool.fingerprint.column_digest` of each column, the id
+        column first (known, or computed from the frame once)."""
+        if self._columns is None:
+            columns = _fp.canonical_table(self.frame)
+            self._columns = tuple(_fp.column_digest(len(self), column) for column in columns)
+        return self._columns
+
     def schema(self) -> dict[str, str]:
-        """The column names (the id column first) with their narwhals data type names."""
+        """The column names (the id column first) with their narwhals data type names (asked
+        of the frame's maker if it can tell them without a frame, else of the frame)."""
+        if self._schema is None and self._make is not None:
+            stored = getattr(self._make, "schema", None)  # a cube file's table: its columns
+            self._schema = None if stored is None else stored()
         if self._schema is None:
             self._schema = {str(name): str(dtype) for name, dtype in self.frame.schema.items()}
         return self._schema
@@ -368,6 +391,10 @@ class _Taken:
 
     def __call__(self) -> nw.DataFrame[Any]:
         return reset_index(self.table.frame[self.idx, :])
+
+    def schema(self) -> dict[str, str]:
+        """The schema of the table the rows are taken from (told without its frame if it can)."""
+        return self.table.schema()
 
 
 def unique_positions(ids: Sequence[str], axis: str, verb: str) -> dict[str, int]:

@@ -271,6 +271,25 @@ def test_layout_and_attributes(stored: Path, cube: Cube) -> None:
     assert normalization.dimension_names == ("groups", "samples")
 
 
+def test_tables_attribute_lists_columns_encodings_and_digests(stored: Path, cube: Cube) -> None:
+    """Format 1.2: each table's columns (the id column first), each with its anndata encoding
+    and its BLAKE3 column digest; the column digests combine into the table digest."""
+    from cytepool.fingerprint import canonical_table, column_digest, combined_digest
+
+    attrs = attributes(stored)
+    table = parts_of(cube).tables["samples"]
+    columns = attrs["tables"]["samples"]
+    assert [column["name"] for column in columns] == table.frame.columns
+    for column in columns:
+        document = json.loads((stored / "samples" / column["name"] / "zarr.json").read_text())
+        assert column["encoding"] == document["attributes"]["encoding-type"]
+    canonical = canonical_table(table.frame)
+    assert [c["digest"] for c in columns] == [column_digest(len(table), c) for c in canonical]
+    n_samples = cube.shape[1]
+    digests = [c["digest"] for c in columns]
+    assert combined_digest(n_samples, digests) == attrs["digests"]["tables"]["samples"]
+
+
 def test_consolidated_documents_read_as_their_bytes_and_apart(stored: Path) -> None:
     """A consolidated handle gives a node's document parsed (not written out and read again):
     the same as the bytes it serves, and a copy of its own each time."""
@@ -1105,7 +1124,37 @@ def test_deleted_layer_chunk(stored: Path) -> None:
 
 def test_flipped_byte_in_table(stored: Path) -> None:
     flip_byte(stored / "samples" / "age" / "c" / "0", offset=8)
+    read = read_cube(stored)  # a covariate is read, and verified, when the frame is made
     with pytest.raises(ValueError, match="samples"):
+        _ = read.samples
+
+
+def test_a_table_read_after_the_file_was_replaced_is_refused(tmp_path: Path, cube: Cube) -> None:
+    """The covariates, read when a frame is first made, come from the store that was opened or
+    not at all: a replaced file raises StoreChangedError, never a mix of two cubes."""
+    path = tmp_path / "a.cube.zarr"
+    write_cube(cube, path)
+    read = read_cube(path)
+    write_cube(cube.select(samples=[0, 1, 2, 3]), path, overwrite=True)  # the same content
+    with pytest.raises(StoreChangedError, match="changed since it was opened"):
+        _ = read.samples
+
+
+def test_a_table_document_listing_other_columns_is_refused(plain: Path) -> None:
+    document = json.loads((plain / "samples" / "zarr.json").read_text())
+    order = document["attributes"]["column-order"]
+    document["attributes"]["column-order"] = order[::-1]
+    (plain / "samples" / "zarr.json").write_text(json.dumps(document))
+    read = read_cube(plain)  # the ids are read by name: the table's document when it is used
+    with pytest.raises(FormatError, match=rf"samples has the columns \['sample_id', '{order[-1]}'"):
+        _ = read.samples
+
+
+def test_flipped_byte_in_ids(stored: Path) -> None:
+    column = stored / "groups" / "group_id"  # an array, or a group of values and mask (pandas 3)
+    chunk = next(p for p in sorted(column.rglob("*")) if p.is_file() and p.name != "zarr.json")
+    flip_byte(chunk, offset=8)
+    with pytest.raises(ValueError, match="groups"):
         read_cube(stored)
 
 
@@ -1113,8 +1162,9 @@ def test_deleted_table_chunk(stored: Path) -> None:
     column = stored / "features" / "symbol"  # an array, or a group of values and mask (pandas 3)
     chunk = next(p for p in sorted(column.rglob("*")) if p.is_file() and p.name != "zarr.json")
     chunk.unlink()
-    with pytest.raises(ValueError, match="features"):
-        read_cube(stored)
+    read = read_cube(stored)
+    with pytest.raises(ValueError, match="features: column 'symbol' does not match"):
+        _ = read.features
 
 
 def test_flipped_byte_in_cells(stored: Path) -> None:
@@ -1152,7 +1202,7 @@ def test_edited_table_digest(stored: Path) -> None:
         refingerprint(attrs)
 
     edit_attributes(stored, edit)
-    with pytest.raises(ValueError, match="groups: the table does not match"):
+    with pytest.raises(ValueError, match=r"column digests of tables\['groups'\] do not match"):
         read_cube(stored)
 
 
@@ -1246,7 +1296,7 @@ def test_special_file_in_a_cube_is_refused_without_blocking(
     target = _id_chunk(stored) if part == "samples/sample_id/c/0" else stored / part
     make_special(target, special)
     with pytest.raises(FormatError, match=f"is not a regular file: it is {SPECIAL_FILES[special]}"):
-        without_blocking(lambda: read_cube(stored), target)
+        without_blocking(lambda: read_cube(stored).samples, target)  # a table's: when used
 
 
 def test_special_file_as_a_layer_chunk(stored: Path, special: str) -> None:

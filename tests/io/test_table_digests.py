@@ -95,7 +95,11 @@ def test_read_cube_keeps_the_fingerprint(tmp_path: Path, backend: str) -> None:
 
 
 @pytest.mark.parametrize(("column", "value"), [("donor", "d9"), ("n", 7), ("symbol", "Z")])
-def test_an_edited_table_fails_at_read_cube(tmp_path: Path, column: str, value: Any) -> None:
+def test_an_edited_table_column_fails_when_its_frame_is_made(
+    tmp_path: Path, column: str, value: Any
+) -> None:
+    """Format 1.2: a column other than the ids is read, and verified against its own digest,
+    when the table's frame is first made; until then the cube works from its verified ids."""
     samples = {"donor": ["d1", "d2", "d3", "d4"], "n": [1, 2, 3, 4]}
     cube = make_cube(samples=samples, features={"symbol": ["A", "B", "C", "D", "E"]})
     path = tmp_path / "c.cube.zarr"
@@ -103,7 +107,27 @@ def test_an_edited_table_fails_at_read_cube(tmp_path: Path, column: str, value: 
     axis = "features" if column == "symbol" else "samples"
     array = zarr.open_array(string_values(path / axis / column), mode="r+")
     array[0] = value
-    with pytest.raises(FormatError, match=f"{axis}: the table does not match its stored digest"):
+    read = read_cube(path)
+    assert read.fingerprint == cube.fingerprint  # from the stored digests
+    np.testing.assert_array_equal(
+        read.select(features=[0, 2]).profiles(0), cube.profiles(0)[:, [0, 2]]
+    )
+    pattern = f"corrupt or was edited: {axis}: column '{column}' does not match its stored digest"
+    with pytest.raises(FormatError, match=pattern):
+        getattr(read, axis)
+    with pytest.raises(FormatError, match=pattern):  # asked again: read and refused again
+        getattr(read, axis)
+
+
+@pytest.mark.parametrize("axis", ["samples", "features"])
+def test_edited_ids_fail_at_read_cube(tmp_path: Path, axis: str) -> None:
+    cube = make_cube()
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    column = {"samples": "sample_id", "features": "feature_id"}[axis]
+    array = zarr.open_array(string_values(path / axis / column), mode="r+")
+    array[1] = "edited"
+    with pytest.raises(FormatError, match=f"{axis}: the ids \\('{column}'\\) do not match"):
         read_cube(path)
 
 

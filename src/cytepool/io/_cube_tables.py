@@ -1,5 +1,10 @@
 """A cube file's tables: verified from their stored values, their frames made when first used.
 
+Of a file of format 1.2, :func:`read_lazy_cube_table` reads a table's id column alone and
+verifies it against its column digest (listed, with each column's encoding, in the ``tables``
+attribute, :func:`parse_table_columns`); its :class:`LazyFrame` reads the other columns when
+the frame is first used, each verified against its own digest.
+
 :func:`read_cube_table` reads a table's columns (strings as UTF-8 buffers) and, when
 :func:`stored_digest` covers them, gives a checked :class:`~cytepool._table.AxisTable` whose
 digest and ids are known now and whose frame (pandas, polars or pyarrow) is built when first
@@ -21,8 +26,9 @@ open file, no closure), so a cube read from a file pickles before its tables wer
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -30,15 +36,36 @@ from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool._utf8 import Utf8Buffer
-from cytepool.errors import FormatError
-from cytepool.fingerprint import BLAKE3, CanonicalColumn, columns_digest
+from cytepool.errors import FormatError, StoreChangedError, StoredTypeError
+from cytepool.fingerprint import (
+    BLAKE3,
+    CanonicalColumn,
+    canonical_column,
+    column_digest,
+    columns_digest,
+    combined_digest,
+)
+from cytepool.io.tables import registry as _r
 from cytepool.io.tables.backends import INDEX, check_installed
 from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
+from cytepool.io.tables.gather import gather_documents
 from cytepool.io.tables.strings import Utf8Strings
-from cytepool.io.zarr.store import StorePath
+from cytepool.io.zarr.consolidated import fetch_ahead
+from cytepool.io.zarr.fields import METADATA_FILE
+from cytepool.io.zarr.names import node_name_problem
+from cytepool.io.zarr.store import Store, StorePath, Version, join, reading
 
-__all__ = ["StoredFrame", "read_cube_table", "stored_digest"]
+__all__ = [
+    "LazyFrame",
+    "StoredColumn",
+    "StoredFrame",
+    "column_nodes",
+    "parse_table_columns",
+    "read_cube_table",
+    "read_lazy_cube_table",
+    "stored_digest",
+]
 
 _NUMBER_KINDS = "biuf"
 _NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
@@ -62,14 +89,7 @@ def read_cube_table(
     if digest is None or not named or strings is None:
         return stored.frame(backend)
     check_installed(backend)
-    ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
-    repeated = ids.repeated()
-    if repeated:
-        message = (
-            f"the cube file {root} is corrupt or was edited: {axis}: the ids must be unique; "
-            f"it holds {repeated[:10]} more than once"
-        )
-        raise FormatError(message)
+    ids = _checked_ids(strings, root, axis)
     names = {
         name: _type_name(column)
         for name, column in [(stored.index_name, index), *stored.columns.items()]
@@ -78,6 +98,212 @@ def read_cube_table(
     schema = known if len(known) == len(names) else None  # else asked of the frame when needed
     make = StoredFrame(stored, backend, axis)
     return AxisTable.deferred(axis, make, ids, schema, digest, algorithm=algorithm)
+
+
+@dataclass(frozen=True)
+class StoredColumn:
+    """A table column as the ``tables`` attribute of a cube file (format 1.2) lists it: its
+    name, its anndata encoding (which tells a remote reader its parts before it fetches its
+    document) and its BLAKE3 :func:`~cytepool.fingerprint.column_digest`."""
+
+    name: str
+    encoding: str
+    digest: str
+
+
+def parse_table_columns(
+    value: object, rows: Mapping[str, int], digests: Mapping[str, str], root: object
+) -> dict[str, tuple[StoredColumn, ...]]:
+    """The columns the ``tables`` attribute lists for each table, checked: every table of
+    ``rows``, its id column first, names unique, and the column digests combining into the
+    table's digest of ``digests`` (FormatError naming ``root`` otherwise)."""
+    if not isinstance(value, dict) or set(value) != set(rows):
+        _corrupt(root, f"tables must map {sorted(rows)} to their columns, found {value!r:.200}")
+    return {
+        axis: _parse_columns(axis, value[axis], rows[axis], digests[axis], root) for axis in rows
+    }
+
+
+def _parse_columns(
+    axis: str, entries: object, rows: int, digest: str, root: object
+) -> tuple[StoredColumn, ...]:
+    keys = {"name", "encoding", "digest"}
+    if not isinstance(entries, list) or not all(
+        isinstance(entry, dict)
+        and set(entry) == keys
+        and all(isinstance(entry[key], str) for key in keys)
+        for entry in entries
+    ):
+        _corrupt(root, f"tables[{axis!r}] must list objects of {sorted(keys)} (strings)")
+    columns = tuple(StoredColumn(e["name"], e["encoding"], e["digest"]) for e in entries)
+    names = [column.name for column in columns]
+    if not names or names[0] != ID_COLUMNS[axis] or len(set(names)) != len(names):
+        _corrupt(root, f"tables[{axis!r}] must list unique columns, {ID_COLUMNS[axis]!r} first")
+    try:
+        combined = combined_digest(rows, [column.digest for column in columns])
+    except ValueError as error:
+        _corrupt(root, f"tables[{axis!r}]: {error}")
+    if combined != digest:
+        problem = (
+            f"the column digests of tables[{axis!r}] do not match its table digest (for the "
+            f"{rows} rows its shape gives)"
+        )
+        _corrupt(root, problem)
+    return columns
+
+
+def _corrupt(root: object, problem: str) -> NoReturn:
+    message = f"the cube file {root} is corrupt: {problem}"
+    raise FormatError(message)
+
+
+def read_lazy_cube_table(
+    root: StorePath,
+    axis: str,
+    backend: str,
+    rows: int,
+    columns: tuple[StoredColumn, ...],
+    source: tuple[Store, Version],
+) -> AxisTable:
+    """The table ``axis`` of the cube file at ``root`` (format 1.2, whose ``tables`` attribute
+    listed ``columns``): its ids read now and verified against their column digest; the
+    table's document and its other columns read and verified when its frame is first made
+    (:class:`LazyFrame`), from the store and root document version of ``source``."""
+    name = columns[0].name
+    node = root / axis / name
+    _r.check_lengths(root / axis, [name], rows)  # from the metadata, before a value is read
+    index = _r.read_element(node, objects=False)
+    strings = _plain_ids(index)
+    if strings is None:
+        values = getattr(index, "values", None)
+        found = getattr(values, "dtype", type(values).__name__)
+        message = (
+            f"the cube file {root} holds ids in {axis}/{name} that are not strings with "
+            f"none missing (encoding {index.kind!r}, values {found})"
+        )
+        raise StoredTypeError(message)
+    ids = _checked_ids(strings, root, axis)  # the more telling error first
+    canonical = _canonical(name, index)
+    if canonical is None or column_digest(rows, canonical) != columns[0].digest:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids ({name!r}) "
+            "do not match their stored digest"
+        )
+        raise FormatError(message)
+    schema = {name: "String"} if len(columns) == 1 else None  # else asked of the frame
+    store, version = source
+    make = LazyFrame(store, version, join(root.key, axis), rows, columns, backend, axis)
+    table = AxisTable.deferred(axis, make, ids, schema, algorithm=BLAKE3)
+    return table.with_column_digests([column.digest for column in columns])
+
+
+def column_nodes(key: str, columns: tuple[StoredColumn, ...]) -> list[str]:
+    """The nodes of the table at ``key`` whose documents reading ``columns`` takes: each
+    column and, for one its encoding stores as a group, its parts (a categorical's codes and
+    categories, a nullable array's values and mask). Names that cannot name a node are left
+    out (the reader meets them)."""
+    nodes: list[str] = []
+    for column in columns:
+        if node_name_problem(column.name) is None:
+            node = join(key, column.name)
+            kind = {"node_type": "group", "attributes": {"encoding-type": column.encoding}}
+            nodes += [node, *(join(node, part) for part in _r.element_children(kind))]
+    return nodes
+
+
+def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
+    """The ids as the UTF-8 buffer they were read as (FormatError if one repeats)."""
+    ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
+    repeated = ids.repeated()
+    if repeated:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids must be unique; "
+            f"it holds {repeated[:10]} more than once"
+        )
+        raise FormatError(message)
+    return ids
+
+
+@dataclass(frozen=True)
+class LazyFrame:
+    """Makes the frame of a table of a cube file of format 1.2 when it is first used: opens
+    the store again (StoreChangedError if its root document is no longer ``version``), reads
+    every column and verifies each against its column digest (FormatError naming the column).
+
+    Holds the store and the table's key, not an open handle, so it pickles.
+    """
+
+    store: Store
+    version: Version
+    key: str
+    rows: int
+    columns: tuple[StoredColumn, ...]
+    backend: str
+    axis: str
+
+    def __call__(self) -> Any:
+        """The frame, every column verified, in the form a table holds."""
+        stored, pending = self._read()
+        frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
+        for name, entry in pending:  # a kind seen in the frame only (dates, ...)
+            canonical = canonical_column(frame.get_column(name), name)
+            if column_digest(stored.n_rows, canonical) != entry.digest:
+                self._mismatch(name)
+        return frame
+
+    def schema(self) -> dict[str, str] | None:
+        """The column names with their narwhals data type names, from the stored columns
+        (read and verified; no frame is built), or None when a column's type depends on the
+        backend (then asked of the frame)."""
+        stored, pending = self._read()
+        named = [(stored.index_name, stored.index), *stored.columns.items()]
+        names = {name: _type_name(column) for name, column in named}
+        known = {name: kind for name, kind in names.items() if kind is not None}
+        return known if not pending and len(known) == len(names) else None
+
+    def _read(self) -> tuple[StoredTable, list[tuple[str, StoredColumn]]]:
+        """Every column, read from the store opened again, and verified against its digest
+        where its stored values give its canonical form; the others, to be verified from the
+        frame."""
+        with reading(self.store.open()) as handle:
+            nodes = [self.key, *column_nodes(self.key, self.columns)]
+            documents = gather_documents(handle, nodes, self.version)  # a remote store: a round
+            if documents is not None:
+                fetch_ahead(handle, documents, [self.key])  # and a round for the chunks
+            current = handle.version(METADATA_FILE)
+            if current is None or not self.version.matches(current):
+                message = (
+                    f"the cube file {self.store.where('')} changed since it was opened; "
+                    "open it again"
+                )
+                raise StoreChangedError(message)
+            stored = read_stored_table_at(StorePath(handle) / self.key, rows=self.rows)
+            return stored, self._verified(stored)
+
+    def _verified(self, stored: StoredTable) -> list[tuple[str, StoredColumn]]:
+        named = [(stored.index_name, stored.index), *stored.columns.items()]
+        listed = [column.name for column in self.columns]
+        if [name for name, _ in named] != listed:
+            message = (
+                f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis} "
+                f"has the columns {[name for name, _ in named]}, its attributes list {listed}"
+            )
+            raise FormatError(message)
+        pending = []
+        for (name, column), entry in zip(named, self.columns, strict=True):
+            canonical = _canonical(name, column)
+            if canonical is None:
+                pending.append((name, entry))
+            elif column_digest(stored.n_rows, canonical) != entry.digest:
+                self._mismatch(name)
+        return pending
+
+    def _mismatch(self, name: str) -> NoReturn:
+        message = (
+            f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis}: "
+            f"column {name!r} does not match its stored digest"
+        )
+        raise FormatError(message)
 
 
 @dataclass(frozen=True)

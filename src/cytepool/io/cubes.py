@@ -5,7 +5,7 @@ A cube file is a directory, by convention named ``*.cube.zarr``::
     example.cube.zarr/
         zarr.json          group: format, format_version, shape, layers, digests (with
                            their algorithm), fingerprint, metadata, provenance,
-                           attributes_digest
+                           attributes_digest, tables (each column's encoding and digest)
         samples/           the sample table (anndata dataframe, index "sample_id")
         groups/            the group table (index "group_id")
         features/          the feature table (index "feature_id")
@@ -16,8 +16,10 @@ A cube file is a directory, by convention named ``*.cube.zarr``::
 
 :func:`write_cube` builds the store in a temporary sibling directory and moves it into
 place in one step (see :mod:`cytepool.io._atomic`); :func:`read_cube` opens the store once,
-reads the attributes, tables, cell numbers and normalization through that one handle, checks
-them against the stored digests, and leaves the layers on disk as
+reads the attributes, the tables' ids (of files of format 1.0 and 1.1, the whole tables), cell
+numbers and normalization through that one handle, checks them against the stored digests
+(a table's other columns are read and checked when its frame is first used), and leaves the
+layers on disk as
 :class:`~cytepool.io.zarr.ZarrArray` objects. The layout, every attribute, the versioning
 rule, what concurrent readers and writers see and the crash behaviour are described in "Cube
 files and provenance records" in the documentation.
@@ -29,7 +31,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -45,8 +47,14 @@ from cytepool.errors import (
     StoredTypeError,
 )
 from cytepool.io._atomic import replace_directory
-from cytepool.io._cube_tables import read_cube_table
-from cytepool.io.tables.backends import check_backend
+from cytepool.io._cube_tables import (
+    StoredColumn,
+    column_nodes,
+    parse_table_columns,
+    read_cube_table,
+    read_lazy_cube_table,
+)
+from cytepool.io.tables.backends import check_backend, check_installed
 from cytepool.io.tables.gather import gather_documents
 from cytepool.io.zarr import (
     DATA_TYPES,
@@ -57,7 +65,7 @@ from cytepool.io.zarr import (
     write_array,
     write_group,
 )
-from cytepool.io.zarr._store import locate
+from cytepool.io.zarr._store import locate, read_document, text_path
 from cytepool.io.zarr.consolidated import (
     consolidated_documents,
     fetch_ahead,
@@ -69,9 +77,10 @@ from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import (
     LocalStore,
+    Store,
     StoreHandle,
     StorePath,
-    is_url,
+    Version,
     join,
     reading,
     refuse_url,
@@ -107,7 +116,8 @@ _ATTRIBUTES_1_0 = (
     "metadata",
     "provenance",
 )
-_REQUIRED_ATTRIBUTES = (*_ATTRIBUTES_1_0, "attributes_digest")
+_ATTRIBUTES_1_1 = (*_ATTRIBUTES_1_0, "attributes_digest")
+_REQUIRED_ATTRIBUTES = (*_ATTRIBUTES_1_1, "tables")  # format 1.2
 _TABLES = (("samples", "sample_id"), ("groups", "group_id"), ("features", "feature_id"))
 _TABLE_AXES = {"groups": 0, "samples": 1, "features": 2}  # the axis of the shape each describes
 _LAYER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64", "float32", "float64"})
@@ -230,8 +240,10 @@ def read_cube(
 ) -> Cube:
     """Open a cube file.
 
-    The metadata and the sample, group and feature tables are read and checked now (a
-    table's frame is built from what was read when it is first used). The layers stay on
+    The metadata, the cell numbers, the normalization and the ids of the sample, group and
+    feature tables are read and checked now; a table's other columns are read, and each
+    checked against its own digest, when its frame is first used (files of format 1.0 and 1.1
+    have no column digests: their tables are read whole now). The layers stay on
     disk: when a method needs a group of a layer, the cube reads the chunks that hold the
     samples and features it needs, and checks those values then (see "Lazy layers" in
     Cube). Opening a cube therefore takes little memory, whatever its size, and a cube
@@ -239,16 +251,16 @@ def read_cube(
     selected groups.
 
     The digests stored with the file give the cube's fingerprint without reading the
-    layers. The tables, cell numbers and normalization are checked against theirs now, and
+    layers. The ids, cell numbers and normalization are checked against theirs now, and
     each group of a layer whenever a read covers all of it; the metadata and provenance are
     checked against their digest (files of format 1.0 have none). Files of formats 1.0 and
     1.1 are verified with the SHA-256 digests they store, and the cube keeps their SHA-256
     fingerprint (64 hex digits, without the ``"blake3:"`` of a newer one).
 
     The directory is opened once and every part is read relative to it, so the parts come
-    from one store even while a writer replaces the path; each later read of a layer opens
-    it again and checks that it is still the same store. A read during a replacement raises
-    StoreChangedError rather than return a mix of two stores.
+    from one store even while a writer replaces the path; each later read of a layer or of a
+    table's columns opens it again and checks that it is still the same store. A read during
+    a replacement raises StoreChangedError rather than return a mix of two stores.
 
     Parameters
     ----------
@@ -300,7 +312,7 @@ def read_cube(
     ('ZarrArray', [[3, 0, 1], [2, 5, 0]])
     """
     check_backend(backend)
-    store = locate(path if is_url(path) else _local_path(path), storage_options)
+    store = locate(path, storage_options)
     root = store.where("")
     try:
         handle = store.open()
@@ -312,7 +324,7 @@ def read_cube(
         raise FormatError(message) from error
     try:
         with reading(handle):
-            return _read(handle, backend)
+            return _read(handle, backend, store)
     except StoreChangedError as error:
         changed = "was replaced" if isinstance(store, LocalStore) else "changed"
         message = f"the cube file {root} {changed} while it was being read; open it again"
@@ -326,15 +338,8 @@ def read_cube(
 
 def _local_path(path: object) -> Path:
     """Return ``path`` as a Path, refusing URLs and anything that is not a path."""
-    if not isinstance(path, str | os.PathLike):
-        message = f"path must be a str or os.PathLike, found {type(path).__name__}"
-        raise InputTypeError(message)
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        message = f"path must be a text path, found {type(text).__name__}"
-        raise InputTypeError(message)
-    refuse_url(text, "a cube file")
-    return Path(text)
+    refuse_url(path, "a cube file")
+    return text_path(path)
 
 
 def _local_target(path: object) -> Path:
@@ -396,8 +401,10 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
 
     known = _blake3_digests(cube)
     options: dict[str, Any] = {"compression": compression, "level": level}
+    tables: dict[str, list[dict[str, str]]] = {}
     for axis, index in _TABLES:
         build_table(getattr(cube, axis), root / axis, index=index, **options)
+        tables[axis] = _table_columns(parts_of(cube).tables[axis].column_digests(), root / axis)
     cells = np.asarray(cube.cells)
     write_array(root / "cells", cells, chunks=_small_chunks(cells), **_PROFILE_AXES, **options)
     if cube.normalization is not None:
@@ -421,7 +428,23 @@ def _build(cube: Cube, root: Path, *, compression: str | None, level: int | None
         layers=layers,
         dtypes={name: np.dtype(cube.layers[name].dtype).name for name in cube.layers},
     )
-    write_consolidated_group(root, _attributes(cube, digests))
+    write_consolidated_group(root, {**_attributes(cube, digests), "tables": tables})
+
+
+def _table_columns(digests: Sequence[str], directory: Path) -> list[dict[str, str]]:
+    """The ``tables`` entry of a table just written at ``directory``: each column (the index
+    first) with its anndata encoding and its BLAKE3 column digest."""
+    attributes = read_group_attributes(directory)
+    names = [attributes["_index"], *attributes["column-order"]]
+    return [
+        {"name": name, "encoding": _encoding(directory / name), "digest": digest}
+        for name, digest in zip(names, digests, strict=True)
+    ]
+
+
+def _encoding(node: Path) -> str:
+    document, _, _ = read_document(node)
+    return str(document["attributes"]["encoding-type"])
 
 
 def _blake3_digests(cube: Cube) -> Digests:
@@ -581,6 +604,7 @@ class _Header:
     digests: Digests
     metadata: dict[str, Any]
     provenance: tuple[Any, ...]
+    tables: dict[str, tuple[StoredColumn, ...]] | None  # the columns of each table (1.2)
 
 
 def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Header:
@@ -592,7 +616,7 @@ def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Hea
         )
         raise FormatError(message)
     minor = _check_version(attributes.get("format_version"), root)
-    known = _ATTRIBUTES_1_0 if minor == 0 else _REQUIRED_ATTRIBUTES
+    known = (_ATTRIBUTES_1_0, _ATTRIBUTES_1_1, _REQUIRED_ATTRIBUTES)[min(minor, 2)]
     missing = [key for key in known if key not in attributes]
     unknown = [key for key in attributes if key not in known]
     if missing or (unknown and minor <= _MINOR):
@@ -608,7 +632,11 @@ def _parse_header(attributes: Mapping[str, Any], root: Path | StorePath) -> _Hea
     provenance = _parse_provenance(attributes, root)
     if minor > 0:
         _check_attributes_digest(attributes, digests.algorithm, root)
-    return _Header(shape, layers, digests, metadata, provenance)
+    tables = None
+    if minor >= 2:
+        rows = {axis: shape[_TABLE_AXES[axis]] for axis, _ in _TABLES}
+        tables = parse_table_columns(attributes["tables"], rows, digests.tables, root)
+    return _Header(shape, layers, digests, metadata, provenance, tables)
 
 
 def _check_algorithm(digests: Digests, minor: int, root: Path | StorePath) -> None:
@@ -734,13 +762,14 @@ def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> 
         raise FormatError(message) from error
 
 
-def _read(handle: StoreHandle, backend: str) -> Cube:
+def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
-    every other document comes from it; otherwise a remote handle fetches them a level at a
-    time (see :mod:`cytepool.io.tables.gather`). The chunks of the tables, cell numbers and
-    normalization are then all asked for at once (a remote handle fetches them concurrently).
+    every other document comes from it; otherwise a remote handle fetches those opening needs
+    together, the id columns and their parts named by the ``tables`` attribute (files of format
+    1.0 and 1.1: a level at a time, see :mod:`cytepool.io.tables.gather`). The chunks opening
+    reads are then all asked for at once (a remote handle fetches them concurrently).
     """
     root = StorePath(handle)
     try:
@@ -755,16 +784,38 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
         root = StorePath(read_through(handle, document, documents, version))
     else:
         layers = [f"layers/{name}" for name in header.layers]
-        documents = gather_documents(handle, [*_PARTS, "layers", *layers], version)
+        documents = gather_documents(handle, [*_opened(header), "layers", *layers], version)
     if documents is not None:
-        fetch_ahead(root.handle, documents, _PARTS)
-    return _read_parts(root, backend, header)
+        fetch_ahead(root.handle, documents, _read_now(header))
+    return _read_parts(root, backend, header, (store, version))
 
 
-def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
+def _opened(header: _Header) -> list[str]:
+    """The nodes opening reads: the tables (of a file of format 1.2, only the id columns,
+    which its ``tables`` attribute names with their parts; the other columns are read when a
+    frame is asked for), the cells and the normalization."""
+    if header.tables is None:
+        return list(_PARTS)
+    tables = header.tables.items()
+    ids = [node for axis, columns in tables for node in column_nodes(axis, columns[:1])]
+    return [*ids, "cells", "normalization"]
+
+
+def _read_now(header: _Header) -> list[str]:
+    """The nodes whose chunks opening reads (those of :func:`_opened`, a column's parts in it)."""
+    if header.tables is None:
+        return list(_PARTS)
+    ids = [f"{axis}/{columns[0].name}" for axis, columns in header.tables.items()]
+    return [*ids, "cells", "normalization"]
+
+
+def _read_parts(
+    root: StorePath, backend: str, header: _Header, source: tuple[Store, Version]
+) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
+    check_installed(backend)  # now, though a frame may be built later
     try:  # each table verified from its stored values, its frame made when used (or a frame)
-        tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
+        tables = {axis: _read_table(root, axis, backend, header, source) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
         read_group_attributes(root / "layers")
@@ -804,8 +855,12 @@ def _assemble(
         raise FormatError(message) from error
 
 
-def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
+def _read_table(
+    root: StorePath, axis: str, backend: str, header: _Header, source: tuple[Store, Version]
+) -> Any:
     rows = header.shape[_TABLE_AXES[axis]]
+    if header.tables is not None:
+        return read_lazy_cube_table(root, axis, backend, rows, header.tables[axis], source)
     return read_cube_table(root, axis, backend, rows, header.digests.algorithm)
 
 

@@ -74,6 +74,16 @@ def test_every_item_once_a_few_at_a_time(n_threads: int) -> None:
     assert all(n.startswith("cytepool-zarr") for n in names - {threading.current_thread().name})
 
 
+def test_a_single_item_runs_on_the_calling_thread(n_threads: int) -> None:
+    """A small array's one chunk wakes no pool thread (a hand-off costs more than the work)."""
+    seen: list[threading.Thread] = []
+    for_each(lambda item: seen.append(threading.current_thread()), [1])
+    for_each(lambda item: seen.append(threading.current_thread()), iter([2]))
+    assert seen == [threading.current_thread()] * 2
+    for_each(lambda item: seen.append(threading.current_thread()), [])
+    assert len(seen) == 2
+
+
 def test_items_are_taken_lazily_and_stop_at_a_failure(n_threads: int) -> None:
     taken: list[int] = []
 

@@ -293,6 +293,7 @@ class StoredTable:
     n_rows: int
     columns: dict[str, Column]
     where: str
+    order: tuple[str, ...] = ()  # the table's columns (its column-order), read or not
 
     def frame(self, backend: str) -> Any:
         """The table as a frame of ``backend``, as :func:`read_table` returns it."""
@@ -304,19 +305,24 @@ class StoredTable:
             raise
 
 
-def read_stored_table_at(root: StorePath, *, rows: int | None = None) -> StoredTable:
-    """The index and columns of the table at ``root``, strings as UTF-8 buffers (no ``str``).
+def read_stored_table_at(
+    root: StorePath, *, rows: int | None = None, columns: Sequence[str] | None = None
+) -> StoredTable:
+    """The index and columns (None: all) of the table at ``root``, strings as UTF-8 buffers
+    (no ``str``).
 
     With ``rows``, the table must have that many rows (FormatError otherwise, before any
     value is read).
     """
     try:
-        index_name, index, n_rows, stored = _read_dataframe(root, None, True, rows, objects=False)
+        found = _read_dataframe(root, columns, True, rows, objects=False)
     except Exception as error:
         _r.add_path_note(error, "reading", str(root))
         raise
+    index_name, index, n_rows, stored = found
     assert index is not None  # read for pandas: always
-    return StoredTable(index_name, index, n_rows, stored, str(root))
+    order = tuple(_zarr.read_group_attributes(root)["column-order"])  # checked: a list of str
+    return StoredTable(index_name, index, n_rows, stored, str(root), order)
 
 
 def _read_dataframe(

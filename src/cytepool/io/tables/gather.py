@@ -10,10 +10,13 @@ nullable column's ``values`` and ``mask``, a categorical's ``codes`` and ``categ
 
 :func:`gather_documents` fetches the documents of each level together, in one round, through
 a handle that gathers (a remote one), which keeps them for the read: the reader then finds
-every document without a request. Opening a cube so takes a round for the root, one for each
-level (the parts; the columns; the parts of encoded columns, if any) and one for every chunk of
-the tables, cells and normalization: four rounds for tables of plain columns, five when a
-column is encoded as a group (pandas 3 stores strings as nullable string arrays).
+every document without a request. A cube file of format 1.2 names the id columns and their
+parts (with each column's encoding) in its ``tables`` attribute, so opening one takes a round
+for the root, one for every document it needs and one for their chunks. Opening an older file
+takes a round for the root, one for each level (the parts; the columns; the parts of encoded
+columns, if any) and one for every chunk of the tables, cells and normalization: four rounds for
+tables of plain columns, five when a column is encoded as a group (pandas 3 stores strings as
+nullable string arrays). A node asked for already is not asked for again below.
 """
 
 from __future__ import annotations
@@ -54,8 +57,10 @@ def gather_documents(
         watch(version)
     documents: dict[str, Any] = {}
     level = list(dict.fromkeys(keys))
+    asked: set[str] = set()
     while level and len(documents) < _MOST_DOCUMENTS:
         level = level[: _MOST_DOCUMENTS - len(documents)]
+        asked.update(level)
         got = gather([join(key, METADATA_FILE) for key in level], limit=MAX_METADATA_BYTES)
         below: list[str] = []
         for key in level:
@@ -63,7 +68,11 @@ def gather_documents(
             if document is not None:
                 documents[key] = document
                 below += [join(key, name) for name in element_children(document)]
-        level = [key for key in below if node_name_problem(key.rpartition("/")[2]) is None]
+        level = [
+            key
+            for key in dict.fromkeys(below)
+            if key not in asked and node_name_problem(key.rpartition("/")[2]) is None
+        ]
     return documents
 
 

@@ -27,7 +27,15 @@ from cytepool.io.zarr.store import (
     reading,
 )
 
-__all__ = ["as_path", "locate", "open_local", "open_store", "read_document", "write_document"]
+__all__ = [
+    "as_path",
+    "locate",
+    "open_local",
+    "open_store",
+    "read_document",
+    "text_path",
+    "write_document",
+]
 
 _V2_FILES = (".zarray", ".zgroup", ".zattrs")
 
@@ -60,6 +68,21 @@ def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store
     if storage_options:
         msg = f"storage_options apply to URLs only; {path!r} is a local path"
         raise InputError(msg)
+    return LocalStore(text_path(path))
+
+
+def text_path(path: Any) -> Path:
+    """``path`` as a Path: InputTypeError unless it is a str or an os.PathLike of text.
+
+    Examples
+    --------
+    >>> text_path("x.cube.zarr")
+    PosixPath('x.cube.zarr')
+    >>> text_path(b"x.cube.zarr")
+    Traceback (most recent call last):
+    ...
+    cytepool.errors.InputTypeError: path must be a str or os.PathLike, not bytes
+    """
     if not isinstance(path, str | os.PathLike):
         msg = f"path must be a str or os.PathLike, not {type(path).__name__}"
         raise InputTypeError(msg)
@@ -67,7 +90,7 @@ def locate(path: Any, storage_options: Mapping[str, Any] | None = None) -> Store
     if not isinstance(text, str):
         msg = f"path must be a text path, not {type(text).__name__}"
         raise InputTypeError(msg)
-    return LocalStore(Path(text))
+    return Path(text)
 
 
 def open_store(path: Any, storage_options: Mapping[str, Any] | None = None) -> StoreHandle:

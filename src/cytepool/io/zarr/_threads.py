@@ -12,6 +12,7 @@ one chunk at a time in the calling thread.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -79,18 +80,20 @@ os.register_at_fork(after_in_child=_forget_pools)
 
 def for_each(function: Callable[[T], object], items: Iterable[T]) -> None:
     """Call ``function`` on every item: the calling thread and ``threads() - 1`` pool threads
-    take the items in order, one at a time each.
+    take the items in order, one at a time each. A single item (a small array of one chunk)
+    is worked on by the calling thread alone, with no pool thread woken for nothing.
 
     If calls fail, the failure of the first item in order is raised (as a plain loop would),
     once every call under way has returned.
     """
     iterator = iter(items)
     workers = threads()
-    if workers == 1:
-        for item in iterator:
+    ahead: list[T] = list(itertools.islice(iterator, 2)) if workers > 1 else []
+    if len(ahead) < 2:  # one item (a small array's chunk) or one thread: no pool hand-off
+        for item in itertools.chain(ahead, iterator):
             function(item)
         return
-    shared = _Shared(function, iterator)
+    shared = _Shared(function, itertools.chain(ahead, iterator))
     helpers = [_executor(workers - 1).submit(shared.work) for _ in range(workers - 1)]
     try:
         shared.work()

@@ -313,8 +313,8 @@ def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterab
     Sharded arrays are left to their reads, which fetch the ranges they need.
     """
     prefetch = getattr(handle, "prefetch", None)
-    if prefetch is None:
-        return
+    if prefetch is None or getattr(getattr(handle, "inner", handle), "prefetch", None) is None:
+        return  # a consolidated handle over a local store: nothing to fetch ahead
     for root in nodes:
         for key, document in documents.items():
             under = not root or key == root or key.startswith(f"{root}/")
