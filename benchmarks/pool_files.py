@@ -63,7 +63,7 @@ CASE_NAMES = {
     "scanpy": "anndata + scanpy",
 }
 MiB = _common.MiB
-WARM = (400, 100)  # cells x genes of the files a child pools first (see _child)
+WARM = (20_000, 2_000)  # cells x genes of the files a child pools first (see _child): --small
 
 
 # --------------------------------------------------------------------------- data
@@ -210,8 +210,9 @@ def _child(case: str, path: Path, out: Path | None, warm: Path | None) -> None:
 
     What every run of a process pays once, whatever the file's size, is taken before the
     measure: the imports, and for cytepool numba's kernels loaded from their cache and a
-    first pooling of ``warm`` (a tiny file of the same layout: shared libraries paged in,
-    allocator pools). ``cpu_total`` is the process's CPU time from its start.
+    first pooling of ``warm`` (the ``--small`` file of the same layout, one block: shared
+    libraries paged in, pyarrow's and the allocator's pools, the reader's threads started).
+    ``cpu_total`` is the process's CPU time from its start.
     """
     import anndata  # noqa: F401  (imports are not what is measured)
     import h5py  # noqa: F401
@@ -353,7 +354,7 @@ def _files(args: argparse.Namespace) -> None:
         build(folder, args.cells, args.genes)
         if args.build:
             return
-    warm = folder if args.cells <= WARM[0] else folder / ".warm"  # tiny files: their own
+    warm = folder if args.cells <= WARM[0] else ROOT / f"pool-files-{WARM[0]}x{WARM[1]}"
     if not all((warm / name).exists() for name in LAYOUTS):
         build(warm, *WARM)
     python = sys.executable

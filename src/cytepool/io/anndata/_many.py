@@ -345,7 +345,7 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
             if not task.mudata:
                 layer, raw = options["layer"], options["use_raw"]
                 with open_cells(task.path, layer=layer, use_raw=raw) as (matrix, _, var, _):
-                    return int(matrix.shape[0]), {_ANNDATA: [str(i) for i in var.index]}
+                    return int(matrix.shape[0]), {_ANNDATA: _ids(var.index)}
             with open_modalities(task.path) as (_, found):
                 wanted = options["modalities"] or list(found)
                 missing = [name for name in wanted if name not in found]
@@ -353,9 +353,14 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
                     msg = f"{task.path} has no modality {missing[0]!r} (it has {list(found)})"
                     raise InputError(msg)
                 cells = sum(int(found[name].matrix.shape[0]) for name in wanted)
-                return cells, {name: [str(i) for i in found[name].var.index] for name in wanted}
+                return cells, {name: _ids(found[name].var.index) for name in wanted}
         except Exception as error:
             raise _portable(error) from None
+
+
+def _ids(index: pd.Index) -> list[str]:
+    """The ids of an index as strings (through numpy: iterating a pyarrow-backed index is slow)."""
+    return [str(i) for i in index.to_numpy(dtype=object)]
 
 
 def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
