@@ -28,7 +28,7 @@ def test_pool_files_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture
         "--layouts",
         "chunked.h5ad,v2.zarr,csc.h5ad",
         "--cases",
-        "read,from_anndata,cli,scanpy",
+        "from_anndata,cli,scanpy",
     ]
     argv += ["--sections", "files"]
     assert module.main(argv) == 0  # type: ignore[attr-defined]
