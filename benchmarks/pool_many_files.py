@@ -231,6 +231,13 @@ def report(args: argparse.Namespace, size: int, results: dict, equal: dict[str, 
     for label, top, bottom, key, target in ratios:
         if top in medians and bottom in medians:
             print(f"| {label} | {medians[top][key] / medians[bottom][key]:.2f} | {target} |")
+    if "cytepool jobs=1" in medians:  # jobs=1 already busy on more than one core: the bound
+        one = medians["cytepool jobs=1"]
+        cores = len(os.sched_getaffinity(0))
+        bound = cores / max(1.0, one["cpu"] / one["time"])
+        print(
+            f"| bound on jobs=1 / jobs=2: {cores} cores / (CPU / wall of jobs=1) | {bound:.2f} | |"
+        )
     print(f"\ncommand: python benchmarks/pool_many_files.py {' '.join(sys.argv[1:])}")
     if not all(equal.values()):
         raise SystemExit("the sums differ")
