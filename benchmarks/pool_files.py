@@ -17,7 +17,8 @@ used) and the peak resident memory above the process's memory after its imports:
 - ``read X``: the one-call read of X's data and indices (h5py ``ds[...]`` / zarr-python
   ``array[...]``), what any reader must at least do;
 - ``from_anndata``: ``cytepool.io.anndata.from_anndata(path, ...)``;
-- ``cytepool pool``: the command line, timed by the parent (wall) and by the child's rusage;
+- ``cytepool pool``: the command line, timed by the parent from the child's start to its exit
+  (the interpreter and imports included), less the warm-up this benchmark adds (see _child);
 - ``anndata + scanpy``: ``anndata.read_h5ad``/``read_zarr`` then ``sc.get.aggregate(..., func="sum")``
   (timed from the file, the load included).
 
@@ -47,9 +48,13 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+import pool_many_files
+
 N_SAMPLES, N_GROUPS = 24, 12
 DENSITY = 0.05
-ROOT = Path("/tmp/cytepool-bench-data")
+ROOT = _common.DATA
 LAYOUTS = ("chunked.h5ad", "gzip.h5ad", "v2.zarr", "csc.h5ad", "dense.h5ad")
 CASES = ("read", "from_anndata", "cli", "scanpy")
 CASE_NAMES = {
@@ -58,7 +63,8 @@ CASE_NAMES = {
     "cli": "cytepool pool",
     "scanpy": "anndata + scanpy",
 }
-MiB = 1 << 20
+MiB = _common.MiB
+WARM = (20_000, 2_000)  # cells x genes of the files a child pools first (see _child): --small
 
 
 # --------------------------------------------------------------------------- data
@@ -155,25 +161,6 @@ def _remove(path: Path) -> None:
 # --------------------------------------------------------------------------- cases (child)
 
 
-def _rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def _reset_peak() -> None:
-    """Start VmHWM afresh at the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
-def _peak_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
-
-
 def _read_x(path: Path) -> None:
     if path.suffix == ".h5ad":
         import h5py
@@ -219,33 +206,37 @@ def _scanpy(path: Path) -> dict[str, np.ndarray]:
     return {"counts": counts}
 
 
-def _load_kernels() -> None:
-    import scipy.sparse
+def _child(case: str, path: Path, out: Path | None, warm: Path | None) -> None:
+    """Run one case in this (fresh) process and print its measures as JSON.
 
-    import cytepool
-
-    rng = np.random.default_rng(0)
-    matrix = scipy.sparse.csr_matrix((rng.random((4000, 1000)) < 0.4).astype(np.float32))
-    labels = np.arange(4000) % 2
-    cytepool.from_cells(matrix, sample_labels=labels, group_labels=labels)
-
-
-def _child(case: str, path: Path, out: Path | None) -> None:
-    """Run one case in this (fresh) process and print its measures as JSON."""
+    What every run of a process pays once, whatever the file's size, is taken before the
+    measure: the imports, and for cytepool numba's kernels loaded from their cache and a
+    first pooling of ``warm`` (the ``--small`` file of the same layout, one block: shared
+    libraries paged in, pyarrow's and the allocator's pools, the reader's threads started).
+    ``cpu_total`` is the process's CPU time from its start, less the warm-up's (and
+    ``warm_wall`` the warm-up's wall time): ``cytepool pool`` is measured as a user runs it.
+    """
     import anndata  # noqa: F401  (imports are not what is measured)
     import h5py  # noqa: F401
     import scipy.sparse  # noqa: F401
 
-    import cytepool.io.anndata  # noqa: F401
+    import cytepool.io.anndata
 
     if case == "scanpy":
         import scanpy  # noqa: F401
     if case == "read" and path.suffix != ".h5ad":
         import zarr  # noqa: F401
-    if case == "from_anndata":  # numba's kernels loaded (from its cache): a fixed cost
-        _load_kernels()
-    base = _rss_kib()
-    _reset_peak()
+    warm_start, warm_usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    if case in ("from_anndata", "cli"):
+        import cytepool.cli
+
+        _common.load_kernels()
+        if warm is not None:
+            _from_anndata(warm)
+    warm_wall = time.perf_counter() - warm_start
+    warm_cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(warm_usage)
+    base = _common.rss_kib()
+    _common.reset_peak()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = None
@@ -255,40 +246,24 @@ def _child(case: str, path: Path, out: Path | None) -> None:
         result = _from_anndata(path)
     elif case == "scanpy":
         result = _scanpy(path)
+    elif case == "cli":
+        with tempfile.TemporaryDirectory() as tmp:
+            command = ["pool", str(path), str(Path(tmp) / "c.cube.zarr")]
+            command += ["--sample-key", "sample", "--group-key", "cell_type"]
+            cytepool.cli.main(command)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
     if result is not None and out is not None:
         np.save(out, result["counts"].astype(np.float64))
-    print(json.dumps({"wall": wall, "cpu": cpu, "extra": (_peak_kib() - base) * 1024}))
+    extra = (_common.peak_kib() - base) * 1024
+    total = _cpu(after) - warm_cpu  # from the process's start, less the warm-up
+    measures = {"wall": wall, "cpu": cpu, "extra": extra, "cpu_total": total}
+    print(json.dumps(measures | {"warm_wall": warm_wall}))
 
 
-def _cli_case(path: Path, python: str, env: dict[str, str]) -> dict[str, float]:
-    """``cytepool pool`` as a user runs it, timed from outside; the child's rusage for CPU."""
-    with tempfile.TemporaryDirectory() as tmp:
-        code = "import cytepool.cli, anndata, h5py, scipy.sparse, sys; "
-        code += f"sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        code += "import pool_files; pool_files._load_kernels()"
-        base_cmd = [python, "-c", code]
-        idle = _max_rss(base_cmd, env)
-        command = [python, "-m", "cytepool", "pool", str(path), str(Path(tmp) / "c.cube.zarr")]
-        command += ["--sample-key", "sample", "--group-key", "cell_type"]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run(command, env=env, check=True, capture_output=True)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    peak = after.ru_maxrss * 1024
-    return {"wall": wall, "cpu": cpu, "extra": peak - idle, "peak": peak}
-
-
-def _max_rss(command: list[str], env: dict[str, str]) -> int:
-    """The peak RSS of a command run alone (wait4's rusage), in bytes."""
-    process = subprocess.Popen(command, env=env)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return int(usage.ru_maxrss * 1024)
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 # --------------------------------------------------------------------------- parent
@@ -319,14 +294,20 @@ def _x_bytes(path: Path) -> int:
     return int(meta["shape"][0] * 8)
 
 
-def _run_case(case: str, path: Path, python: str, env: dict[str, str], out: Path | None) -> dict:
+def _run_case(
+    case: str, path: Path, env: dict[str, str], out: Path | None, warm: Path
+) -> dict[str, float]:
+    """One case in a fresh process. ``cytepool pool`` is timed from outside (the interpreter's
+    start and the imports included, as a user waits for them) and its CPU time is the whole
+    process's; its memory, like every case's, is what it takes above its imports."""
+    command = [sys.executable, __file__, "--child", case, str(path), str(out or "-")]
+    command.append(str(warm / path.name))
     if case == "cli":
-        return _cli_case(path, python, env)
-    command = [python, __file__, "--child", case, str(path)]
-    if out is not None:
-        command.append(str(out))
+        result = _common.run_alone(command, env)
+        wall = result["outside"] - result["warm_wall"]  # as a user runs it: no warm-up
+        return {**result, "wall": wall, "cpu": result["cpu_total"]}
     done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def _decoders(python: str, env: dict[str, str]) -> str:
@@ -352,18 +333,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument(
+        "--sections",
+        default="files,many",
+        help="files: the layouts of one file; many: many files into one cube "
+        "(pool_many_files.py; with --small, 3 files x 2,000 cells x 500 genes)",
+    )
     args = parser.parse_args(argv)
     if args.child:
-        case, path, *rest = args.child
-        _child(case, Path(path), Path(rest[0]) if rest else None)
+        case, path, out, warm = args.child
+        _child(case, Path(path), None if out == "-" else Path(out), Path(warm))
         return 0
+    sections = args.sections.split(",")
+    if "files" in sections or args.build:
+        _files(args)
+    if args.build:
+        return 0
+    if "many" in sections:
+        many = ["--repeats", str(args.repeats), "--dir", str(args.dir or ROOT)]
+        print(f"\n## Many files (benchmarks/pool_many_files.py {' '.join(many)})", flush=True)
+        return pool_many_files.main(many + (["--small"] if args.small else []))
+    return 0
+
+
+def _files(args: argparse.Namespace) -> None:
+    """The layouts of one file: the table of every case."""
     if args.small:
         args.cells, args.genes = 20_000, 2_000
     folder = args.dir or ROOT / f"pool-files-{args.cells}x{args.genes}"
     if args.build or not all((folder / name).exists() for name in LAYOUTS):
         build(folder, args.cells, args.genes)
         if args.build:
-            return 0
+            return
+    warm = folder if args.cells <= WARM[0] else ROOT / f"pool-files-{WARM[0]}x{WARM[1]}"
+    if not all((warm / name).exists() for name in LAYOUTS):
+        build(warm, *WARM)
     python = sys.executable
     env = dict(os.environ)
     source = str(Path(__file__).resolve().parents[1] / "src")
@@ -383,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.repeats):
                 keep = i == 0 and case in ("from_anndata", "scanpy")
                 out = folder / f".sums-{case}.npy" if keep else None
-                runs.append(_run_case(case, path, python, env, out))
+                runs.append(_run_case(case, path, env, out, warm))
                 if out is not None:
                     sums[case] = np.load(out)
                     out.unlink()
@@ -394,11 +398,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(sums) == 2:
             equal = "equal" if np.array_equal(*sums.values()) else "differ"
         rows.append((layout, size, x_bytes, results, equal))
-    _print_table(rows)
-    return 0
+    _print_table(rows, args.genes)
 
 
-def _print_table(rows: list) -> None:
+def _print_table(rows: list, n_genes: int) -> None:
     print("| file | size | X in memory | case | wall s | CPU s | extra memory MiB (% of X) |")
     print("|---|---:|---:|---|---:|---:|---:|")
     for layout, size, x_bytes, results, _ in rows:
@@ -413,6 +416,8 @@ def _print_table(rows: list) -> None:
     for layout, _, _, results, equal in rows:
         ratios = [_ratio(results, "from_anndata", case) for case in ("scanpy", "read")]
         print(f"| {layout} | {ratios[0]} | {ratios[1]} | {equal} |")
+    cube = N_SAMPLES * N_GROUPS * n_genes * 8
+    print(f"\nThe cube itself (counts, int64) takes {cube / MiB:.0f} MiB of the extra memory.")
 
 
 def _ratio(results: dict, case: str, other: str) -> str:

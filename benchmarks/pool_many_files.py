@@ -28,10 +28,8 @@ targets name (jobs=2 >= 1.8x faster than jobs=1, >= 4x faster than concat + aggr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,10 +38,13 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
 DENSITY = 0.05
 N_GROUPS, DONORS_PER_FILE = 12, 3
 CHUNK_ROWS = 10_000
-DATA = Path("/tmp/cytepool-bench-data")
+DATA = _common.DATA
 
 
 def generate(path: Path, index: int, n_cells: int, n_genes: int) -> None:
@@ -138,50 +139,10 @@ def case_code(name: str) -> str:
     return CASE.format(imports=imports, body=body)
 
 
-def _status(pid: int) -> tuple[float, int] | None:
-    """CPU seconds (user + system) and VmHWM bytes of a process, if it still runs."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        with open(f"/proc/{pid}/status") as status:
-            peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks, peak
-
-
 def run_case(name: str, paths: list[Path], out: Path) -> dict[str, Any]:
     """Run one case in a fresh process, watching it and every process it starts."""
-    import psutil
-
-    process = subprocess.Popen(
-        [sys.executable, "-c", case_code(name), ",".join(map(str, paths)), str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    root = psutil.Process(process.pid)
-    seen: dict[int, tuple[float, int]] = {}
-    while process.poll() is None:
-        try:
-            family = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
-        for member in family:
-            found = _status(member.pid)
-            if found is not None:
-                seen[member.pid] = found
-        time.sleep(0.05)
-    stdout, stderr = process.communicate()
-    if process.returncode != 0:
-        msg = f"{name} failed ({process.returncode}): {stderr.strip().splitlines()[-3:]}"
-        raise SystemExit(msg)
-    result = json.loads(stdout.strip().splitlines()[-1])
-    result["cpu"] = sum(cpu for cpu, _ in seen.values())
-    result["peak"] = sum(peak for _, peak in seen.values())
-    result["processes"] = len(seen)
-    return result  # type: ignore[no-any-return]
+    command = [sys.executable, "-c", case_code(name), ",".join(map(str, paths)), str(out)]
+    return _common.watch(command)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +231,13 @@ def report(args: argparse.Namespace, size: int, results: dict, equal: dict[str, 
     for label, top, bottom, key, target in ratios:
         if top in medians and bottom in medians:
             print(f"| {label} | {medians[top][key] / medians[bottom][key]:.2f} | {target} |")
+    if "cytepool jobs=1" in medians:  # jobs=1 already busy on more than one core: the bound
+        one = medians["cytepool jobs=1"]
+        cores = len(os.sched_getaffinity(0))
+        bound = cores / max(1.0, one["cpu"] / one["time"])
+        print(
+            f"| bound on jobs=1 / jobs=2: {cores} cores / (CPU / wall of jobs=1) | {bound:.2f} | |"
+        )
     print(f"\ncommand: python benchmarks/pool_many_files.py {' '.join(sys.argv[1:])}")
     if not all(equal.values()):
         raise SystemExit("the sums differ")

@@ -24,7 +24,13 @@ def test_pool_files_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture
     pytest.importorskip("zarr")
     module = _module()
     argv = ["--cells", "400", "--genes", "100", "--repeats", "1", "--dir", str(tmp_path)]
-    argv += ["--layouts", "chunked.h5ad,v2.zarr,csc.h5ad", "--cases", "read,from_anndata,scanpy"]
+    argv += [
+        "--layouts",
+        "chunked.h5ad,v2.zarr,csc.h5ad",
+        "--cases",
+        "from_anndata,cli,scanpy",
+    ]
+    argv += ["--sections", "files"]
     assert module.main(argv) == 0  # type: ignore[attr-defined]
     out = capsys.readouterr().out
     assert "decoders and readers: numcodecs" in out
@@ -36,3 +42,5 @@ def test_pool_files_benchmark_tiny(tmp_path: Path, capsys: pytest.CaptureFixture
             if row.startswith(f"| {layout} | ") and row.endswith("|") and row.count("|") == 5
         )
         assert line.endswith("| equal |"), line
+    assert "| cytepool pool |" in out
+    assert "The cube itself (counts, int64) takes" in out

@@ -1,4 +1,5 @@
-"""Smoke test: benchmarks/pool_many_files.py --small runs end to end (no timing assertions)."""
+"""Smoke test: the many-files section of benchmarks/pool_files.py (pool_many_files.py) runs end
+to end with --small (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_many_files.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_files.py"
 
 
 def test_pool_many_files_benchmark_small(
@@ -15,12 +16,13 @@ def test_pool_many_files_benchmark_small(
 ) -> None:
     pytest.importorskip("scanpy")
     pytest.importorskip("psutil")
-    spec = importlib.util.spec_from_file_location("pool_many_files_benchmark", SCRIPT)
+    spec = importlib.util.spec_from_file_location("pool_files_benchmark", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--small", "--repeats", "1", "--dir", str(tmp_path)]) == 0
+    argv = ["--small", "--sections", "many", "--repeats", "1", "--dir", str(tmp_path)]
+    assert module.main(argv) == 0
     out = capsys.readouterr().out
     assert "3 files x 2,000 cells x 500 genes" in out
     for case in ("cytepool jobs=1", "cytepool jobs=2"):

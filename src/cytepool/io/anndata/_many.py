@@ -109,13 +109,16 @@ def pool_files(
     tasks = _tasks(paths, pool_file, mudata, options)
     jobs = _jobs(options["jobs"], len(tasks))
     with _Runner(jobs, options["client"]) as run:
-        surveys = dict(run(_survey, tasks, None))
+        # the pooling is queued behind the surveys, so no worker waits for the plan
+        survey_results = run(_survey, tasks, None)
+        pooled = run(_pool_one, tasks, pool_file)
+        surveys = dict(survey_results)
         plan = _features(tasks, [surveys[t.index] for t in tasks], options["features"])
         total = sum(survey[0] for survey in surveys.values())
         bar = _progress.Progress(total, "pooling", "cells", enabled=options["progress"])
         try:
             parts = {}
-            for index, part in run(_pool_one, tasks, pool_file):
+            for index, part in pooled:
                 parts[index] = part
                 bar.update(part.cells)
         finally:
@@ -212,13 +215,16 @@ _Run = Callable[[Callable[..., Any], list[_Task], Any], Iterator[tuple[int, Any]
 
 
 class _Runner:
-    """``run(function, tasks, extra)`` yields ``(task index, function(task, extra))`` as they
-    finish; the first failure stops the run (the tasks not started are cancelled) and is
+    """``run(function, tasks, extra)`` submits the tasks (to worker processes or a client, at
+    once; in this process, as the results are taken) and returns an iterator of ``(task
+    index, function(task, extra))`` as they finish; the first failure stops the run (the
+    tasks not started are cancelled, on leaving the ``with`` block at the latest) and is
     raised naming its file."""
 
     def __init__(self, jobs: int, client: Any) -> None:
         self.jobs, self.client = jobs, client
         self.executor: Any = None
+        self.submitted: list[Any] = []  # the client's futures, cancelled on leaving
 
     def __enter__(self) -> _Run:
         if self.client is not None:
@@ -238,9 +244,12 @@ class _Runner:
     def __exit__(self, *failure: object) -> None:
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
+        if self.submitted:
+            self.client.cancel(self.submitted)
 
     @staticmethod
     def _here(function: Callable[..., Any], tasks: list[_Task], extra: Any) -> Iterator[Any]:
+        """The tasks run one after another in this process, as the results are taken."""
         for task in tasks:
             try:
                 yield task.index, function(task, extra)
@@ -250,21 +259,20 @@ class _Runner:
     def _in_processes(
         self, function: Callable[..., Any], tasks: list[_Task], extra: Any
     ) -> Iterator[Any]:
-        from concurrent.futures import FIRST_COMPLETED, wait
-
+        """The tasks submitted to the worker processes now; their results as they finish."""
         assert self.executor is not None
         futures = {self.executor.submit(function, task, extra): task for task in tasks}
+        return self._finished(futures)
+
+    def _finished(self, futures: dict[Any, _Task]) -> Iterator[Any]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
         pending = set(futures)
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=lambda f: futures[f].index):
-                    task = futures[future]
-                    try:
-                        result = future.result()
-                    except Exception as error:
-                        raise _naming(error, task.path) from error
-                    yield task.index, result
+                    yield _outcome(future, futures[future])
         finally:
             for future in pending:
                 future.cancel()
@@ -272,19 +280,28 @@ class _Runner:
     def _on_client(
         self, function: Callable[..., Any], tasks: list[_Task], extra: Any
     ) -> Iterator[Any]:
+        """The tasks submitted to the client's workers now; their results as they finish."""
+        futures = {self.client.submit(function, task, extra, pure=False): task for task in tasks}
+        self.submitted.extend(futures)
+        return self._on_client_finished(futures)
+
+    def _on_client_finished(self, futures: dict[Any, _Task]) -> Iterator[Any]:
         from distributed import as_completed
 
-        futures = {self.client.submit(function, task, extra, pure=False): task for task in tasks}
         try:
             for future in as_completed(list(futures)):
-                task = futures[future]
-                try:
-                    result = future.result()
-                except Exception as error:
-                    raise _naming(error, task.path) from error
-                yield task.index, result
+                yield _outcome(future, futures[future])
         finally:
             self.client.cancel(list(futures))
+
+
+def _outcome(future: Any, task: _Task) -> tuple[int, Any]:
+    """``(task index, result)`` of a finished future (concurrent.futures or dask); its
+    failure raised naming the task's file."""
+    try:
+        return task.index, future.result()
+    except Exception as error:
+        raise _naming(error, task.path) from error
 
 
 def _naming(error: Exception, path: str) -> Exception:
@@ -328,7 +345,7 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
             if not task.mudata:
                 layer, raw = options["layer"], options["use_raw"]
                 with open_cells(task.path, layer=layer, use_raw=raw) as (matrix, _, var, _):
-                    return int(matrix.shape[0]), {_ANNDATA: [str(i) for i in var.index]}
+                    return int(matrix.shape[0]), {_ANNDATA: _ids(var.index)}
             with open_modalities(task.path) as (_, found):
                 wanted = options["modalities"] or list(found)
                 missing = [name for name in wanted if name not in found]
@@ -336,9 +353,14 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
                     msg = f"{task.path} has no modality {missing[0]!r} (it has {list(found)})"
                     raise InputError(msg)
                 cells = sum(int(found[name].matrix.shape[0]) for name in wanted)
-                return cells, {name: [str(i) for i in found[name].var.index] for name in wanted}
+                return cells, {name: _ids(found[name].var.index) for name in wanted}
         except Exception as error:
             raise _portable(error) from None
+
+
+def _ids(index: pd.Index) -> list[str]:
+    """The ids of an index as strings (through numpy: iterating a pyarrow-backed index is slow)."""
+    return [str(i) for i in index.to_numpy(dtype=object)]
 
 
 def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
