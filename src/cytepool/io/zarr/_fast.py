@@ -1,5 +1,7 @@
 """The fast decoders, installed with cytepool: libdeflate (the ``deflate`` package) and zstandard.
 
+libdeflate also compresses gzip chunks when arrays are written (:func:`gzip`).
+
 libdeflate decodes a whole gzip member into a buffer of a size given in advance, about three times
 as fast as the standard library's zlib. It is used only where the decoded size is known exactly
 (a chunk of a fixed-size data type under a single gzip codec), so that buffer is also the bound
@@ -39,7 +41,15 @@ from typing import Any
 
 from cytepool.errors import InputError
 
-__all__ = ["ENV_FAST", "describe", "fast_inflate", "fast_zstd", "gunzip", "unzstd_into"]
+__all__ = [
+    "ENV_FAST",
+    "describe",
+    "fast_inflate",
+    "fast_zstd",
+    "gunzip",
+    "gzip",
+    "unzstd_into",
+]
 
 ENV_FAST = "CYTEPOOL_ZARR_FAST"
 _TRAILER = 8
@@ -161,6 +171,29 @@ def gunzip(data: Any, size: int) -> bytearray | None:
         return None
     if data.find(trailer) != len(data) - _TRAILER:
         return None
+    return out
+
+
+def gzip(data: Any, level: int) -> bytearray | None:
+    """``data`` compressed into one gzip member by libdeflate at ``level`` (0 to 9), or None if
+    libdeflate is not installed or ``CYTEPOOL_ZARR_FAST=0``: compress with the standard library.
+
+    libdeflate compresses a layer chunk at level 4 in about three quarters of zlib's time, into
+    a few percent fewer bytes; its member is an ordinary gzip stream (RFC 1952) that every gzip
+    decoder reads, zlib included. It writes the header without a file name or time and never
+    more than one member.
+
+    Examples
+    --------
+    >>> import zlib
+    >>> member = gzip(b"abc" * 100, 4)
+    >>> member is None or zlib.decompress(member, wbits=31) == b"abc" * 100
+    True
+    """
+    module = fast_inflate()
+    if module is None:
+        return None
+    out: bytearray = module.gzip_compress(data, level)
     return out
 
 
