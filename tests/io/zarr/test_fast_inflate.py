@@ -250,3 +250,27 @@ def test_libdeflate_decodes_a_whole_chunk_into_a_buffer_of_its_size(
     monkeypatch.setattr(reading_module._FlatSink, "write", spy)
     assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
     assert pieces == [data.nbytes]  # one step, no more than the chunk holds
+
+
+@pytest.mark.parametrize("level", [0, 1, 4, 9])
+def test_gzip_chunks_are_written_by_libdeflate_or_zlib_and_read_by_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: int
+) -> None:
+    import zarr
+
+    data = np.random.default_rng(2).negative_binomial(2, 0.2, (64, 300)).astype("<i4")
+    members = {}
+    for fast in ("1", "0"):
+        monkeypatch.setenv(ENV_FAST, fast)
+        write_array(tmp_path / fast, data, chunks=(32, 300), compression="gzip", level=level)
+        members[fast] = (tmp_path / fast / "c" / "1" / "0").read_bytes()
+        assert zlib.decompress(members[fast], wbits=31) == data[32:].tobytes()  # one member
+        for reading in ("1", "0"):
+            monkeypatch.setenv(ENV_FAST, reading)
+            np.testing.assert_array_equal(open_array(tmp_path / fast)[...], data)
+        np.testing.assert_array_equal(zarr.open_array(tmp_path / fast, mode="r")[...], data)
+    assert members["0"] == zlib.compress(data[32:].tobytes(), level, wbits=31)
+    libdeflate = fast_inflate()
+    if libdeflate is not None:
+        monkeypatch.setenv(ENV_FAST, "1")
+        assert members["1"] == libdeflate.gzip_compress(data[32:].tobytes(), level)
