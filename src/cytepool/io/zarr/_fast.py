@@ -13,9 +13,12 @@ standard library, which accepts exactly the same valid chunks and raises the sam
 same messages for every invalid one.
 
 libdeflate checks the member's CRC-32 and size, but ignores whatever follows the member. A chunk
-is taken as one member with nothing after it when its last 8 bytes are the trailer of the decoded
-bytes (their CRC-32 and size) and those 8 bytes occur nowhere earlier in the chunk: bytes after
-the member would have to end with the member's own trailer, which the member already holds.
+is taken as one member with nothing after it when the 4 bytes of the decoded size (the end of the
+trailer libdeflate checked) occur only at its end: the member ends with them, so nothing follows
+it. Where they occur earlier too (rarely, by chance, in compressed data), the chunk is taken as
+one member when its last 8 bytes are the trailer of the decoded bytes (their CRC-32 and size) and
+those 8 bytes occur nowhere earlier in the chunk: bytes after the member would have to end with
+the member's own trailer, which the member already holds.
 
 ``zstandard``'s decoder (one per thread, kept across chunks) decodes a
 zstd frame straight into the result, in one step. :func:`unzstd_into` takes that shortcut only for
@@ -165,11 +168,14 @@ def gunzip(data: Any, size: int) -> bytearray | None:
         return None
     if len(out) != size:
         return None
+    isize = (size & 0xFFFFFFFF).to_bytes(4, "little")
+    if data.rfind(isize, 0, len(data) - 1) < 0:  # only in the last 4 bytes: the checked trailer's
+        return out
     trailer = bytes(data[-_TRAILER:])
     crc = int(module.crc32(out)).to_bytes(4, "little")
-    if trailer != crc + (size & 0xFFFFFFFF).to_bytes(4, "little"):
+    if trailer != crc + isize:
         return None
-    if data.find(trailer) != len(data) - _TRAILER:
+    if data.rfind(trailer, 0, len(data) - 1) >= 0:
         return None
     return out
 
