@@ -30,8 +30,8 @@ decoder, as for gzip.
 Both are dependencies of cytepool (the ``fast`` extra is kept, empty, so that old install
 commands still work); if either is missing all the same, its chunks are decoded by the strict
 decoders. Set the environment variable ``CYTEPOOL_ZARR_FAST`` to ``0`` to decode with the standard
-library (and ``backports.zstd`` / ``compression.zstd``) only: the tests read every chunk both
-ways, on both stacks.
+library (and ``backports.zstd`` / ``compression.zstd``) only, and to compress gzip chunks with zlib:
+the tests read every chunk both ways, and write gzip chunks both ways, on both stacks.
 """
 
 from __future__ import annotations
