@@ -139,8 +139,8 @@ def group_digest(
         formats 1.0 and 1.1).
     each
         Called with each band of rows of ``block`` (2-D, as given, about 1 MiB) right after
-        the band is hashed, while it is still in the processor's cache: a check of the values
-        there reads them from memory once more instead of twice (see
+        the band is hashed, while it is still in the processor's cache, so that a check of
+        the values finds them there instead of reading the block from memory again (see
         :meth:`cytepool.layers.ArrayLayer.read_all`). The bands cover ``block`` in order.
 
     Returns
