@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,17 +47,16 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _zarr_bench import alternate as alternate_times
+from _zarr_bench import describe_fast, directory_bytes, load_average, medians
+
 CODECS = (("gzip", 4), ("zstd", 3))
 SHAPE = (12, 48, 30_000)
 N_GENES = 50
 VERIFIED_VS_UNVERIFIED = 1.15  # issue 16: verification that costs almost nothing
 OPEN_SELECT_VS_ZARR = 1.0  # issue 16: opening is cheap
-
-
-def describe_fast() -> str:
-    from cytepool.io.zarr._fast import describe
-
-    return describe()
 
 
 def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
@@ -96,30 +94,11 @@ def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
     )
 
 
-def timed(function: Callable[[], object]) -> tuple[float, float]:
-    """Wall-clock and CPU seconds (all threads of the process) of one call."""
-    gc.collect()
-    start, cpu = time.perf_counter(), time.process_time()
-    result = function()
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    del result
-    return seconds, cpu_seconds
-
-
 def alternate(
     functions: dict[str, Callable[[], object]], repeats: int
 ) -> dict[str, tuple[float, float]]:
     """Median wall and CPU seconds of each function, the order rotating every repeat."""
-    names = list(functions)
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    for repeat in range(repeats):
-        shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
-            times[name].append(timed(functions[name]))
-    return {
-        name: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
-        for name, ts in times.items()
-    }
+    return medians(alternate_times(functions, repeats))
 
 
 def zarr_codec(compression: str, level: int) -> Any:
@@ -244,10 +223,11 @@ def bench_write_read(
             "verified": lambda: cube_read(ours),
             "unverified": lambda: raw_read(ours, names),
             "zarr-python": lambda: zarr_read(ours, names),
+            "opening": lambda: read_cube(ours),
         },
         repeats,
     )
-    bound = verification_bound(raw_read(ours, names), reads["unverified"])
+    parts = verification_parts(raw_read(ours, names), reads)
     theirs_root = zarr.open_group(theirs, mode="r")
     for got, raw, bare, own in zip(
         cube_read(ours),
@@ -274,7 +254,7 @@ def bench_write_read(
         {
             "codec": codec,
             "operation": "verified read (read_cube + to_numpy) vs unverified (io.zarr open_array)",
-            "bound": bound,
+            "parts": parts,
             "ours": reads["verified"],
             "theirs": reads["unverified"],
             "limit": VERIFIED_VS_UNVERIFIED,
@@ -294,20 +274,43 @@ def bench_write_read(
     ], chunks
 
 
-def verification_bound(layers: list[np.ndarray], unverified: tuple[float, float]) -> float:
-    """The least verified / unverified wall-time ratio this machine allows: the unverified
-    read's CPU time plus the digest of every group (BLAKE3, the digests format 1.2 fixes), spread over
-    every core, against the unverified read's wall time (hashing measured on one thread)."""
-    from cytepool.fingerprint import group_digest
+def verification_parts(
+    layers: list[np.ndarray], reads: dict[str, tuple[float, float]]
+) -> dict[str, float]:
+    """What the verified read adds to the unverified one, in seconds, and the ratios it allows.
 
-    gc.collect()
-    start = time.process_time()
-    for layer in layers:
-        for block in layer:
-            group_digest(layer.dtype, block)
-    hashing = time.process_time() - start
-    wall, cpu = unverified
-    return max(wall, (cpu + hashing) / (os.cpu_count() or 1)) / wall
+    ``opening``: the wall time of ``read_cube`` alone (attributes, tables and cells read and
+    verified, before any layer is read). ``hashing`` and ``checks``: the CPU time of the digest
+    of every group (BLAKE3, the digests format 1.2 fixes) and of the value checks of every group
+    (``values_fine``), each timed on one thread over the layers in memory. ``bound``: the least
+    verified / unverified wall ratio the machine allows, the unverified read's CPU time plus the
+    digests spread over every core, against its wall time (no opening, no checks).
+    ``expected``: the ratio the verified read reaches if the digests and checks spread over the
+    threads as well as the decoding does (the unverified read's CPU / wall) and the opening,
+    done before, does not.
+    """
+    from cytepool.fingerprint import group_digest
+    from cytepool.layers import values_fine
+
+    def cpu_of(function: Callable[[np.ndarray], object]) -> float:
+        gc.collect()
+        start = time.process_time()
+        for layer in layers:
+            for block in layer:
+                function(block)
+        return time.process_time() - start
+
+    hashing = cpu_of(lambda block: group_digest(block.dtype, block))
+    checks = cpu_of(values_fine)
+    wall, cpu = reads["unverified"]
+    opening = reads["opening"][0]
+    return {
+        "opening": opening,
+        "hashing": hashing,
+        "checks": checks,
+        "bound": max(wall, (cpu + hashing) / (os.cpu_count() or 1)) / wall,
+        "expected": 1 + (hashing + checks) / cpu + opening / wall,
+    }
 
 
 def bench_selection(
@@ -435,10 +438,6 @@ def memory_of(kind: str, source: Path, target: Path, shape: tuple, chunks: tuple
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def directory_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -473,12 +472,27 @@ def rows_table(rows: list[dict[str, Any]], extra: str = "") -> str:
     return "\n".join(lines)
 
 
+def parts_table(rows: list[dict[str, Any]]) -> str:
+    """What the verified read adds to the unverified one, and the ratios that allows."""
+    lines = [
+        "| codec | verified − unverified wall / CPU | opening (wall) | digests (CPU) "
+        "| value checks (CPU) | lower bound | expected | measured |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "parts" not in r:
+            continue
+        parts, ours, theirs = r["parts"], r["ours"], r["theirs"]
+        lines.append(
+            f"| {r['codec']} | {ms(ours[0] - theirs[0])} / {ms(ours[1] - theirs[1])} "
+            f"| {ms(parts['opening'])} | {ms(parts['hashing'])} | {ms(parts['checks'])} "
+            f"| {parts['bound']:.2f} | {parts['expected']:.2f} | {ours[0] / theirs[0]:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
-
-
-def load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -528,8 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         "time summed over the process's threads.\n"
     )
     print(rows_table(rows, " cube file | zarr arrays |"))
-    bounds = ", ".join(f"{r['codec']} {r['bound']:.2f}x" for r in rows if "bound" in r)
-    print(f"\nLower bound of verified / unverified on this machine: {bounds}.")
+    print()
+    print(parts_table(rows))
     print(
         "\nwrite_cube also writes the tables and cells, hashes every group and renames the store "
         "into place (zarr-python writes the two layers into its own store); read_cube + "
@@ -537,10 +551,14 @@ def main(argv: list[str] | None = None) -> int:
         "digest of every group. The unverified read reads the same two layer arrays of the "
         "cube file with cytepool.io.zarr.open_array (cytepool has no switch to skip "
         "verification in read_cube yet), zarr-python's bare read with zarr.open_array(...)[...]. "
-        "The lower bound of the verified read: the unverified read's CPU time plus the BLAKE3 digest of "
-        "every group (timed on one thread), spread over every core, against the unverified "
-        "read's wall time; a ratio below it would need a digest other than the one the format "
-        "fixes.\n"
+        "What verification adds: opening (read_cube alone: attributes, tables and cells read "
+        "and verified, before a layer is read), the BLAKE3 digest of every group and the checks "
+        "of its values (CPU time, each timed on one thread over the layers in memory). The lower "
+        "bound: the unverified read's CPU time plus the digests, spread over every core, "
+        "against the unverified read's wall time; a ratio below it would need a digest other "
+        "than the one the format fixes. Expected: 1 + (digests + checks) / the unverified "
+        "read's CPU time + opening / its wall time, the ratio the verified read reaches when "
+        "its digests and checks spread over the threads as well as the decoding does.\n"
     )
     print(f"### Selection: one group, {N_GENES} random genes, layer counts\n")
     print(

@@ -38,7 +38,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import os
 import platform
@@ -46,7 +45,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
@@ -54,6 +52,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _zarr_bench
+from _zarr_bench import alternate, describe_fast, directory_bytes, load_average, ts_open, ts_spec
 
 FEATURE_CHUNK = 4096
 CODECS = (("gzip", 4), ("zstd", 3))
@@ -65,7 +68,7 @@ SELECTION = f"one group x {SELECTED_FEATURES} genes"
 CONTENDERS = ("cytepool", "tensorstore", "zarr-python", "floor")
 ONE_THREAD = "cytepool 1 thread"
 
-Times = dict[str, list[tuple[float, float]]]
+Times = _zarr_bench.Times
 
 
 def _zstd() -> Any:
@@ -88,16 +91,6 @@ def make_counts(groups: int, samples: int, features: int, seed: int) -> np.ndarr
         mean = group_factor[g] * size_factor[:, None] * gene_mean[None, :]
         out[g] = rng.negative_binomial(dispersion, dispersion / (dispersion + mean))
     return out
-
-
-def timed(function: Callable[[], object]) -> tuple[float, float]:
-    """Wall-clock and CPU seconds (all threads of the process) of one call."""
-    gc.collect()
-    start, cpu = time.perf_counter(), time.process_time()
-    result = function()
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    del result
-    return seconds, cpu_seconds
 
 
 def floor_read(path: Path, shape: tuple[int, ...], chunks: tuple[int, ...], codec: str) -> Any:
@@ -127,22 +120,7 @@ def floor_read(path: Path, shape: tuple[int, ...], chunks: tuple[int, ...], code
     return out
 
 
-def directory_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 # --------------------------------------------------------------------------- tensorstore
-
-
-def ts_spec(path: Path) -> dict[str, Any]:
-    return {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
-
-
-def ts_open(path: Path) -> Any:
-    """The array at ``path``, opened with a fresh default context (no chunk cache)."""
-    import tensorstore as ts
-
-    return ts.open(ts_spec(path), read=True, context=ts.Context()).result()
 
 
 def ts_write(path: Path, data: np.ndarray, chunks: tuple[int, ...], codec: str, level: int) -> None:
@@ -170,26 +148,6 @@ def ts_write(path: Path, data: np.ndarray, chunks: tuple[int, ...], codec: str, 
 
 
 # --------------------------------------------------------------------------- runs
-
-
-def alternate(
-    functions: dict[str, Callable[[], object]],
-    repeats: int,
-    setup: Callable[[str], object] | None = None,
-) -> Times:
-    """Time every function ``repeats`` times, the order rotating from one repeat to the next.
-
-    ``setup(name)``, if given, runs untimed before each call.
-    """
-    names = list(functions)
-    times: Times = {name: [] for name in names}
-    for repeat in range(repeats):
-        shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
-            if setup is not None:
-                setup(name)
-            times[name].append(timed(functions[name]))
-    return times
 
 
 def with_one_thread(function: Callable[[], object]) -> Callable[[], object]:
@@ -411,16 +369,6 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.repeats < 1 or args.samples < 1 or args.features < 1 or args.mib <= 0:
         parser.error("--mib, --samples, --features and --repeats must be positive")
     return args
-
-
-def describe_fast() -> str:
-    from cytepool.io.zarr._fast import describe
-
-    return describe()
-
-
-def load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,48 +32,27 @@ import gc
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-Times = dict[str, list[tuple[float, float]]]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _zarr_bench
+from _zarr_bench import alternate, medians, ts_open
 
-def timed(function: Callable[[], object]) -> tuple[float, float]:
-    """Wall-clock and CPU seconds (all threads of the process) of one call."""
-    gc.collect()
-    start, cpu = time.perf_counter(), time.process_time()
-    result = function()
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    del result
-    return seconds, cpu_seconds
-
-
-def alternate(functions: dict[str, Callable[[], object]], repeats: int) -> Times:
-    """Time every function ``repeats`` times, the order rotating from one repeat to the next."""
-    names = list(functions)
-    times: Times = {name: [] for name in names}
-    for repeat in range(repeats):
-        shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
-            times[name].append(timed(functions[name]))
-    return times
+Times = _zarr_bench.Times
 
 
 def ts_read(path: Path) -> Any:
     """The whole array read by tensorstore with a fresh default context (no chunk cache)."""
-    import tensorstore as ts
-
-    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
-    return ts.open(spec, read=True, context=ts.Context()).result().read().result()
+    return ts_open(path).read().result()
 
 
 def sparse_store(path: Path, n: int, every: int) -> np.ndarray:
@@ -169,12 +148,11 @@ def times_table(rows: Sequence[tuple[str, Times]]) -> str:
         "|---|---|---|---|",
     ]
     for name, times in rows:
-        wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
-        cpu = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
-        ratio = wall["cytepool"] / wall["tensorstore"]
+        found = medians(times)
+        (ours, ours_cpu), (theirs, theirs_cpu) = found["cytepool"], found["tensorstore"]
         lines.append(
-            f"| {name} | {wall['cytepool']:.3f} / {cpu['cytepool']:.3f} | "
-            f"{wall['tensorstore']:.3f} / {cpu['tensorstore']:.3f} | {ratio:.4f} |"
+            f"| {name} | {ours:.3f} / {ours_cpu:.3f} | "
+            f"{theirs:.3f} / {theirs_cpu:.3f} | {ours / theirs:.4f} |"
         )
     return "\n".join(lines)
 

@@ -167,6 +167,28 @@ def test_group_digest_layout_and_sensitivity() -> None:
     assert group_digest("int64", changed) != d
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint64", "float32", "float64"])
+@pytest.mark.parametrize("layout", ["C", "F", ">", "strided", "empty"])
+def test_group_digest_hands_over_each_band_it_hashed(dtype: str, layout: str) -> None:
+    rows = 3 * (2**20 // (4096 * np.dtype(dtype).itemsize)) + 5  # three bands and a part
+    block = np.random.default_rng(3).integers(0, 9, (rows, 4096)).astype(dtype)
+    block[0, 0] = -0.0 if dtype.startswith("float") else block[0, 0]
+    given = {
+        "C": block,
+        "F": np.asfortranarray(block),
+        ">": block.astype(np.dtype(dtype).newbyteorder(">")),
+        "strided": np.repeat(block, 2, axis=1)[:, ::2],
+        "empty": block[:0],
+    }[layout]
+    bands: list[np.ndarray[Any, Any]] = []
+    digest = group_digest(dtype, given, each=bands.append)
+    assert digest == group_digest(dtype, given)
+    assert sum(len(band) for band in bands) == len(given)
+    if len(given):
+        assert max(band.nbytes for band in bands) <= 2**20
+        np.testing.assert_array_equal(np.concatenate(bands), given)
+
+
 def test_group_digest_errors() -> None:
     with pytest.raises(TypeError, match="expected a data type among int32"):
         group_digest("int16", np.zeros((1, 1), dtype="int16"))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import cytepool
 from cytepool._assemble import parts_of
 from cytepool.errors import ConstraintError
+from cytepool.fingerprint import group_digest
 from cytepool.layers import ArrayLayer, SelectLayer, positions
 from factories import make_cube
 
@@ -338,6 +339,25 @@ def test_lazy_sums_check_values_of_their_inputs() -> None:
     pooled = make_cube(ChunkedArray(floats, (1, 1, 1)), samples={"d": ["x", "x"]})
     with pytest.raises(ConstraintError, match=r"group 'g0', sample 's1': value nan .* not finite"):
         pooled.pool_samples(by="d").profiles("g0")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_a_whole_read_checks_every_band_it_hashes(tmp_path: Path, dtype: str) -> None:
+    from cytepool.io.zarr import open_array, write_array
+
+    values = np.ones((2, 40, 8192), dtype=dtype)  # a group: 2 bands of about 1 MiB (int32)
+    bad, message = (-3, "value -3") if dtype == "int32" else (np.inf, "value inf .* not finite")
+    values[1, 37, 8000] = bad
+    write_array(tmp_path / "a", values, chunks=(1, 40, 2048))
+    layer = ArrayLayer(open_array(tmp_path / "a"), name="counts", group_ids=["g0", "g1"])
+    out = np.empty(values.shape, dtype=dtype)
+    with pytest.raises(ConstraintError, match=f"layer 'counts', group 'g1', sample #37: {message}"):
+        layer.read_all(out)
+    values[1, 37, 8000] = 1
+    write_array(tmp_path / "b", values, chunks=(1, 40, 2048))
+    digests = ArrayLayer(open_array(tmp_path / "b"), name="counts").read_all(out)
+    assert digests == [group_digest(dtype, block) for block in values]
+    np.testing.assert_array_equal(out, values)
 
 
 # --------------------------------------------------------------------------- indexing

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +120,13 @@ def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
     return LAYER_DTYPES[found.newbyteorder("=").name]
 
 
-def group_digest(dtype: Any, block: Any, algorithm: str = BLAKE3) -> str:
+def group_digest(
+    dtype: Any,
+    block: Any,
+    algorithm: str = BLAKE3,
+    *,
+    each: Callable[[np.ndarray[Any, Any]], object] | None = None,
+) -> str:
     """Digest of one group of a layer: its samples x features matrix.
 
     Parameters
@@ -133,6 +139,11 @@ def group_digest(dtype: Any, block: Any, algorithm: str = BLAKE3) -> str:
     algorithm
         The hash algorithm: :data:`BLAKE3` (the default) or :data:`SHA256` (cube files of
         formats 1.0 and 1.1).
+    each
+        Called with each band of rows of ``block`` (2-D, as given, about 1 MiB) right after
+        the band is hashed, while it is still in the processor's cache, so that a check of
+        the values finds them there instead of reading the block from memory again (see
+        :meth:`cytepool.layers.ArrayLayer.read_all`). The bands cover ``block`` in order.
 
     Returns
     -------
@@ -166,15 +177,20 @@ def group_digest(dtype: Any, block: Any, algorithm: str = BLAKE3) -> str:
         raise InputTypeError(msg)
     h = hasher(algorithm, b"cytepool.group/1\0")
     h.update(prefixed_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
-    if dt.kind != "f" and arr.flags.c_contiguous and arr.dtype == dt.newbyteorder("<"):
+    canonical = dt.kind != "f" and arr.flags.c_contiguous and arr.dtype == dt.newbyteorder("<")
+    if canonical and each is None:
         h.update(_raw(arr))  # its bytes are the canonical encoding: hashed in one call
         return str(h.hexdigest())
     rows = max(1, _PIECE_BYTES // max(1, arr.shape[1] * dt.itemsize))
     for start in range(0, arr.shape[0], rows):  # in pieces: little memory beyond the block
-        piece = arr[start : start + rows]
-        if dt.kind == "f":
-            piece = piece + dt.type(0)  # -0.0 -> +0.0
-        h.update(_raw(np.ascontiguousarray(piece, dtype=dt.newbyteorder("<"))))
+        band = arr[start : start + rows]
+        if canonical:
+            h.update(_raw(band))
+        else:
+            piece = band + dt.type(0) if dt.kind == "f" else band  # -0.0 -> +0.0
+            h.update(_raw(np.ascontiguousarray(piece, dtype=dt.newbyteorder("<"))))
+        if each is not None:
+            each(band)
     return str(h.hexdigest())
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -125,14 +125,16 @@ def check_block(
     samples: Index | None,
     features: Index | None,
     cells: np.ndarray[Any, Any] | None,
+    fine: bool | None = None,
 ) -> None:
     """Raise ConstraintError naming layer, group, sample (and feature) for a bad value.
 
     ``block`` holds the selected samples x features of one group; ``cells`` the cell numbers
-    of the selected samples (or None to skip the empty-profile check).
+    of the selected samples (or None to skip the empty-profile check); ``fine`` what
+    :func:`values_fine` gives for ``block``, if known already.
     """
     where = f"layer {layer!r}, group {group!r}"
-    fine = values_fine(block)
+    fine = values_fine(block) if fine is None else fine
     if not fine and block.dtype.kind == "f":
         finite = np.isfinite(block)
         if not finite.all():
@@ -434,9 +436,10 @@ class ArrayLayer(LazyLayer):
             block = np.asarray(self._fetch(group, samples, features))  # whether it changed
             if block.dtype != self.dtype:
                 block = block.astype(self.dtype)
+            fine = None
             if expected is not None:
-                self._verify(group, block, expected)
-        self._check(group, block, samples, features)
+                fine = self._verify_fine(group, block, expected)[1]
+        self._check(group, block, samples, features, fine)
         return block
 
     def read_all(self, out: np.ndarray[Any, Any]) -> list[str] | None:
@@ -454,8 +457,8 @@ class ArrayLayer(LazyLayer):
             for group in range(start, stop):
                 block = out[group]
                 known = None if self.digests is None else self.digests[group]
-                digests[group] = self._verify(group, block, known)
-                self._check(group, block, None, None)
+                digests[group], fine = self._verify_fine(group, block, known)
+                self._check(group, block, None, None, fine)
 
         read_into(out, on_rows=accept)
         return digests
@@ -463,9 +466,27 @@ class ArrayLayer(LazyLayer):
     def _group_id(self, group: int) -> str:
         return self.group_ids[group] if self.group_ids is not None else f"#{group}"
 
-    def _verify(self, group: int, block: np.ndarray[Any, Any], expected: str | None) -> str:
+    def _verify_fine(
+        self, group: int, block: np.ndarray[Any, Any], expected: str | None
+    ) -> tuple[str, bool | None]:
+        """The digest of a whole group's block (FormatError if it is not ``expected``) and, for
+        values not checked already, whether they are fine (:func:`values_fine`), found band by
+        band as the bands are hashed, while they are in cache: the block is read once."""
+        if self.checked:
+            return self._verify(group, block, expected), None
+        bands: list[bool] = []
+        digest = self._verify(group, block, expected, lambda band: bands.append(values_fine(band)))
+        return digest, all(bands)
+
+    def _verify(
+        self,
+        group: int,
+        block: np.ndarray[Any, Any],
+        expected: str | None,
+        each: Callable[[np.ndarray[Any, Any]], object] | None = None,
+    ) -> str:
         """The digest of a whole group's block; FormatError if it is not ``expected``."""
-        found = group_digest(self.dtype, block, self.algorithm)
+        found = group_digest(self.dtype, block, self.algorithm, each=each)
         if expected is not None and found != expected:
             msg = (
                 f"layer {self.name!r}, group {self._group_id(group)!r}: the values do not match"
@@ -481,8 +502,10 @@ class ArrayLayer(LazyLayer):
         block: np.ndarray[Any, Any],
         samples: Index | None,
         features: Index | None,
+        fine: bool | None = None,
     ) -> None:
-        """Check a block's values, unless they were checked already."""
+        """Check a block's values, unless they were checked already (``fine``: what
+        :func:`values_fine` gives for it, if known)."""
         gid = self._group_id(group)
         if not self.checked:
             cells = None
@@ -498,6 +521,7 @@ class ArrayLayer(LazyLayer):
                 samples=samples,
                 features=features,
                 cells=cells,
+                fine=fine,
             )
 
 

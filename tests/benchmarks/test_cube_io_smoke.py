@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cube_io.py"
+from _zarr_smoke import run_quick
 
 
 @pytest.mark.interop
 def test_cube_io_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("zarr")
     pytest.importorskip("pandas")
-    spec = importlib.util.spec_from_file_location("cube_io_benchmark", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.main(["--quick", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_quick("cube_io", ["--quick", "--dir", str(tmp_path)], capsys)
     for codec in ("gzip 4", "zstd 3"):
         for operation in (
             "write: write_cube vs zarr-python writing the layers",
@@ -31,6 +23,8 @@ def test_cube_io_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
         ):
             assert f"| {codec} | {operation} |" in out
     lines = out.splitlines()
+    parts = [line for line in lines if line.startswith(("| gzip 4 | ", "| zstd 3 | "))]
+    assert sum(line.count(" | ") == 7 for line in parts) == 2  # what verification adds
     opening = [line for line in lines if "| open + select + read |" in line]
     assert all(line.endswith("| 1 | 1 |") for line in opening)  # chunk files opened, needed
     assert list(tmp_path.iterdir()) == []  # the stores are removed

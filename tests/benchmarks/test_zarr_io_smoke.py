@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "zarr_io.py"
+from _zarr_smoke import run_quick
 
 
 @pytest.mark.interop
 def test_zarr_io_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("zarr")
     pytest.importorskip("tensorstore")  # not in the test extra yet (issue 16)
-    spec = importlib.util.spec_from_file_location("zarr_io_benchmark", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.main(["--quick", "--one-thread", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_quick("zarr_io", ["--quick", "--one-thread", "--dir", str(tmp_path)], capsys)
     header = next(line for line in out.splitlines() if line.startswith("| operation"))
     for contender in ("cytepool", "tensorstore", "zarr-python", "floor", "cytepool 1 thread"):
         assert f"| {contender} wall / CPU (ms) |" in header

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "zarr_local.py"
+from _zarr_smoke import run_quick
 
 
 @pytest.mark.interop
 def test_zarr_local_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("tensorstore")
-    spec = importlib.util.spec_from_file_location("zarr_local_benchmark", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.main(["--quick", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = run_quick("zarr_local", ["--quick", "--dir", str(tmp_path)], capsys)
     for case in (
         "2^12 one-byte chunks, none stored",
         "2^12 one-byte chunks, 1 in 1,000 stored",

@@ -39,6 +39,7 @@ VALID = {
     "one member": MEMBER,
     "level 0 (stored blocks)": zlib.compress(RAW, 0, wbits=31),
     "python gzip with mtime": gzip.compress(RAW, mtime=1),
+    "the decoded size also in its header (mtime)": gzip.compress(RAW, mtime=len(RAW)),
     "header with a file name": b"\x1f\x8b\x08\x08\0\0\0\0\0\xffname\0" + MEMBER[10:],
     "two members": zlib.compress(RAW[:100], 4, wbits=31) + zlib.compress(RAW[100:], 4, wbits=31),
     "an empty member after": MEMBER + zlib.compress(b"", 4, wbits=31),
@@ -48,6 +49,8 @@ INVALID = {
     "its trailer again": MEMBER + TRAILER,
     "bytes, then its trailer again": MEMBER + b"xx" + TRAILER,
     "trailing garbage": MEMBER + b"junk",
+    "the size in its header, trailing garbage": gzip.compress(RAW, mtime=len(RAW)) + b"junk",
+    "the size in its header, its trailer again": gzip.compress(RAW, mtime=len(RAW)) + TRAILER,
     "truncated": MEMBER[:-3],
     "truncated trailer": MEMBER[:-8],
     "decodes short": zlib.compress(RAW[:-4], 4, wbits=31),
@@ -150,14 +153,14 @@ def test_same_results_and_errors_with_and_without_the_fast_decoders(
         assert str(path / "c" / "0") in fast[1]
 
 
-@pytest.mark.parametrize("case", list(VALID)[:4])
+@pytest.mark.parametrize("case", list(VALID)[:5])
 def test_the_shortcut_takes_one_complete_member(case: str) -> None:
     assert fast_inflate() is not None  # a dependency of cytepool
     assert gunzip(VALID[case], len(RAW)) == RAW
     assert gunzip(bytearray(VALID[case]), len(RAW)) == RAW
 
 
-@pytest.mark.parametrize("case", [*list(VALID)[4:], *INVALID])
+@pytest.mark.parametrize("case", [*list(VALID)[5:], *INVALID])
 def test_the_shortcut_leaves_anything_else_to_zlib(case: str) -> None:
     assert gunzip({**VALID, **INVALID}[case], len(RAW)) is None
 
@@ -250,3 +253,50 @@ def test_libdeflate_decodes_a_whole_chunk_into_a_buffer_of_its_size(
     monkeypatch.setattr(reading_module._FlatSink, "write", spy)
     assert open_array(tmp_path / "a")[...].tobytes() == data.tobytes()
     assert pieces == [data.nbytes]  # one step, no more than the chunk holds
+
+
+@pytest.mark.parametrize("level", [0, 1, 4, 9])
+def test_gzip_chunks_are_written_by_libdeflate_or_zlib_and_read_by_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: int
+) -> None:
+    import zarr
+
+    data = np.random.default_rng(2).negative_binomial(2, 0.2, (64, 300)).astype("<i4")
+    members = {}
+    for fast in ("1", "0"):
+        monkeypatch.setenv(ENV_FAST, fast)
+        write_array(tmp_path / fast, data, chunks=(32, 300), compression="gzip", level=level)
+        members[fast] = (tmp_path / fast / "c" / "1" / "0").read_bytes()
+        assert zlib.decompress(members[fast], wbits=31) == data[32:].tobytes()  # one member
+        for reading in ("1", "0"):
+            monkeypatch.setenv(ENV_FAST, reading)
+            np.testing.assert_array_equal(open_array(tmp_path / fast)[...], data)
+        np.testing.assert_array_equal(zarr.open_array(tmp_path / fast, mode="r")[...], data)
+    assert members["0"] == zlib.compress(data[32:].tobytes(), level, wbits=31)
+    libdeflate = fast_inflate()
+    if libdeflate is not None:
+        monkeypatch.setenv(ENV_FAST, "1")
+        assert members["1"] == libdeflate.gzip_compress(data[32:].tobytes(), level)
+
+
+def test_the_shortcut_hashes_again_only_when_the_size_occurs_earlier(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    libdeflate = fast_inflate()
+    assert libdeflate is not None  # a dependency of cytepool
+    member = VALID["level 0 (stored blocks)"]
+    isize = len(RAW).to_bytes(4, "little")
+    assert member.rfind(isize, 0, len(member) - 1) < 0
+    hashed: list[int] = []
+    crc32 = libdeflate.crc32
+
+    def counting(data: Any) -> int:
+        hashed.append(len(data))
+        return int(crc32(data))
+
+    monkeypatch.setattr(libdeflate, "crc32", counting)
+    assert gunzip(member, len(RAW)) == RAW
+    assert hashed == []  # the trailer libdeflate checked ends the chunk: no second CRC
+    assert gunzip(VALID["the decoded size also in its header (mtime)"], len(RAW)) == RAW
+    assert hashed == [len(RAW)]
+    assert gunzip(INVALID["the size in its header, trailing garbage"], len(RAW)) is None

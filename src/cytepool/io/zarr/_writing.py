@@ -138,7 +138,7 @@ class _ChunkWriter:
             return  # only "": the fill value, not stored
         self._store((index,), self.meta.codecs.compress(payload.data))
 
-    def _store(self, coords: tuple[int, ...], encoded: bytes | memoryview) -> None:
+    def _store(self, coords: tuple[int, ...], encoded: bytes | bytearray | memoryview) -> None:
         path = self.directory / self.meta.chunk_key_encoding.encode(coords)
         if path.parent not in self.made:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -273,9 +273,11 @@ class GzipCodec:
         deflate = size + ((size + 7) >> 3) + ((size + 63) >> 6) + 5
         return deflate + MAX_FRAMES * _FRAME_OVERHEAD
 
-    def encode(self, data: bytes | memoryview) -> bytes:
-        """Compress into one gzip member."""
-        return zlib.compress(data, self.level, wbits=31)
+    def encode(self, data: bytes | bytearray | memoryview) -> bytes | bytearray:
+        """Compress into one gzip member: with libdeflate (see :mod:`cytepool.io.zarr._fast`),
+        or with the standard library's zlib where it is missing or switched off."""
+        fast = _fast.gzip(data, self.level)
+        return zlib.compress(data, self.level, wbits=31) if fast is None else fast
 
     def decode_stream(self, pieces: Iterable[Bytes], limit: int, where: str) -> Iterator[bytes]:
         """Decompress gzip members, yielding at most ``limit`` bytes in bounded pieces."""
@@ -392,7 +394,7 @@ class ZstdCodec:
         small = (128 * 1024 - size) >> 11 if size < 128 * 1024 else 0
         return size + (size >> 8) + small + MAX_FRAMES * _FRAME_OVERHEAD
 
-    def encode(self, data: bytes | memoryview) -> bytes:
+    def encode(self, data: bytes | bytearray | memoryview) -> bytes:
         """Compress into one frame, with its content size and (if set) a checksum."""
         zstd = import_zstd()
         options = {
@@ -514,11 +516,12 @@ class CodecChain:
         encoded = self.compress(self.array_bytes.encode(chunk))
         return encoded if isinstance(encoded, bytes) else bytes(encoded)
 
-    def compress(self, data: bytes | memoryview) -> bytes | memoryview:
+    def compress(self, data: bytes | memoryview) -> bytes | bytearray | memoryview:
         """Apply each compressor in order (``data`` itself without compressors)."""
+        out: bytes | bytearray | memoryview = data
         for codec in self.compressors:
-            data = codec.encode(data)
-        return data
+            out = codec.encode(out)
+        return out
 
 
 @dataclass(frozen=True)
