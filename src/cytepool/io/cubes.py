@@ -77,10 +77,8 @@ from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import (
     LocalStore,
-    Store,
     StoreHandle,
     StorePath,
-    Version,
     join,
     reading,
     refuse_url,
@@ -324,7 +322,7 @@ def read_cube(
         raise FormatError(message) from error
     try:
         with reading(handle):
-            return _read(handle, backend, store)
+            return _read(handle, backend)
     except StoreChangedError as error:
         changed = "was replaced" if isinstance(store, LocalStore) else "changed"
         message = f"the cube file {root} {changed} while it was being read; open it again"
@@ -762,13 +760,13 @@ def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> 
         raise FormatError(message) from error
 
 
-def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
+def _read(handle: StoreHandle, backend: str) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
     every other document comes from it; otherwise a remote handle fetches those opening needs
-    together, the id columns and their parts named by the ``tables`` attribute (files of format
-    1.0 and 1.1: a level at a time, see :mod:`cytepool.io.tables.gather`). The chunks opening
+    together, the tables' columns and their parts named by the ``tables`` attribute (files of
+    format 1.0 and 1.1: a level at a time, see :mod:`cytepool.io.tables.gather`). The chunks opening
     reads are then all asked for at once (a remote handle fetches them concurrently).
     """
     root = StorePath(handle)
@@ -786,36 +784,26 @@ def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
         layers = [f"layers/{name}" for name in header.layers]
         documents = gather_documents(handle, [*_opened(header), "layers", *layers], version)
     if documents is not None:
-        fetch_ahead(root.handle, documents, _read_now(header))
-    return _read_parts(root, backend, header, (store, version))
+        fetch_ahead(root.handle, documents, _PARTS)  # every chunk of the parts opening reads
+    return _read_parts(root, backend, header)
 
 
 def _opened(header: _Header) -> list[str]:
-    """The nodes opening reads: the tables (of a file of format 1.2, only the id columns,
-    which its ``tables`` attribute names with their parts; the other columns are read when a
-    frame is asked for), the cells and the normalization."""
+    """The nodes opening reads: the tables (of a file of format 1.2, each table and every
+    column with its parts, which its ``tables`` attribute names with their encodings), the
+    cells and the normalization."""
     if header.tables is None:
         return list(_PARTS)
     tables = header.tables.items()
-    ids = [node for axis, columns in tables for node in column_nodes(axis, columns[:1])]
-    return [*ids, "cells", "normalization"]
+    columns = [node for axis, listed in tables for node in [axis, *column_nodes(axis, listed)]]
+    return [*columns, "cells", "normalization"]
 
 
-def _read_now(header: _Header) -> list[str]:
-    """The nodes whose chunks opening reads (those of :func:`_opened`, a column's parts in it)."""
-    if header.tables is None:
-        return list(_PARTS)
-    ids = [f"{axis}/{columns[0].name}" for axis, columns in header.tables.items()]
-    return [*ids, "cells", "normalization"]
-
-
-def _read_parts(
-    root: StorePath, backend: str, header: _Header, source: tuple[Store, Version]
-) -> Cube:
+def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
     check_installed(backend)  # now, though a frame may be built later
     try:  # each table verified from its stored values, its frame made when used (or a frame)
-        tables = {axis: _read_table(root, axis, backend, header, source) for axis, _ in _TABLES}
+        tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
         read_group_attributes(root / "layers")
@@ -855,12 +843,10 @@ def _assemble(
         raise FormatError(message) from error
 
 
-def _read_table(
-    root: StorePath, axis: str, backend: str, header: _Header, source: tuple[Store, Version]
-) -> Any:
+def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
     rows = header.shape[_TABLE_AXES[axis]]
     if header.tables is not None:
-        return read_lazy_cube_table(root, axis, backend, rows, header.tables[axis], source)
+        return read_lazy_cube_table(root, axis, backend, rows, header.tables[axis])
     return read_cube_table(root, axis, backend, rows, header.digests.algorithm)
 
 
