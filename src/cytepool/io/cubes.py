@@ -16,13 +16,11 @@ A cube file is a directory, by convention named ``*.cube.zarr``::
 
 :func:`write_cube` builds the store in a temporary sibling directory and moves it into
 place in one step (see :mod:`cytepool.io._atomic`); :func:`read_cube` opens the store once,
-reads the attributes, the tables' ids (of files of format 1.0 and 1.1, the whole tables), cell
-numbers and normalization through that one handle, checks them against the stored digests
-(a table's other columns are read and checked when its frame is first used), and leaves the
-layers on disk as
-:class:`~cytepool.io.zarr.ZarrArray` objects. The layout, every attribute, the versioning
-rule, what concurrent readers and writers see and the crash behaviour are described in "Cube
-files and provenance records" in the documentation.
+reads the attributes, the tables, cell numbers and normalization through that one handle,
+checks them against the stored digests (a table's frame is built from what was read when it is
+first used), and leaves the layers on disk as :class:`~cytepool.io.zarr.ZarrArray` objects.
+The layout, every attribute, the versioning rule, what concurrent readers and writers see and
+the crash behaviour are described in "Cube files and provenance records" in the documentation.
 """
 
 from __future__ import annotations
@@ -238,27 +236,26 @@ def read_cube(
 ) -> Cube:
     """Open a cube file.
 
-    The metadata, the cell numbers, the normalization and the ids of the sample, group and
-    feature tables are read and checked now; a table's other columns are read, and each
-    checked against its own digest, when its frame is first used (files of format 1.0 and 1.1
-    have no column digests: their tables are read whole now). The layers stay on
-    disk: when a method needs a group of a layer, the cube reads the chunks that hold the
-    samples and features it needs, and checks those values then (see "Lazy layers" in
-    Cube). Opening a cube therefore takes little memory, whatever its size, and a cube
-    derived with ``select()`` reads only the chunks that hold the selected features of the
-    selected groups.
+    The metadata and the sample, group and feature tables are read now (each table's frame
+    is built from what was read when it is first used). The layers stay on disk: when a
+    method needs a group of a layer, the cube reads the chunks that hold the samples and
+    features it needs, and checks those values then (see "Lazy layers" in Cube). Opening a
+    cube therefore takes little memory, whatever its size, and a cube derived with
+    ``select()`` reads only the chunks that hold the selected features of the selected
+    groups.
 
     The digests stored with the file give the cube's fingerprint without reading the
-    layers. The ids, cell numbers and normalization are checked against theirs now, and
+    layers. The tables (of a file of format 1.2, each column against its own digest, from
+    its stored values), cell numbers and normalization are checked against theirs now, and
     each group of a layer whenever a read covers all of it; the metadata and provenance are
     checked against their digest (files of format 1.0 have none). Files of formats 1.0 and
     1.1 are verified with the SHA-256 digests they store, and the cube keeps their SHA-256
     fingerprint (64 hex digits, without the ``"blake3:"`` of a newer one).
 
     The directory is opened once and every part is read relative to it, so the parts come
-    from one store even while a writer replaces the path; each later read of a layer or of a
-    table's columns opens it again and checks that it is still the same store. A read during
-    a replacement raises StoreChangedError rather than return a mix of two stores.
+    from one store even while a writer replaces the path; each later read of a layer opens it
+    again and checks that it is still the same store. A read during a replacement raises
+    StoreChangedError rather than return a mix of two stores.
 
     Parameters
     ----------
