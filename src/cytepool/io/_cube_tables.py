@@ -1,9 +1,9 @@
 """A cube file's tables: verified from their stored values, their frames made when first used.
 
-Of a file of format 1.2, :func:`read_lazy_cube_table` reads a table's id column alone and
-verifies it against its column digest (listed, with each column's encoding, in the ``tables``
-attribute, :func:`parse_table_columns`); its :class:`LazyFrame` reads the other columns when
-the frame is first used, each verified against its own digest.
+Of a file of format 1.2, :func:`read_lazy_cube_table` reads a table whole when the cube is
+opened and verifies it from its stored values: its ids, and every other column against its
+column digest (listed, with each column's encoding, in the ``tables`` attribute,
+:func:`parse_table_columns`); only its frame waits until it is first used.
 
 :func:`read_cube_table` reads a table's columns (strings as UTF-8 buffers) and, when
 :func:`stored_digest` covers them, gives a checked :class:`~cytepool._table.AxisTable` whose
@@ -21,7 +21,8 @@ column (dates, which pandas reads in another form than polars and pyarrow; categ
 numbers; seconds) it gives None, and the digest is then computed from the frame.
 
 A deferred table's frame is made by a :class:`StoredFrame`, which holds what was read (no
-open file, no closure), so a cube read from a file pickles before its tables were used.
+open file, no closure), so a cube read from a file pickles before its tables were used; it
+verifies, when it makes the frame, the columns whose canonical form only the frame gives.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool._utf8 import Utf8Buffer
-from cytepool.errors import FormatError, StoreChangedError, StoredTypeError
+from cytepool.errors import FormatError, StoredTypeError
 from cytepool.fingerprint import (
     BLAKE3,
     CanonicalColumn,
@@ -49,15 +50,11 @@ from cytepool.io.tables import registry as _r
 from cytepool.io.tables.backends import INDEX, check_installed
 from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
-from cytepool.io.tables.gather import gather_documents
 from cytepool.io.tables.strings import Utf8Strings
-from cytepool.io.zarr.consolidated import fetch_ahead
-from cytepool.io.zarr.fields import METADATA_FILE
 from cytepool.io.zarr.names import node_name_problem
-from cytepool.io.zarr.store import Store, StorePath, Version, join, reading
+from cytepool.io.zarr.store import StorePath, join
 
 __all__ = [
-    "LazyFrame",
     "StoredColumn",
     "StoredFrame",
     "column_nodes",
@@ -90,14 +87,8 @@ def read_cube_table(
         return stored.frame(backend)
     check_installed(backend)
     ids = _checked_ids(strings, root, axis)
-    names = {
-        name: _type_name(column)
-        for name, column in [(stored.index_name, index), *stored.columns.items()]
-    }
-    known = {name: kind for name, kind in names.items() if kind is not None}
-    schema = known if len(known) == len(names) else None  # else asked of the frame when needed
-    make = StoredFrame(stored, backend, axis)
-    return AxisTable.deferred(axis, make, ids, schema, digest, algorithm=algorithm)
+    make = StoredFrame(stored, backend, axis)  # tells the schema from the stored columns
+    return AxisTable.deferred(axis, make, ids, None, digest, algorithm=algorithm)
 
 
 @dataclass(frozen=True)
@@ -158,21 +149,16 @@ def _corrupt(root: object, problem: str) -> NoReturn:
 
 
 def read_lazy_cube_table(
-    root: StorePath,
-    axis: str,
-    backend: str,
-    rows: int,
-    columns: tuple[StoredColumn, ...],
-    source: tuple[Store, Version],
+    root: StorePath, axis: str, backend: str, rows: int, columns: tuple[StoredColumn, ...]
 ) -> AxisTable:
     """The table ``axis`` of the cube file at ``root`` (format 1.2, whose ``tables`` attribute
-    listed ``columns``): its ids read now and verified against their column digest; the
-    table's document and its other columns read and verified when its frame is first made
-    (:class:`LazyFrame`), from the store and root document version of ``source``."""
-    name = columns[0].name
-    node = root / axis / name
-    _r.check_lengths(root / axis, [name], rows)  # from the metadata, before a value is read
-    index = _r.read_element(node, objects=False)
+    listed ``columns``), read whole now and verified from its stored values: its ids (strings,
+    unique, matching their column digest), its columns (those listed) and each other column
+    against its own digest (FormatError naming the column). A column whose canonical form only
+    its frame gives (dates, ...) is verified when the frame is made; the frame is made when
+    first used (:class:`StoredFrame`)."""
+    stored = read_stored_table_at(root / axis, rows=rows)
+    name, index = stored.index_name, stored.index
     strings = _plain_ids(index)
     if strings is None:
         values = getattr(index, "values", None)
@@ -183,18 +169,49 @@ def read_lazy_cube_table(
         )
         raise StoredTypeError(message)
     ids = _checked_ids(strings, root, axis)  # the more telling error first
-    canonical = _canonical(name, index)
+    canonical = _canonical(columns[0].name, index)
     if canonical is None or column_digest(rows, canonical) != columns[0].digest:
         message = (
-            f"the cube file {root} is corrupt or was edited: {axis}: the ids ({name!r}) "
-            "do not match their stored digest"
+            f"the cube file {root} is corrupt or was edited: {axis}: the ids "
+            f"({columns[0].name!r}) do not match their stored digest"
         )
         raise FormatError(message)
-    schema = {name: "String"} if len(columns) == 1 else None  # else asked of the frame
-    store, version = source
-    make = LazyFrame(store, version, join(root.key, axis), rows, columns, backend, axis)
-    table = AxisTable.deferred(axis, make, ids, schema, algorithm=BLAKE3)
+    pending = _verified(stored, columns, root, axis)
+    make = StoredFrame(stored, backend, axis, pending, str(root))
+    table = AxisTable.deferred(axis, make, ids, None, algorithm=BLAKE3)  # schema: make.schema
     return table.with_column_digests([column.digest for column in columns])
+
+
+def _verified(
+    stored: StoredTable, columns: tuple[StoredColumn, ...], root: object, axis: str
+) -> tuple[tuple[str, str], ...]:
+    """Check that ``stored`` holds the ``columns`` listed, in their order, and each column
+    after the ids against its digest where its stored values give its canonical form; the
+    others (name, digest), to be verified from the frame."""
+    named = [stored.index_name, *stored.columns]
+    listed = [column.name for column in columns]
+    if named != listed:
+        message = (
+            f"the cube file {root} is corrupt or was edited: {axis} has the columns {named}, "
+            f"its attributes list {listed}"
+        )
+        raise FormatError(message)
+    pending = []
+    for entry in columns[1:]:
+        canonical = _canonical(entry.name, stored.columns[entry.name])
+        if canonical is None:
+            pending.append((entry.name, entry.digest))
+        elif column_digest(stored.n_rows, canonical) != entry.digest:
+            _mismatch(root, axis, entry.name)
+    return tuple(pending)
+
+
+def _mismatch(root: object, axis: str, name: str) -> NoReturn:
+    message = (
+        f"the cube file {root} is corrupt or was edited: {axis}: column {name!r} does not "
+        "match its stored digest"
+    )
+    raise FormatError(message)
 
 
 def column_nodes(key: str, columns: tuple[StoredColumn, ...]) -> list[str]:
@@ -225,98 +242,35 @@ def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
 
 
 @dataclass(frozen=True)
-class LazyFrame:
-    """Makes the frame of a table of a cube file of format 1.2 when it is first used: opens
-    the store again (StoreChangedError if its root document is no longer ``version``), reads
-    every column and verifies each against its column digest (FormatError naming the column).
-
-    Holds the store and the table's key, not an open handle, so it pickles.
-    """
-
-    store: Store
-    version: Version
-    key: str
-    rows: int
-    columns: tuple[StoredColumn, ...]
-    backend: str
-    axis: str
-
-    def __call__(self) -> Any:
-        """The frame, every column verified, in the form a table holds."""
-        stored, pending = self._read()
-        frame = AxisTable.user_frame(stored.frame(self.backend), self.axis)
-        for name, entry in pending:  # a kind seen in the frame only (dates, ...)
-            canonical = canonical_column(frame.get_column(name), name)
-            if column_digest(stored.n_rows, canonical) != entry.digest:
-                self._mismatch(name)
-        return frame
-
-    def schema(self) -> dict[str, str] | None:
-        """The column names with their narwhals data type names, from the stored columns
-        (read and verified; no frame is built), or None when a column's type depends on the
-        backend (then asked of the frame)."""
-        stored, pending = self._read()
-        named = [(stored.index_name, stored.index), *stored.columns.items()]
-        names = {name: _type_name(column) for name, column in named}
-        known = {name: kind for name, kind in names.items() if kind is not None}
-        return known if not pending and len(known) == len(names) else None
-
-    def _read(self) -> tuple[StoredTable, list[tuple[str, StoredColumn]]]:
-        """Every column, read from the store opened again, and verified against its digest
-        where its stored values give its canonical form; the others, to be verified from the
-        frame."""
-        with reading(self.store.open()) as handle:
-            nodes = [self.key, *column_nodes(self.key, self.columns)]
-            documents = gather_documents(handle, nodes, self.version)  # a remote store: a round
-            if documents is not None:
-                fetch_ahead(handle, documents, [self.key])  # and a round for the chunks
-            current = handle.version(METADATA_FILE)
-            if current is None or not self.version.matches(current):
-                message = (
-                    f"the cube file {self.store.where('')} changed since it was opened; "
-                    "open it again"
-                )
-                raise StoreChangedError(message)
-            stored = read_stored_table_at(StorePath(handle) / self.key, rows=self.rows)
-            return stored, self._verified(stored)
-
-    def _verified(self, stored: StoredTable) -> list[tuple[str, StoredColumn]]:
-        named = [(stored.index_name, stored.index), *stored.columns.items()]
-        listed = [column.name for column in self.columns]
-        if [name for name, _ in named] != listed:
-            message = (
-                f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis} "
-                f"has the columns {[name for name, _ in named]}, its attributes list {listed}"
-            )
-            raise FormatError(message)
-        pending = []
-        for (name, column), entry in zip(named, self.columns, strict=True):
-            canonical = _canonical(name, column)
-            if canonical is None:
-                pending.append((name, entry))
-            elif column_digest(stored.n_rows, canonical) != entry.digest:
-                self._mismatch(name)
-        return pending
-
-    def _mismatch(self, name: str) -> NoReturn:
-        message = (
-            f"the cube file {self.store.where('')} is corrupt or was edited: {self.axis}: "
-            f"column {name!r} does not match its stored digest"
-        )
-        raise FormatError(message)
-
-
-@dataclass(frozen=True)
 class StoredFrame:
-    """Makes the frame of a table read from a cube file, from what was read (picklable)."""
+    """Makes the frame of a table read from a cube file, from what was read: no open file,
+    no closure, so it pickles. The columns of ``pending`` (name, column digest), whose
+    canonical form only the frame gives, are verified then (FormatError naming ``root``)."""
 
     stored: StoredTable
     backend: str
     axis: str
+    pending: tuple[tuple[str, str], ...] = ()
+    root: str = ""
 
     def __call__(self) -> Any:
         """The frame, in the form a table holds (its ids were checked when it was read)."""
-        return AxisTable.user_frame(self.stored.frame(self.backend), self.axis)
+        frame = AxisTable.user_frame(self.stored.frame(self.backend), self.axis)
+        for name, digest in self.pending:  # a kind seen in the frame only (dates, ...)
+            canonical = canonical_column(frame.get_column(name), name)
+            if column_digest(self.stored.n_rows, canonical) != digest:
+                _mismatch(self.root, self.axis, name)
+        return frame
+
+    def schema(self) -> dict[str, str] | None:
+        """The column names with their narwhals data type names, from the stored columns (no
+        frame is built), or None when a column's type depends on the backend (then asked of
+        the frame)."""
+        stored = self.stored
+        named = [(stored.index_name, stored.index), *stored.columns.items()]
+        names = {name: _type_name(column) for name, column in named}
+        known = {name: kind for name, kind in names.items() if kind is not None}
+        return known if not self.pending and len(known) == len(names) else None
 
 
 def _plain_ids(index: Column) -> Utf8Strings | None:

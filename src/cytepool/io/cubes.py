@@ -16,13 +16,11 @@ A cube file is a directory, by convention named ``*.cube.zarr``::
 
 :func:`write_cube` builds the store in a temporary sibling directory and moves it into
 place in one step (see :mod:`cytepool.io._atomic`); :func:`read_cube` opens the store once,
-reads the attributes, the tables' ids (of files of format 1.0 and 1.1, the whole tables), cell
-numbers and normalization through that one handle, checks them against the stored digests
-(a table's other columns are read and checked when its frame is first used), and leaves the
-layers on disk as
-:class:`~cytepool.io.zarr.ZarrArray` objects. The layout, every attribute, the versioning
-rule, what concurrent readers and writers see and the crash behaviour are described in "Cube
-files and provenance records" in the documentation.
+reads the attributes, the tables, cell numbers and normalization through that one handle,
+checks them against the stored digests (a table's frame is built from what was read when it is
+first used), and leaves the layers on disk as :class:`~cytepool.io.zarr.ZarrArray` objects.
+The layout, every attribute, the versioning rule, what concurrent readers and writers see and
+the crash behaviour are described in "Cube files and provenance records" in the documentation.
 """
 
 from __future__ import annotations
@@ -77,10 +75,8 @@ from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import (
     LocalStore,
-    Store,
     StoreHandle,
     StorePath,
-    Version,
     join,
     reading,
     refuse_url,
@@ -240,27 +236,26 @@ def read_cube(
 ) -> Cube:
     """Open a cube file.
 
-    The metadata, the cell numbers, the normalization and the ids of the sample, group and
-    feature tables are read and checked now; a table's other columns are read, and each
-    checked against its own digest, when its frame is first used (files of format 1.0 and 1.1
-    have no column digests: their tables are read whole now). The layers stay on
-    disk: when a method needs a group of a layer, the cube reads the chunks that hold the
-    samples and features it needs, and checks those values then (see "Lazy layers" in
-    Cube). Opening a cube therefore takes little memory, whatever its size, and a cube
-    derived with ``select()`` reads only the chunks that hold the selected features of the
-    selected groups.
+    The metadata and the sample, group and feature tables are read now (each table's frame
+    is built from what was read when it is first used). The layers stay on disk: when a
+    method needs a group of a layer, the cube reads the chunks that hold the samples and
+    features it needs, and checks those values then (see "Lazy layers" in Cube). Opening a
+    cube therefore takes little memory, whatever its size, and a cube derived with
+    ``select()`` reads only the chunks that hold the selected features of the selected
+    groups.
 
     The digests stored with the file give the cube's fingerprint without reading the
-    layers. The ids, cell numbers and normalization are checked against theirs now, and
+    layers. The tables (of a file of format 1.2, each column against its own digest, from
+    its stored values), cell numbers and normalization are checked against theirs now, and
     each group of a layer whenever a read covers all of it; the metadata and provenance are
     checked against their digest (files of format 1.0 have none). Files of formats 1.0 and
     1.1 are verified with the SHA-256 digests they store, and the cube keeps their SHA-256
     fingerprint (64 hex digits, without the ``"blake3:"`` of a newer one).
 
     The directory is opened once and every part is read relative to it, so the parts come
-    from one store even while a writer replaces the path; each later read of a layer or of a
-    table's columns opens it again and checks that it is still the same store. A read during
-    a replacement raises StoreChangedError rather than return a mix of two stores.
+    from one store even while a writer replaces the path; each later read of a layer opens it
+    again and checks that it is still the same store. A read during a replacement raises
+    StoreChangedError rather than return a mix of two stores.
 
     Parameters
     ----------
@@ -324,7 +319,7 @@ def read_cube(
         raise FormatError(message) from error
     try:
         with reading(handle):
-            return _read(handle, backend, store)
+            return _read(handle, backend)
     except StoreChangedError as error:
         changed = "was replaced" if isinstance(store, LocalStore) else "changed"
         message = f"the cube file {root} {changed} while it was being read; open it again"
@@ -762,13 +757,13 @@ def _parse_provenance(attributes: Mapping[str, Any], root: Path | StorePath) -> 
         raise FormatError(message) from error
 
 
-def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
+def _read(handle: StoreHandle, backend: str) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
     every other document comes from it; otherwise a remote handle fetches those opening needs
-    together, the id columns and their parts named by the ``tables`` attribute (files of format
-    1.0 and 1.1: a level at a time, see :mod:`cytepool.io.tables.gather`). The chunks opening
+    together, the tables' columns and their parts named by the ``tables`` attribute (files of
+    format 1.0 and 1.1: a level at a time, see :mod:`cytepool.io.tables.gather`). The chunks opening
     reads are then all asked for at once (a remote handle fetches them concurrently).
     """
     root = StorePath(handle)
@@ -786,36 +781,26 @@ def _read(handle: StoreHandle, backend: str, store: Store) -> Cube:
         layers = [f"layers/{name}" for name in header.layers]
         documents = gather_documents(handle, [*_opened(header), "layers", *layers], version)
     if documents is not None:
-        fetch_ahead(root.handle, documents, _read_now(header))
-    return _read_parts(root, backend, header, (store, version))
+        fetch_ahead(root.handle, documents, _PARTS)  # every chunk of the parts opening reads
+    return _read_parts(root, backend, header)
 
 
 def _opened(header: _Header) -> list[str]:
-    """The nodes opening reads: the tables (of a file of format 1.2, only the id columns,
-    which its ``tables`` attribute names with their parts; the other columns are read when a
-    frame is asked for), the cells and the normalization."""
+    """The nodes opening reads: the tables (of a file of format 1.2, each table and every
+    column with its parts, which its ``tables`` attribute names with their encodings), the
+    cells and the normalization."""
     if header.tables is None:
         return list(_PARTS)
     tables = header.tables.items()
-    ids = [node for axis, columns in tables for node in column_nodes(axis, columns[:1])]
-    return [*ids, "cells", "normalization"]
+    columns = [node for axis, listed in tables for node in [axis, *column_nodes(axis, listed)]]
+    return [*columns, "cells", "normalization"]
 
 
-def _read_now(header: _Header) -> list[str]:
-    """The nodes whose chunks opening reads (those of :func:`_opened`, a column's parts in it)."""
-    if header.tables is None:
-        return list(_PARTS)
-    ids = [f"{axis}/{columns[0].name}" for axis, columns in header.tables.items()]
-    return [*ids, "cells", "normalization"]
-
-
-def _read_parts(
-    root: StorePath, backend: str, header: _Header, source: tuple[Store, Version]
-) -> Cube:
+def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
     """Read the tables, cells and normalization and open the layers."""
     check_installed(backend)  # now, though a frame may be built later
     try:  # each table verified from its stored values, its frame made when used (or a frame)
-        tables = {axis: _read_table(root, axis, backend, header, source) for axis, _ in _TABLES}
+        tables = {axis: _read_table(root, axis, backend, header) for axis, _ in _TABLES}
         cells = _read_cells(root, header)
         normalization = _read_normalization(root, header)
         read_group_attributes(root / "layers")
@@ -855,12 +840,10 @@ def _assemble(
         raise FormatError(message) from error
 
 
-def _read_table(
-    root: StorePath, axis: str, backend: str, header: _Header, source: tuple[Store, Version]
-) -> Any:
+def _read_table(root: StorePath, axis: str, backend: str, header: _Header) -> Any:
     rows = header.shape[_TABLE_AXES[axis]]
     if header.tables is not None:
-        return read_lazy_cube_table(root, axis, backend, rows, header.tables[axis], source)
+        return read_lazy_cube_table(root, axis, backend, rows, header.tables[axis])
     return read_cube_table(root, axis, backend, rows, header.digests.algorithm)
 
 

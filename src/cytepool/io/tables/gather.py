@@ -10,7 +10,7 @@ nullable column's ``values`` and ``mask``, a categorical's ``codes`` and ``categ
 
 :func:`gather_documents` fetches the documents of each level together, in one round, through
 a handle that gathers (a remote one), which keeps them for the read: the reader then finds
-every document without a request. A cube file of format 1.2 names the id columns and their
+every document without a request. A cube file of format 1.2 names every table column and its
 parts (with each column's encoding) in its ``tables`` attribute, so opening one takes a round
 for the root, one for every document it needs and one for their chunks. Opening an older file
 takes a round for the root, one for each level (the parts; the columns; the parts of encoded
