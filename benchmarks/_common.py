@@ -60,27 +60,33 @@ def load_kernels() -> None:
     cytepool.from_cells(blocks, sample_labels=labels, group_labels=labels)
 
 
-def _status(pid: int) -> tuple[float, int] | None:
-    """CPU seconds (user + system) and VmHWM bytes of a process, if it still runs."""
+def _status(pid: int) -> tuple[float, int, int] | None:
+    """CPU seconds (user + system), VmHWM bytes and proportional set size (Pss, bytes: shared
+    pages divided among the processes that share them) of a process, if it still runs."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
         with open(f"/proc/{pid}/status") as status:
             peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            pss = next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
     except (OSError, StopIteration):
         return None
     ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks, peak
+    return (int(fields[11]) + int(fields[12])) / ticks, peak, pss
 
 
 def watch(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command``, watching it and every process it starts (psutil).
 
     Returns the last JSON line it printed, with ``wall`` (s, timed here), ``cpu`` (s, user +
-    system) and ``peak`` (bytes, the peak resident memory, VmHWM) summed over the processes,
-    and ``processes`` (how many were seen). The processes are read every 0.05 s: the CPU time
-    of a process's last 0.05 s may be missed, but the command's own CPU time is exact (its
-    rusage, from wait4).
+    system) and ``peak`` (bytes, the peak resident memory, VmHWM) summed over the processes
+    (an upper bound: each process's own peak, whenever it was, and the pages processes share
+    counted once per process), ``together`` (bytes, the largest sum of the processes'
+    proportional set sizes seen at one reading: the memory the run held at once, shared
+    pages counted once), and ``processes`` (how many were seen). The processes are read every
+    0.05 s: the CPU time of a process's last 0.05 s may be missed, but the command's own CPU
+    time is exact (its rusage, from wait4).
     """
     import psutil
 
@@ -89,16 +95,20 @@ def watch(command: list[str], env: dict[str, str] | None = None) -> dict[str, An
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     root = psutil.Process(process.pid)
-    seen: dict[int, tuple[float, int]] = {}
+    seen: dict[int, tuple[float, int, int]] = {}
+    together = 0
     while process.poll() is None:
         try:
             family = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
+        now = 0
         for member in family:
             found = _status(member.pid)
             if found is not None:
                 seen[member.pid] = found
+                now += found[2]
+        together = max(together, now)
         time.sleep(0.05)
     stdout, stderr = process.communicate()
     wall = time.perf_counter() - start
@@ -107,8 +117,9 @@ def watch(command: list[str], env: dict[str, str] | None = None) -> dict[str, An
         raise SystemExit(msg)
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     result["wall"] = wall
-    result["cpu"] = sum(cpu for cpu, _ in seen.values())
-    result["peak"] = sum(peak for _, peak in seen.values())
+    result["cpu"] = sum(cpu for cpu, _, _ in seen.values())
+    result["peak"] = sum(peak for _, peak, _ in seen.values())
+    result["together"] = together
     result["processes"] = len(seen)
     return result
 
