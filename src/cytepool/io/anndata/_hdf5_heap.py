@@ -45,11 +45,12 @@ from cytepool.io.anndata._hdf5_filters import Pipeline
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["check_global_heaps"]
+__all__ = ["PYTHON_WALK_BYTES", "check_global_heaps", "heap_objects_walked"]
 
 _SIGNATURE = b"GCOL"
 _SEARCHED = 1 << 20  # numeric datasets storing more bytes than this are not searched
 _ALIGN = 8  # heap objects are padded to multiples of 8 bytes
+PYTHON_WALK_BYTES = 1 << 20  # collections of this many bytes in all are walked in Python
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,9 @@ def _collections(
     view: mmap.mmap, gaps: list[tuple[int, int]], lengths: int, path: Path
 ) -> dict[int, np.ndarray[Any, Any]]:
     """The collections found in ``gaps``: address to the sizes of their objects by index
-    (-1 where there is none)."""
-    heaps = {}
-    header = 8 + lengths  # signature, version, 3 reserved bytes, collection size
+    (-1 where there is none). Walked in Python when they are small in all (a small file does
+    not start numba, whose first call takes most of a second), else by a numba kernel."""
+    found = []
     for start, stop in gaps:
         at = view.find(_SIGNATURE, start, stop)
         while at >= 0:
@@ -158,9 +159,33 @@ def _collections(
             if size is None:  # not a collection libhdf5 would read: it refuses it itself
                 at = view.find(_SIGNATURE, at + 1, stop)
                 continue
-            heaps[at] = _objects(view, at, size, header, lengths, path)
+            found.append((at, size))
             at = view.find(_SIGNATURE, at + size, stop)
-    return heaps
+    if sum(size for _, size in found) <= PYTHON_WALK_BYTES:
+        walk = heap_objects_walked
+    else:
+        from cytepool.io.anndata._hdf5_kernels import heap_objects as walk
+    return {at: _objects(view, at, size, lengths, path, walk) for at, size in found}
+
+
+def heap_objects_walked(
+    data: np.ndarray[Any, Any], start: int, object_header: int, found: np.ndarray[Any, Any]
+) -> tuple[int, int]:
+    """:func:`cytepool.io.anndata._hdf5_kernels.heap_objects` in Python, step for step (for
+    collections too small to be worth starting numba)."""
+    raw = data.tobytes()
+    end, position, count = len(raw), start, 0
+    while position + object_header <= end:
+        index = int.from_bytes(raw[position : position + 2], "little")
+        length = int.from_bytes(raw[position + 8 : position + object_header], "little")
+        need = object_header + (length + 7) // 8 * 8 if index else length
+        if need <= 0 or length > end or position + need > end:
+            return count, position
+        if index:
+            found[count] = index, length
+            count += 1
+        position += need
+    return count, -1
 
 
 def _collection_size(view: mmap.mmap, at: int, lengths: int) -> int | None:
@@ -175,16 +200,16 @@ def _collection_size(view: mmap.mmap, at: int, lengths: int) -> int | None:
 
 
 def _objects(
-    view: mmap.mmap, at: int, size: int, header: int, lengths: int, path: Path
+    view: mmap.mmap, at: int, size: int, lengths: int, path: Path, walk: Any
 ) -> np.ndarray[Any, Any]:
-    """Walk the objects of the collection at ``at`` as libhdf5 does (a numba kernel); the
-    sizes of its objects by index (-1 where there is none)."""
-    from cytepool.io.anndata._hdf5_kernels import heap_objects
-
+    """Walk the objects of the collection at ``at`` as libhdf5 does (with ``walk``,
+    :func:`heap_objects_walked` or its numba kernel); the sizes of its objects by index (-1
+    where there is none)."""
+    header = 8 + lengths  # signature, version, 3 reserved bytes, collection size
     object_header = 8 + lengths  # index, reference count, 4 reserved bytes, size
     data = np.frombuffer(view[at : at + size], np.uint8)  # a copy: the map stays closable
     found = np.zeros((size // object_header + 1, 2), np.int64)
-    count, bad = heap_objects(data, header, object_header, found)
+    count, bad = walk(data, header, object_header, found)
     if bad >= 0:
         index = int.from_bytes(data[bad : bad + 2].tobytes(), "little")
         length = int.from_bytes(data[bad + 8 : bad + object_header].tobytes(), "little")
