@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=DATA, help=f"data directory ({DATA})")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv  # as this script takes them
     if args.small:
         args.files, args.cells, args.genes = 3, 2_000, 500
     directory = args.dir / f"i25-many-{args.files}x{args.cells}x{args.genes}"
@@ -259,7 +260,7 @@ def report(args: argparse.Namespace, size: int, results: dict, equal: dict[str, 
         print(
             f"| bound on jobs=1 / jobs=2: {cores} cores / (CPU / wall of jobs=1) | {bound:.2f} | |"
         )
-    print(f"\ncommand: python benchmarks/pool_many_files.py {' '.join(sys.argv[1:])}")
+    print(f"\ncommand: python benchmarks/pool_many_files.py {' '.join(args.argv)}")
     if not all(equal.values()):
         raise SystemExit("the sums differ")
 
