@@ -43,7 +43,7 @@ from cytepool.io.zarr._threads import for_each
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["DirectDataset", "check_regular", "read_together"]
+__all__ = ["DirectDataset", "check_regular", "read_together", "stored_chunks"]
 
 _PIECE = 8 << 20  # bytes read by one call into the result (contiguous data, runs of raw chunks)
 _MOST_CHUNK = (1 << 32) - 1  # HDF5 chunks hold less than 4 GiB
@@ -583,7 +583,7 @@ def _contiguous(
     return _Layout(shape, stored, fill, None, Pipeline((), stored.itemsize), empty, offset)
 
 
-def _stored_chunks(dataset: h5py.Dataset) -> list[tuple[Any, ...]]:
+def stored_chunks(dataset: h5py.Dataset) -> list[tuple[Any, ...]]:
     """``(element offset, filter mask, byte offset, size)`` of each stored chunk."""
     found: list[tuple[Any, ...]] = []
 
@@ -617,7 +617,7 @@ def _chunk_index(
     if math.prod(grid) >= 1 << 62:
         msg = f"{where}: a chunk grid of {grid} chunks is too large"
         raise FormatError(msg)
-    entries = _stored_chunks(dataset)
+    entries = stored_chunks(dataset)
     if not entries:
         return _Index(*(np.zeros(0, np.int64) for _ in range(4)))
     positions = np.array([entry[0] for entry in entries], dtype=np.uint64).reshape(len(entries), -1)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool.errors import FormatError
-from cytepool.io.anndata._hdf5 import check_regular
+from cytepool.io.anndata._hdf5 import check_regular, stored_chunks
 from cytepool.io.anndata._hdf5_filters import Pipeline
 
 if TYPE_CHECKING:
@@ -113,24 +113,7 @@ def _stored_ranges(dataset: h5py.Dataset) -> list[tuple[int, int]]:
         return [(int(offset), int(dataset.id.get_storage_size()))]
     if dataset.chunks is None:
         return []
-    return [(offset, size) for _, offset, size, _ in _chunks(dataset)]
-
-
-def _chunks(dataset: h5py.Dataset) -> list[tuple[Any, int, int, int]]:
-    """``(element offset, byte offset, stored size, filter mask)`` of each stored chunk."""
-    found: list[tuple[Any, int, int, int]] = []
-
-    def visit(info: Any) -> None:
-        if info.byte_offset is not None:
-            found.append((info.chunk_offset, info.byte_offset, info.size, info.filter_mask))
-
-    try:
-        dataset.id.chunk_iter(visit)
-    except (AttributeError, NotImplementedError):  # HDF5 without H5Dchunk_iter
-        found.clear()
-        for k in range(dataset.id.get_num_chunks()):
-            visit(dataset.id.get_chunk_info(k))
-    return found
+    return [(offset, size) for _, _, offset, size in stored_chunks(dataset)]
 
 
 def _gaps(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
@@ -301,7 +284,7 @@ def _stored_descriptors(
         return []
     nbytes = math.prod(dataset.chunks or ()) * itemsize
     found = []
-    for _, offset, size, mask in _chunks(dataset):
+    for _, mask, offset, size in stored_chunks(dataset):
         if offset + size > len(view):
             msg = f"{where}: a chunk at byte {offset} goes past the end of the file"
             raise FormatError(msg)
