@@ -69,6 +69,7 @@ _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _TIME_UNITS = ("s", "ms", "us", "ns")
 _PIECE_BYTES = 1 << 20
 _PIECE_ROWS = 1 << 16
+_RUN_ROWS = 64  # rows per run of one size, on average, for a copy by runs
 _MIN_DAY = _dt.date.min.toordinal() - _EPOCH_ORDINAL
 _MAX_DAY = _dt.date.max.toordinal() - _EPOCH_ORDINAL
 
@@ -273,11 +274,23 @@ def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
 
 
 def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
-    """Each row's size as a little-endian uint64 followed by its bytes, for all rows."""
+    """Each row's size as a little-endian uint64 followed by its bytes, for all rows.
+
+    Rows in runs of one size (fixed-width ids, ids numbered in order) are copied a run at a
+    time as a 2-D block; rows of sizes that change often are placed with a mask."""
     n = len(sizes)
     prefixes = sizes.astype("<u8").view(np.uint8)
-    if n and not (sizes - sizes[0]).any():  # rows of one size: a 2-D table
-        return np.concatenate([prefixes.reshape(n, 8), data.reshape(n, -1)], axis=1).ravel()
+    runs = _runs(sizes)
+    if runs is not None:
+        out = np.empty(8 * n + len(data), dtype=np.uint8)
+        at = source = 0
+        for start, stop in runs:
+            size, count = int(sizes[start]), stop - start
+            block = out[at : at + count * (8 + size)].reshape(count, 8 + size)
+            block[:, :8] = prefixes[8 * start : 8 * stop].reshape(count, 8)
+            block[:, 8:] = data[source : source + count * size].reshape(count, size)
+            at, source = at + block.size, source + count * size
+        return out
     counts = np.empty(2 * n, dtype=np.int64)
     counts[0::2] = 8
     counts[1::2] = sizes
@@ -286,6 +299,19 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     out[is_prefix] = prefixes
     out[~is_prefix] = data
     return out
+
+
+def _runs(sizes: np.ndarray[Any, Any]) -> list[tuple[int, int]] | None:
+    """The runs of rows of one size (start, stop) if there are few (at least
+    ``_RUN_ROWS`` rows each on average), else None."""
+    n = len(sizes)
+    if not n:
+        return []
+    cuts = np.flatnonzero(sizes[1:] != sizes[:-1]) + 1
+    if len(cuts) + 1 > max(1, n // _RUN_ROWS):
+        return None
+    bounds = [0, *cuts.tolist(), n]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 @dataclass(frozen=True)

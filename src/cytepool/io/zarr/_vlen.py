@@ -28,6 +28,7 @@ _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
 _OFFSETS = np.arange(4)
 _BATCH_BYTES = 256 * 1024
+_RUN_ITEMS = 64  # items per run of one length, on average, for a copy by runs
 
 
 def _corrupt(where: str, problem: str) -> FormatError:
@@ -287,21 +288,43 @@ def _compact(
     separator: int | None,
 ) -> np.ndarray[Any, Any]:
     """The items of a span back to back (a new uint8 array), each after ``separator`` if one is
-    given (where the last byte of its length field was; ``span`` is not changed)."""
+    given (where the last byte of its length field was; ``span`` is not changed).
+
+    Items in runs of one length (fixed-width ids, ids numbered in order) are copied a run at a
+    time as a 2-D block; items of lengths that change often are picked with a mask."""
     n = len(lengths)
     keep = 0 if separator is None else 1
-    first = int(lengths[0])
-    if (lengths == first).all():  # one length: a 2-D block, no index arrays
-        rows = span.reshape(n, 4 + first)[:, 4 - keep :].copy()
-        if separator is not None:
-            rows[:, 0] = separator
-        return rows.reshape(-1)
+    runs = _runs(lengths)
+    if runs is not None:
+        out = np.empty(int(lengths.sum()) + keep * n, dtype=np.uint8)
+        at = 0
+        for start, stop in runs:
+            length, count = int(lengths[start]), stop - start
+            first = int(fields[start])
+            rows = span[first : first + count * (4 + length)].reshape(count, 4 + length)
+            block = out[at : at + count * (length + keep)].reshape(count, length + keep)
+            block[...] = rows[:, 4 - keep :]
+            if separator is not None:
+                block[:, 0] = separator
+            at += block.size
+        return out
     mask = np.ones(len(span), dtype=bool)
     mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
     joined = span[mask]
     if separator is not None:  # each kept byte moved back by the 3 dropped before it
         joined[fields - 3 * np.arange(n)] = separator
     return joined
+
+
+def _runs(lengths: np.ndarray[Any, Any]) -> list[tuple[int, int]] | None:
+    """The runs of items of one length (start, stop) if there are few (at least ``_RUN_ITEMS``
+    items each on average), else None."""
+    n = len(lengths)
+    cuts = np.flatnonzero(lengths[1:] != lengths[:-1]) + 1
+    if len(cuts) + 1 > max(1, n // _RUN_ITEMS):
+        return None
+    bounds = [0, *cuts.tolist(), n]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _split(
