@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._records import HEX
-from cytepool._utf8 import Utf8Buffer, encode
+from cytepool._utf8 import Utf8Buffer, encode, size_runs
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -69,7 +69,6 @@ _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _TIME_UNITS = ("s", "ms", "us", "ns")
 _PIECE_BYTES = 1 << 20
 _PIECE_ROWS = 1 << 16
-_RUN_ROWS = 64  # rows per run of one size, on average, for a copy by runs
 _MIN_DAY = _dt.date.min.toordinal() - _EPOCH_ORDINAL
 _MAX_DAY = _dt.date.max.toordinal() - _EPOCH_ORDINAL
 
@@ -280,7 +279,7 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     time as a 2-D block; rows of sizes that change often are placed with a mask."""
     n = len(sizes)
     prefixes = sizes.astype("<u8").view(np.uint8)
-    runs = _runs(sizes)
+    runs = size_runs(sizes)
     if runs is not None:
         out = np.empty(8 * n + len(data), dtype=np.uint8)
         at = source = 0
@@ -299,19 +298,6 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     out[is_prefix] = prefixes
     out[~is_prefix] = data
     return out
-
-
-def _runs(sizes: np.ndarray[Any, Any]) -> list[tuple[int, int]] | None:
-    """The runs of rows of one size (start, stop) if there are few (at least
-    ``_RUN_ROWS`` rows each on average), else None."""
-    n = len(sizes)
-    if not n:
-        return []
-    cuts = np.flatnonzero(sizes[1:] != sizes[:-1]) + 1
-    if len(cuts) + 1 > max(1, n // _RUN_ROWS):
-        return None
-    bounds = [0, *cuts.tolist(), n]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ __all__ = [
     "fast_inflate",
     "fast_zstd",
     "gunzip",
+    "gunzip_stated",
     "gzip",
     "unzstd_into",
 ]
@@ -178,6 +179,26 @@ def gunzip(data: Any, size: int) -> bytearray | None:
     if data.rfind(trailer, 0, len(data) - 1) >= 0:
         return None
     return out
+
+
+def gunzip_stated(data: Any, most: int) -> bytearray | None:
+    """What one gzip member ``data`` decodes to, of the size its trailer states, if that size
+    is at most ``most`` (a chunk whose decoded size is not known in advance: vlen-utf8
+    strings), or None: decode with the standard library instead (see :func:`gunzip`).
+
+    Examples
+    --------
+    >>> import zlib
+    >>> member = zlib.compress(b"abc" * 100, 4, wbits=31)
+    >>> fast_inflate() is None or gunzip_stated(member, 1000) == b"abc" * 100
+    True
+    >>> gunzip_stated(member, 100) is None  # more than the most allowed: left to the stream
+    True
+    """
+    if not isinstance(data, bytes | bytearray) or len(data) < _SMALLEST_MEMBER:
+        return None
+    size = int.from_bytes(data[-4:], "little")  # modulo 2**32: a wrong guess gives None
+    return gunzip(data, size) if 0 < size <= most else None
 
 
 def gzip(data: Any, level: int) -> bytearray | None:

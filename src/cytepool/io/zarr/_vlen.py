@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cytepool._utf8 import encode as encode_utf8
+from cytepool._utf8 import size_runs
 from cytepool.errors import FormatError, InputError
 
 __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
@@ -28,7 +29,6 @@ _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
 _OFFSETS = np.arange(4)
 _BATCH_BYTES = 256 * 1024
-_RUN_ITEMS = 64  # items per run of one length, on average, for a copy by runs
 
 
 def _corrupt(where: str, problem: str) -> FormatError:
@@ -294,7 +294,7 @@ def _compact(
     time as a 2-D block; items of lengths that change often are picked with a mask."""
     n = len(lengths)
     keep = 0 if separator is None else 1
-    runs = _runs(lengths)
+    runs = size_runs(lengths)
     if runs is not None:
         out = np.empty(int(lengths.sum()) + keep * n, dtype=np.uint8)
         at = 0
@@ -314,17 +314,6 @@ def _compact(
     if separator is not None:  # each kept byte moved back by the 3 dropped before it
         joined[fields - 3 * np.arange(n)] = separator
     return joined
-
-
-def _runs(lengths: np.ndarray[Any, Any]) -> list[tuple[int, int]] | None:
-    """The runs of items of one length (start, stop) if there are few (at least ``_RUN_ITEMS``
-    items each on average), else None."""
-    n = len(lengths)
-    cuts = np.flatnonzero(lengths[1:] != lengths[:-1]) + 1
-    if len(cuts) + 1 > max(1, n // _RUN_ITEMS):
-        return None
-    bounds = [0, *cuts.tolist(), n]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _split(

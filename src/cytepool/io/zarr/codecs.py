@@ -501,6 +501,14 @@ class CodecChain:
             return _fast.gunzip(data, size)
         return None
 
+    def decode_stated(self, data: Bytes, most: int) -> bytearray | None:
+        """What ``data`` decodes to, of the size its single gzip compressor's trailer states
+        (at most ``most`` bytes), through the optional fast inflate, or None: decode with
+        :meth:`decode_stream` (for chunks whose decoded size is not known: strings)."""
+        if len(self.compressors) == 1 and isinstance(self.compressors[0], GzipCodec):
+            return _fast.gunzip_stated(data, most)
+        return None
+
     def decode_into(self, data: Bytes, out: np.ndarray[Any, Any]) -> bool:
         """Whether ``data`` was decoded into all of ``out`` (bytes) in one step by the optional
         fast zstd decoder; if not, decode with :meth:`decode_stream`."""
