@@ -30,6 +30,7 @@ from cytepool.io.zarr._fast import (
     gunzip,
     gunzip_stated,
     unzstd_into,
+    unzstd_stated,
 )
 from cytepool.io.zarr.codecs import import_zstd
 from cytepool.io.zarr.strings import read_strings
@@ -313,35 +314,50 @@ def test_the_shortcut_hashes_again_only_when_the_size_occurs_earlier(
 
 
 # --------------------------------------------------------------------------- string chunks
-# A string chunk's decoded size is not known in advance: libdeflate decodes it in one step when
-# its gzip trailer states a plausible size, and the vlen-utf8 decoder then checks it in the
-# pieces the stream gives, so that every outcome is the stream's.
+# A string chunk's decoded size is not known in advance: libdeflate or zstandard decodes it in
+# one step when its gzip trailer or zstd frame header states a plausible size, and the vlen-utf8
+# decoder then checks it in the pieces the stream gives, so that every outcome is the stream's.
 
 STRINGS = np.array([f"gene-{i}" for i in range(3000)] + ["é" * 5, ""], dtype=object)
 PAYLOAD = _vlen.encode(STRINGS)
 STRING_MEMBER = zlib.compress(PAYLOAD, 4, wbits=31)
+STRING_FRAME = ZSTD.compress(PAYLOAD, options=CHECKSUM)
+PADDED = PAYLOAD + bytes(600_000)  # trailing bytes over more than one piece
+BOMB = PAYLOAD + bytes(40 * 2**20)
+NOT_UTF8 = PAYLOAD.replace("é".encode(), b"\xff\xfe")
 STRING_CASES = {
-    "one member": STRING_MEMBER,
-    "two members": zlib.compress(PAYLOAD[:99], 4, wbits=31)
+    ("gzip", "one member"): STRING_MEMBER,
+    ("gzip", "two members"): zlib.compress(PAYLOAD[:99], 4, wbits=31)
     + zlib.compress(PAYLOAD[99:], 4, wbits=31),
-    "bad CRC": STRING_MEMBER[:-8] + bytes([STRING_MEMBER[-8] ^ 1]) + STRING_MEMBER[-7:],
-    "trailing garbage": STRING_MEMBER + b"junk",
-    "truncated": STRING_MEMBER[:-3],
-    "trailing vlen bytes, over pieces": zlib.compress(PAYLOAD + bytes(600_000), 4, wbits=31),
-    "a bomb of padding": zlib.compress(PAYLOAD + bytes(40 * 2**20), 9, wbits=31),
-    "an item cut short": zlib.compress(PAYLOAD[:-2], 4, wbits=31),
-    "not UTF-8": zlib.compress(PAYLOAD.replace("é".encode(), b"\xff\xfe"), 4, wbits=31),
+    ("gzip", "bad CRC"): STRING_MEMBER[:-8] + bytes([STRING_MEMBER[-8] ^ 1]) + STRING_MEMBER[-7:],
+    ("gzip", "trailing garbage"): STRING_MEMBER + b"junk",
+    ("gzip", "truncated"): STRING_MEMBER[:-3],
+    ("gzip", "trailing vlen bytes, over pieces"): zlib.compress(PADDED, 4, wbits=31),
+    ("gzip", "a bomb of padding"): zlib.compress(BOMB, 9, wbits=31),
+    ("gzip", "an item cut short"): zlib.compress(PAYLOAD[:-2], 4, wbits=31),
+    ("gzip", "not UTF-8"): zlib.compress(NOT_UTF8, 4, wbits=31),
+    ("zstd", "one member"): STRING_FRAME,
+    ("zstd", "two members"): ZSTD.compress(PAYLOAD[:99]) + ZSTD.compress(PAYLOAD[99:]),
+    ("zstd", "no content size"): _streamed(PAYLOAD),
+    ("zstd", "bad CRC"): STRING_FRAME[:-1] + bytes([STRING_FRAME[-1] ^ 1]),
+    ("zstd", "trailing garbage"): STRING_FRAME + b"junk",
+    ("zstd", "truncated"): STRING_FRAME[:-3],
+    ("zstd", "trailing vlen bytes, over pieces"): ZSTD.compress(PADDED),
+    ("zstd", "a bomb of padding"): ZSTD.compress(BOMB),
+    ("zstd", "an item cut short"): ZSTD.compress(PAYLOAD[:-2]),
+    ("zstd", "not UTF-8"): ZSTD.compress(NOT_UTF8),
 }
+VALID_STRINGS = ("one member", "two members", "no content size")
 
 
-def _string_array(path: Path, chunk: bytes) -> Path:
+def _string_array(path: Path, chunk: bytes, codec: str) -> Path:
     doc = {
         "shape": [len(STRINGS)],
         "data_type": "string",
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [len(STRINGS)]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": "",
-        "codecs": [{"name": "vlen-utf8"}, {"name": "gzip", "configuration": {"level": 4}}],
+        "codecs": [{"name": "vlen-utf8"}, {"name": codec, "configuration": {"level": 4}}],
         "attributes": {},
         "zarr_format": 3,
         "node_type": "array",
@@ -360,35 +376,37 @@ def _string_outcome(path: Path, monkeypatch: pytest.MonkeyPatch, fast: str) -> A
         return type(error), str(error)
 
 
-@pytest.mark.parametrize("case", list(STRING_CASES))
+@pytest.mark.parametrize(("codec", "case"), list(STRING_CASES))
 def test_string_chunks_read_the_same_with_and_without_the_fast_decoders(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, case: str
 ) -> None:
-    path = _string_array(tmp_path / "a", STRING_CASES[case])
+    path = _string_array(tmp_path / "a", STRING_CASES[codec, case], codec)
     fast, slow = (_string_outcome(path, monkeypatch, value) for value in ("1", "0"))
     assert fast == slow
-    if case in ("one member", "two members"):
+    if case in VALID_STRINGS:
         assert fast == (STRINGS.tolist(), STRINGS.tolist())
     else:
         assert issubclass(fast[0], FormatError)
         assert str(path / "c" / "0") in fast[1]
 
 
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
 @pytest.mark.parametrize(
     ("case", "one_step"),
     [
         ("one member", True),
         ("trailing vlen bytes, over pieces", True),
+        ("not UTF-8", True),
         ("bad CRC", False),
         ("a bomb of padding", False),
         ("two members", False),
     ],
 )
-def test_a_string_chunk_is_decoded_in_one_step_when_its_trailer_is_plausible(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, one_step: bool
+def test_a_string_chunk_is_decoded_in_one_step_when_its_stated_size_is_plausible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, case: str, one_step: bool
 ) -> None:
     monkeypatch.setenv(ENV_FAST, "1")
-    path = _string_array(tmp_path / "a", STRING_CASES[case])
+    path = _string_array(tmp_path / "a", STRING_CASES[codec, case], codec)
     streamed: list[int] = []
     original = codecs_module.CodecChain.decode_stream
 
@@ -408,3 +426,11 @@ def test_gunzip_stated_takes_the_size_of_the_trailer_up_to_a_bound() -> None:
     assert gunzip_stated(memoryview(STRING_MEMBER), len(PAYLOAD)) is None  # bytes only
     assert gunzip_stated(STRING_MEMBER[:10], 10**6) is None  # shorter than any member
     assert gunzip_stated(zlib.compress(b"", 4, wbits=31), 10**6) is None  # states no bytes
+
+
+def test_unzstd_stated_takes_the_content_size_up_to_a_bound() -> None:
+    assert unzstd_stated(STRING_FRAME, len(PAYLOAD), 2**23) == PAYLOAD
+    assert unzstd_stated(STRING_FRAME, len(PAYLOAD) - 1, 2**23) is None  # more than allowed
+    assert unzstd_stated(_streamed(PAYLOAD), 10**7, 2**23) is None  # no content size
+    assert unzstd_stated(STRING_MEMBER, 10**7, 2**23) is None  # not zstd
+    assert unzstd_stated(STRING_FRAME[:5], 10**7, 2**23) is None  # a header cut short

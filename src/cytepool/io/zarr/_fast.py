@@ -53,6 +53,7 @@ __all__ = [
     "gunzip_stated",
     "gzip",
     "unzstd_into",
+    "unzstd_stated",
 ]
 
 ENV_FAST = "CYTEPOOL_ZARR_FAST"
@@ -267,6 +268,33 @@ def unzstd_into(data: Any, out: Any, max_window: int) -> bool:
     except module.ZstdError:
         return False
     return bool(done)
+
+
+def unzstd_stated(data: Any, most: int, max_window: int) -> bytearray | None:
+    """What the one zstd frame ``data`` decodes to, of the content size its header states, if
+    that is at most ``most`` (a chunk whose decoded size is not known in advance: vlen-utf8
+    strings), or None: decode with the streaming decoder (see :func:`unzstd_into`).
+
+    Examples
+    --------
+    >>> from cytepool.io.zarr.codecs import import_zstd
+    >>> frame = import_zstd().compress(b"xyz" * 100)
+    >>> fast_zstd() is None or unzstd_stated(frame, 1000, 2**23) == b"xyz" * 100
+    True
+    >>> unzstd_stated(frame, 299, 2**23) is None  # more than the most allowed
+    True
+    """
+    module = fast_zstd()
+    if module is None or not isinstance(data, bytes | bytearray) or data[:4] != _ZSTD_MAGIC:
+        return None
+    try:
+        size = module.get_frame_parameters(data).content_size  # 2**64 - 1 if not stated
+    except module.ZstdError:
+        return None
+    if not 0 < size <= most:
+        return None
+    out = bytearray(size)
+    return out if unzstd_into(data, out, max_window) else None
 
 
 def _one_frame_of(module: Any, data: bytes | bytearray, size: int, max_window: int) -> bool:

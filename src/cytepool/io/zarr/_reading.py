@@ -533,13 +533,13 @@ class Reader:
 
     def _decoded_whole(self, source: _Source) -> bytearray | None:
         """A string chunk of one piece decoded in one step by a fast decoder, if its gzip
-        trailer states a size of at most the larger of ``_STATED_BYTES`` and ``_STATED_RATIO``
-        times its own; else None: streamed (a decompression bomb, say, is refused within a
-        piece of its last valid byte)."""
+        trailer or zstd frame header states a size of at most the larger of ``_STATED_BYTES``
+        and ``_STATED_RATIO`` times its own; else None: streamed (a decompression bomb, say, is
+        refused within a piece of its last valid byte)."""
         if source.size > PIECE_BYTES:  # more pieces: the stream's pieces would differ
             return None
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
-        return self.chain.decode_stated(source.data, most)
+        return self.chain.decode_stated(source.data, most, self.nbytes)
 
 
 def _as_stream(whole: bytearray) -> Iterator[bytes | bytearray | memoryview]:

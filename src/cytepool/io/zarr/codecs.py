@@ -501,12 +501,17 @@ class CodecChain:
             return _fast.gunzip(data, size)
         return None
 
-    def decode_stated(self, data: Bytes, most: int) -> bytearray | None:
-        """What ``data`` decodes to, of the size its single gzip compressor's trailer states
-        (at most ``most`` bytes), through the optional fast inflate, or None: decode with
-        :meth:`decode_stream` (for chunks whose decoded size is not known: strings)."""
-        if len(self.compressors) == 1 and isinstance(self.compressors[0], GzipCodec):
+    def decode_stated(self, data: Bytes, most: int, limit: int) -> bytearray | None:
+        """What ``data`` decodes to, of the size its single compressor states (a gzip trailer,
+        a zstd frame header), if at most ``most`` bytes, through the fast decoders, or None:
+        decode with :meth:`decode_stream` and ``limit`` (chunks whose decoded size is not known
+        in advance: strings)."""
+        if len(self.compressors) != 1:
+            return None
+        if isinstance(self.compressors[0], GzipCodec):
             return _fast.gunzip_stated(data, most)
+        if isinstance(self.compressors[0], ZstdCodec):
+            return _fast.unzstd_stated(data, most, 2 ** _window_log(limit))
         return None
 
     def decode_into(self, data: Bytes, out: np.ndarray[Any, Any]) -> bool:
