@@ -24,7 +24,7 @@ def test_cube_io_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
             assert f"| {codec} | {operation} |" in out
     lines = out.splitlines()
     parts = [line for line in lines if line.startswith(("| gzip 4 | ", "| zstd 3 | "))]
-    assert sum(line.count(" | ") == 7 for line in parts) == 2  # what verification adds
+    assert sum(line.count(" | ") == 8 for line in parts) == 2  # what verification adds
     opening = [line for line in lines if "| open + select + read |" in line]
     assert all(line.endswith("| 1 | 1 |") for line in opening)  # chunk files opened, needed
     assert list(tmp_path.iterdir()) == []  # the stores are removed

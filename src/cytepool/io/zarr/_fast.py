@@ -27,6 +27,12 @@ blocks (walked from their headers) end exactly at the end of the chunk, and that
 buffer is full (its checksum, if it has one, verified); anything else is left to the streaming
 decoder, as for gzip.
 
+A string chunk (vlen-utf8), whose decoded size is not known in advance, takes the same
+shortcuts with the size its gzip trailer or zstd frame header states (:func:`gunzip_stated`,
+:func:`unzstd_stated`), when that size is plausible (the caller bounds it); the decoded bytes are
+then checked in the pieces the streaming decoder would give, so that every outcome, error
+messages included, is the streaming decoder's.
+
 Both are dependencies of cytepool (the ``fast`` extra is kept, empty, so that old install
 commands still work); if either is missing all the same, its chunks are decoded by the strict
 decoders. Set the environment variable ``CYTEPOOL_ZARR_FAST`` to ``0`` to decode with the standard
