@@ -40,10 +40,12 @@ from cytepool.io.zarr.store import StoreHandle, TooLargeError, join
 __all__ = ["Reader"]
 
 _KEEP_BYTES = 16 * 2**20
-# a string chunk decoded in one step states a decoded size of at most the larger of these
+"""Chunk buffers up to this size stay with their decoding thread for later reads."""
+
 _STATED_BYTES = 2**20
 _STATED_RATIO = 64
-"""Chunk buffers up to this size stay with their decoding thread for later reads."""
+"""A string chunk is decoded in one step if it states a decoded size of at most the larger of
+``_STATED_BYTES`` and ``_STATED_RATIO`` times its own size (else it is streamed)."""
 
 _buffers = threading.local()  # each thread's chunk buffer, kept across reads
 
