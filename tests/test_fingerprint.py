@@ -824,3 +824,22 @@ def test_fingerprint_is_the_same_under_pandas_2_and_3(tmp_path: Path) -> None:
         pd.testing.assert_frame_equal(read.astype("string"), made.astype("string"))
         if int(pd.__version__.split(".")[0]) >= 3:  # pandas 2 reads object with None as string
             assert dict(read.dtypes) == dict(made.dtypes)  # str stays str
+
+
+@pytest.mark.parametrize("kind", ["one size", "runs", "mixed"])
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 1000])
+def test_string_columns_encode_each_row_as_its_size_then_its_bytes(kind: str, n: int) -> None:
+    """Rows in runs of one size are copied run by run, others with a mask: the same bytes."""
+    from cytepool._utf8 import Utf8Buffer
+    from cytepool.fingerprint import CanonicalColumn
+
+    rng = np.random.default_rng(n)
+    sizes = {
+        "one size": np.full(n, 5),
+        "runs": np.sort(rng.integers(0, 6, n)),
+        "mixed": rng.integers(0, 6, n),
+    }[kind]
+    values = ["".join(rng.choice(["a", "é", "\0"], int(k))) for k in sizes]
+    column = CanonicalColumn("c", "string", np.zeros(n, dtype=bool), Utf8Buffer.from_str(values))
+    rows = b"".join(struct.pack("<Q", len(v.encode())) + v.encode() for v in values)
+    assert column.encode().endswith(struct.pack("<Q", len(rows)) + rows)

@@ -68,3 +68,12 @@ def test_arrow_round_trip_with_nulls() -> None:
     buffer = Utf8Buffer.from_arrow(array)
     assert buffer.to_list() == [b"", "é".encode()]
     assert buffer.to_arrow(np.array([True, False])).to_pylist() == [None, "é"]
+
+
+def test_size_runs_finds_long_runs_only() -> None:
+    from cytepool._utf8 import size_runs
+
+    assert size_runs(np.array([3] * 64 + [4] * 64)) == [(0, 64), (64, 128)]
+    assert size_runs(np.array([3] * 64 + [4] * 63)) is None  # fewer than 64 per run
+    assert size_runs(np.array([7, 7])) == [(0, 2)]  # one run, however short
+    assert size_runs(np.array([1, 2]), least=1) == [(0, 1), (1, 2)]

@@ -26,7 +26,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode"]
+__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode", "size_runs"]
 
 INT32_MAX = np.iinfo(np.int32).max
 Piece: TypeAlias = "tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]"
@@ -225,3 +225,26 @@ class Utf8Buffer:
             nulls = int(mask.sum())
         buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
         return pa.Array.from_buffers(kind, n, buffers, null_count=nulls)
+
+
+def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, int]] | None:
+    """The runs ``(start, stop)`` of items of one size, if there are few: at least ``least``
+    items each on average (fixed-width ids, ids numbered in order), to be copied a run at a
+    time as 2-D blocks; else None (sizes that change often).
+
+    Examples
+    --------
+    >>> size_runs(np.array([5] * 100 + [6] * 100))
+    [(0, 100), (100, 200)]
+    >>> size_runs(np.array([5, 6] * 100)) is None
+    True
+    >>> size_runs(np.array([], dtype=np.int64))
+    []
+    """
+    n = len(sizes)
+    if not n:
+        return []
+    cuts = np.flatnonzero(sizes[1:] != sizes[:-1]) + 1
+    if len(cuts) + 1 > max(1, n // least):
+        return None
+    return list(pairwise([0, *cuts.tolist(), n]))

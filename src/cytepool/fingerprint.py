@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._records import HEX
-from cytepool._utf8 import Utf8Buffer, encode
+from cytepool._utf8 import Utf8Buffer, encode, size_runs
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -273,11 +273,23 @@ def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
 
 
 def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
-    """Each row's size as a little-endian uint64 followed by its bytes, for all rows."""
+    """Each row's size as a little-endian uint64 followed by its bytes, for all rows.
+
+    Rows in runs of one size (fixed-width ids, ids numbered in order) are copied a run at a
+    time as a 2-D block; rows of sizes that change often are placed with a mask."""
     n = len(sizes)
     prefixes = sizes.astype("<u8").view(np.uint8)
-    if n and not (sizes - sizes[0]).any():  # rows of one size: a 2-D table
-        return np.concatenate([prefixes.reshape(n, 8), data.reshape(n, -1)], axis=1).ravel()
+    runs = size_runs(sizes)
+    if runs is not None:
+        out = np.empty(8 * n + len(data), dtype=np.uint8)
+        at = source = 0
+        for start, stop in runs:
+            size, count = int(sizes[start]), stop - start
+            block = out[at : at + count * (8 + size)].reshape(count, 8 + size)
+            block[:, :8] = prefixes[8 * start : 8 * stop].reshape(count, 8)
+            block[:, 8:] = data[source : source + count * size].reshape(count, size)
+            at, source = at + block.size, source + count * size
+        return out
     counts = np.empty(2 * n, dtype=np.int64)
     counts[0::2] = 8
     counts[1::2] = sizes

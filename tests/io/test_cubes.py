@@ -314,6 +314,32 @@ def test_consolidated_documents_read_as_their_bytes_and_apart(stored: Path) -> N
     assert through.document("nowhere/zarr.json") is None
 
 
+def test_a_consolidated_handle_parses_a_group_once_and_gives_copies(stored: Path) -> None:
+    """Group metadata read through a consolidated handle is parsed once per handle; each
+    caller gets attributes of its own, and node types stay right."""
+    from cytepool.io.zarr import node_type, read_group_attributes
+    from cytepool.io.zarr.consolidated import consolidated_documents, read_through
+    from cytepool.io.zarr.fields import METADATA_FILE, loads
+    from cytepool.io.zarr.store import LocalStore, StorePath
+
+    handle = LocalStore(stored).open()
+    root = loads((stored / METADATA_FILE).read_bytes(), "root")
+    through = read_through(
+        handle, root, consolidated_documents(root, "root"), handle.version(METADATA_FILE)
+    )
+    samples = StorePath(through) / "samples"
+    first = read_group_attributes(samples)
+    assert "samples" in through.parsed_groups
+    first["column-order"].append("edited")
+    first["_index"] = "edited"
+    again = read_group_attributes(samples)
+    assert again == read_group_attributes(stored / "samples")
+    assert node_type(samples) == "group"
+    assert node_type(StorePath(through) / "cells") == "array"
+    with pytest.raises(FormatError, match="is a Zarr array, not a group"):
+        read_group_attributes(StorePath(through) / "cells")
+
+
 def test_layer_chunks_hold_whole_groups() -> None:
     assert cubes._layer_chunks((12, 48, 30_000), 4) == (1, 48, 5461)
     assert cubes._layer_chunks((2, 100_000, 30_000), 8) == (1, 128, 1024)

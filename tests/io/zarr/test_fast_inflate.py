@@ -9,6 +9,7 @@ with nothing after it.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import zlib
@@ -19,10 +20,20 @@ import numpy as np
 import pytest
 
 import cytepool.io.zarr._reading as reading_module
-from cytepool.errors import InputError
-from cytepool.io.zarr import open_array, write_array
-from cytepool.io.zarr._fast import ENV_FAST, fast_inflate, fast_zstd, gunzip, unzstd_into
+import cytepool.io.zarr.codecs as codecs_module
+from cytepool.errors import FormatError, InputError
+from cytepool.io.zarr import _vlen, open_array, write_array
+from cytepool.io.zarr._fast import (
+    ENV_FAST,
+    fast_inflate,
+    fast_zstd,
+    gunzip,
+    gunzip_stated,
+    unzstd_into,
+    unzstd_stated,
+)
 from cytepool.io.zarr.codecs import import_zstd
+from cytepool.io.zarr.strings import read_strings
 
 N = 4096  # int32 values a chunk holds
 VALUES = np.random.default_rng(1).integers(0, 50, N, dtype="<i4")
@@ -300,3 +311,126 @@ def test_the_shortcut_hashes_again_only_when_the_size_occurs_earlier(
     assert gunzip(VALID["the decoded size also in its header (mtime)"], len(RAW)) == RAW
     assert hashed == [len(RAW)]
     assert gunzip(INVALID["the size in its header, trailing garbage"], len(RAW)) is None
+
+
+# --------------------------------------------------------------------------- string chunks
+# A string chunk's decoded size is not known in advance: libdeflate or zstandard decodes it in
+# one step when its gzip trailer or zstd frame header states a plausible size, and the vlen-utf8
+# decoder then checks it in the pieces the stream gives, so that every outcome is the stream's.
+
+STRINGS = np.array([f"gene-{i}" for i in range(3000)] + ["é" * 5, ""], dtype=object)
+PAYLOAD = _vlen.encode(STRINGS)
+STRING_MEMBER = zlib.compress(PAYLOAD, 4, wbits=31)
+STRING_FRAME = ZSTD.compress(PAYLOAD, options=CHECKSUM)
+PADDED = PAYLOAD + bytes(600_000)  # trailing bytes over more than one piece
+BOMB = PAYLOAD + bytes(40 * 2**20)
+NOT_UTF8 = PAYLOAD.replace("é".encode(), b"\xff\xfe")
+STRING_CASES = {
+    ("gzip", "one member"): STRING_MEMBER,
+    ("gzip", "two members"): zlib.compress(PAYLOAD[:99], 4, wbits=31)
+    + zlib.compress(PAYLOAD[99:], 4, wbits=31),
+    ("gzip", "bad CRC"): STRING_MEMBER[:-8] + bytes([STRING_MEMBER[-8] ^ 1]) + STRING_MEMBER[-7:],
+    ("gzip", "trailing garbage"): STRING_MEMBER + b"junk",
+    ("gzip", "truncated"): STRING_MEMBER[:-3],
+    ("gzip", "trailing vlen bytes, over pieces"): zlib.compress(PADDED, 4, wbits=31),
+    ("gzip", "a bomb of padding"): zlib.compress(BOMB, 9, wbits=31),
+    ("gzip", "an item cut short"): zlib.compress(PAYLOAD[:-2], 4, wbits=31),
+    ("gzip", "not UTF-8"): zlib.compress(NOT_UTF8, 4, wbits=31),
+    ("zstd", "one member"): STRING_FRAME,
+    ("zstd", "two members"): ZSTD.compress(PAYLOAD[:99]) + ZSTD.compress(PAYLOAD[99:]),
+    ("zstd", "no content size"): _streamed(PAYLOAD),
+    ("zstd", "bad CRC"): STRING_FRAME[:-1] + bytes([STRING_FRAME[-1] ^ 1]),
+    ("zstd", "trailing garbage"): STRING_FRAME + b"junk",
+    ("zstd", "truncated"): STRING_FRAME[:-3],
+    ("zstd", "trailing vlen bytes, over pieces"): ZSTD.compress(PADDED),
+    ("zstd", "a bomb of padding"): ZSTD.compress(BOMB),
+    ("zstd", "an item cut short"): ZSTD.compress(PAYLOAD[:-2]),
+    ("zstd", "not UTF-8"): ZSTD.compress(NOT_UTF8),
+}
+VALID_STRINGS = ("one member", "two members", "no content size")
+
+
+def _string_array(path: Path, chunk: bytes, codec: str) -> Path:
+    doc = {
+        "shape": [len(STRINGS)],
+        "data_type": "string",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [len(STRINGS)]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "",
+        "codecs": [{"name": "vlen-utf8"}, {"name": codec, "configuration": {"level": 4}}],
+        "attributes": {},
+        "zarr_format": 3,
+        "node_type": "array",
+    }
+    (path / "c").mkdir(parents=True)
+    (path / "zarr.json").write_text(json.dumps(doc))
+    (path / "c" / "0").write_bytes(chunk)
+    return path
+
+
+def _string_outcome(path: Path, monkeypatch: pytest.MonkeyPatch, fast: str) -> Any:
+    monkeypatch.setenv(ENV_FAST, fast)
+    try:
+        return open_array(path)[...].tolist(), read_strings(open_array(path)).to_str()
+    except Exception as error:
+        return type(error), str(error)
+
+
+@pytest.mark.parametrize(("codec", "case"), list(STRING_CASES))
+def test_string_chunks_read_the_same_with_and_without_the_fast_decoders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, case: str
+) -> None:
+    path = _string_array(tmp_path / "a", STRING_CASES[codec, case], codec)
+    fast, slow = (_string_outcome(path, monkeypatch, value) for value in ("1", "0"))
+    assert fast == slow
+    if case in VALID_STRINGS:
+        assert fast == (STRINGS.tolist(), STRINGS.tolist())
+    else:
+        assert issubclass(fast[0], FormatError)
+        assert str(path / "c" / "0") in fast[1]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+@pytest.mark.parametrize(
+    ("case", "one_step"),
+    [
+        ("one member", True),
+        ("trailing vlen bytes, over pieces", True),
+        ("not UTF-8", True),
+        ("bad CRC", False),
+        ("a bomb of padding", False),
+        ("two members", False),
+    ],
+)
+def test_a_string_chunk_is_decoded_in_one_step_when_its_stated_size_is_plausible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str, case: str, one_step: bool
+) -> None:
+    monkeypatch.setenv(ENV_FAST, "1")
+    path = _string_array(tmp_path / "a", STRING_CASES[codec, case], codec)
+    streamed: list[int] = []
+    original = codecs_module.CodecChain.decode_stream
+
+    def spy(self: Any, pieces: Any, size: int, where: str) -> Any:
+        streamed.append(size)
+        return original(self, pieces, size, where)
+
+    monkeypatch.setattr(codecs_module.CodecChain, "decode_stream", spy)
+    with contextlib.suppress(FormatError):
+        open_array(path)[...]
+    assert (streamed == []) is one_step
+
+
+def test_gunzip_stated_takes_the_size_of_the_trailer_up_to_a_bound() -> None:
+    assert gunzip_stated(STRING_MEMBER, len(PAYLOAD)) == PAYLOAD
+    assert gunzip_stated(STRING_MEMBER, len(PAYLOAD) - 1) is None  # more than allowed
+    assert gunzip_stated(memoryview(STRING_MEMBER), len(PAYLOAD)) is None  # bytes only
+    assert gunzip_stated(STRING_MEMBER[:10], 10**6) is None  # shorter than any member
+    assert gunzip_stated(zlib.compress(b"", 4, wbits=31), 10**6) is None  # states no bytes
+
+
+def test_unzstd_stated_takes_the_content_size_up_to_a_bound() -> None:
+    assert unzstd_stated(STRING_FRAME, len(PAYLOAD), 2**23) == PAYLOAD
+    assert unzstd_stated(STRING_FRAME, len(PAYLOAD) - 1, 2**23) is None  # more than allowed
+    assert unzstd_stated(_streamed(PAYLOAD), 10**7, 2**23) is None  # no content size
+    assert unzstd_stated(STRING_MEMBER, 10**7, 2**23) is None  # not zstd
+    assert unzstd_stated(STRING_FRAME[:5], 10**7, 2**23) is None  # a header cut short

@@ -151,3 +151,34 @@ def test_round_trips(values: list[str], padding: int, piece: int) -> None:
     lengths, body = decode_buffers(data, count, piece)
     assert lengths == [len(v.encode()) for v in expected]
     assert body == "".join(values).encode()
+
+
+def _runs_case(kind: str, n: int, rng: np.random.Generator) -> list[str]:
+    """Items whose lengths come in long runs (copied run by run) or change often (a mask)."""
+    lengths = rng.integers(0, 4, n)
+    if kind == "runs":
+        lengths.sort()
+    letters = ["a", "é", "\x00", "😀"]
+    return ["".join(rng.choice(letters, int(k))) for k in lengths]
+
+
+@pytest.mark.parametrize("kind", ["runs", "mixed"])
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 500, 5000])
+def test_items_in_runs_of_one_length_decode_as_items_of_any_lengths(kind: str, n: int) -> None:
+    values = _runs_case(kind, n, np.random.default_rng(n))
+    chunk = _vlen.encode(np.array(values, dtype=object))
+    assert _vlen.decode(chunk, n, "c/0", objects=True).tolist() == values
+    decoder = _vlen.Decoder(n, "c/0")
+    decoder.feed(chunk)
+    lengths, body = decoder.buffers()
+    assert body.tobytes() == "".join(values).encode()
+    assert lengths.tolist() == [len(value.encode()) for value in values]
+
+
+def test_an_item_cut_in_a_run_of_one_length_is_not_valid_utf8() -> None:
+    chunk = bytearray(_vlen.encode(np.array(["é"] * 200, dtype=object)))
+    chunk[-1] = ord("x")  # the last item: a lead byte, then an ASCII byte
+    decoder = _vlen.Decoder(200, "c/0")
+    decoder.feed(chunk)
+    with pytest.raises(FormatError, match=r"corrupt chunk c/0: a vlen-utf8 item is not valid"):
+        decoder.buffers()

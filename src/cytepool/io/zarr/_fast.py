@@ -27,6 +27,12 @@ blocks (walked from their headers) end exactly at the end of the chunk, and that
 buffer is full (its checksum, if it has one, verified); anything else is left to the streaming
 decoder, as for gzip.
 
+A string chunk (vlen-utf8), whose decoded size is not known in advance, takes the same
+shortcuts with the size its gzip trailer or zstd frame header states (:func:`gunzip_stated`,
+:func:`unzstd_stated`), when that size is plausible (the caller bounds it); the decoded bytes are
+then checked in the pieces the streaming decoder would give, so that every outcome, error
+messages included, is the streaming decoder's.
+
 Both are dependencies of cytepool (the ``fast`` extra is kept, empty, so that old install
 commands still work); if either is missing all the same, its chunks are decoded by the strict
 decoders. Set the environment variable ``CYTEPOOL_ZARR_FAST`` to ``0`` to decode with the standard
@@ -50,8 +56,10 @@ __all__ = [
     "fast_inflate",
     "fast_zstd",
     "gunzip",
+    "gunzip_stated",
     "gzip",
     "unzstd_into",
+    "unzstd_stated",
 ]
 
 ENV_FAST = "CYTEPOOL_ZARR_FAST"
@@ -180,6 +188,26 @@ def gunzip(data: Any, size: int) -> bytearray | None:
     return out
 
 
+def gunzip_stated(data: Any, most: int) -> bytearray | None:
+    """What one gzip member ``data`` decodes to, of the size its trailer states, if that size
+    is at most ``most`` (a chunk whose decoded size is not known in advance: vlen-utf8
+    strings), or None: decode with the standard library instead (see :func:`gunzip`).
+
+    Examples
+    --------
+    >>> import zlib
+    >>> member = zlib.compress(b"abc" * 100, 4, wbits=31)
+    >>> fast_inflate() is None or gunzip_stated(member, 1000) == b"abc" * 100
+    True
+    >>> gunzip_stated(member, 100) is None  # more than the most allowed: left to the stream
+    True
+    """
+    if not isinstance(data, bytes | bytearray) or len(data) < _SMALLEST_MEMBER:
+        return None
+    size = int.from_bytes(data[-4:], "little")  # modulo 2**32: a wrong guess gives None
+    return gunzip(data, size) if 0 < size <= most else None
+
+
 def gzip(data: Any, level: int) -> bytearray | None:
     """``data`` compressed into one gzip member by libdeflate at ``level`` (0 to 9), or None if
     libdeflate is not installed or ``CYTEPOOL_ZARR_FAST=0``: compress with the standard library.
@@ -246,6 +274,33 @@ def unzstd_into(data: Any, out: Any, max_window: int) -> bool:
     except module.ZstdError:
         return False
     return bool(done)
+
+
+def unzstd_stated(data: Any, most: int, max_window: int) -> bytearray | None:
+    """What the one zstd frame ``data`` decodes to, of the content size its header states, if
+    that is at most ``most`` (a chunk whose decoded size is not known in advance: vlen-utf8
+    strings), or None: decode with the streaming decoder (see :func:`unzstd_into`).
+
+    Examples
+    --------
+    >>> from cytepool.io.zarr.codecs import import_zstd
+    >>> frame = import_zstd().compress(b"xyz" * 100)
+    >>> fast_zstd() is None or unzstd_stated(frame, 1000, 2**23) == b"xyz" * 100
+    True
+    >>> unzstd_stated(frame, 299, 2**23) is None  # more than the most allowed
+    True
+    """
+    module = fast_zstd()
+    if module is None or not isinstance(data, bytes | bytearray) or data[:4] != _ZSTD_MAGIC:
+        return None
+    try:
+        size = module.get_frame_parameters(data).content_size  # 2**64 - 1 if not stated
+    except module.ZstdError:
+        return None
+    if not 0 < size <= most:
+        return None
+    out = bytearray(size)
+    return out if unzstd_into(data, out, max_window) else None
 
 
 def _one_frame_of(module: Any, data: bytes | bytearray, size: int, max_window: int) -> bool:

@@ -42,6 +42,11 @@ __all__ = ["Reader"]
 _KEEP_BYTES = 16 * 2**20
 """Chunk buffers up to this size stay with their decoding thread for later reads."""
 
+_STATED_BYTES = 2**20
+_STATED_RATIO = 64
+"""A string chunk is decoded in one step if it states a decoded size of at most the larger of
+``_STATED_BYTES`` and ``_STATED_RATIO`` times its own size (else it is streamed)."""
+
 _buffers = threading.local()  # each thread's chunk buffer, kept across reads
 
 
@@ -519,9 +524,35 @@ class Reader:
         if not self.chain.compressors:
             decoder.feed(source.take())  # taken over, not copied
             return decoder
-        for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
+        whole = self._decoded_whole(source)
+        if whole is None:
+            stream = self.chain.decode_stream(source.pieces(), self.nbytes, source.where)
+        else:
+            stream = _as_stream(whole)
+        for out in stream:
             decoder.feed(out)
         return decoder
+
+    def _decoded_whole(self, source: _Source) -> bytearray | None:
+        """A string chunk of one piece decoded in one step by a fast decoder, if its gzip
+        trailer or zstd frame header states a size of at most the larger of ``_STATED_BYTES``
+        and ``_STATED_RATIO`` times its own; else None: streamed (a decompression bomb, say, is
+        refused within a piece of its last valid byte)."""
+        if source.size > PIECE_BYTES:  # more pieces: the stream's pieces would differ
+            return None
+        most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
+        return self.chain.decode_stated(source.data, most, self.nbytes)
+
+
+def _as_stream(whole: bytearray) -> Iterator[bytes | bytearray | memoryview]:
+    """Bytes decoded in one step, in the pieces the stream gives (of PIECE_BYTES), so that the
+    vlen-utf8 decoder checks them, and fails, as it does the stream; one piece is given whole."""
+    if len(whole) <= PIECE_BYTES:
+        yield whole  # taken over by the decoder, not copied
+        return
+    view = memoryview(whole)
+    for start in range(0, len(whole), PIECE_BYTES):
+        yield view[start : start + PIECE_BYTES]
 
 
 def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:

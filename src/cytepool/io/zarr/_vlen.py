@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cytepool._utf8 import encode as encode_utf8
+from cytepool._utf8 import size_runs
 from cytepool.errors import FormatError, InputError
 
 __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
@@ -287,15 +288,26 @@ def _compact(
     separator: int | None,
 ) -> np.ndarray[Any, Any]:
     """The items of a span back to back (a new uint8 array), each after ``separator`` if one is
-    given (where the last byte of its length field was; ``span`` is not changed)."""
+    given (where the last byte of its length field was; ``span`` is not changed).
+
+    Items in runs of one length (fixed-width ids, ids numbered in order) are copied a run at a
+    time as a 2-D block; items of lengths that change often are picked with a mask."""
     n = len(lengths)
     keep = 0 if separator is None else 1
-    first = int(lengths[0])
-    if (lengths == first).all():  # one length: a 2-D block, no index arrays
-        rows = span.reshape(n, 4 + first)[:, 4 - keep :].copy()
-        if separator is not None:
-            rows[:, 0] = separator
-        return rows.reshape(-1)
+    runs = size_runs(lengths)
+    if runs is not None:
+        out = np.empty(int(lengths.sum()) + keep * n, dtype=np.uint8)
+        at = 0
+        for start, stop in runs:
+            length, count = int(lengths[start]), stop - start
+            first = int(fields[start])
+            rows = span[first : first + count * (4 + length)].reshape(count, 4 + length)
+            block = out[at : at + count * (length + keep)].reshape(count, length + keep)
+            block[...] = rows[:, 4 - keep :]
+            if separator is not None:
+                block[:, 0] = separator
+            at += block.size
+        return out
     mask = np.ones(len(span), dtype=bool)
     mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
     joined = span[mask]

@@ -501,6 +501,19 @@ class CodecChain:
             return _fast.gunzip(data, size)
         return None
 
+    def decode_stated(self, data: Bytes, most: int, limit: int) -> bytearray | None:
+        """What ``data`` decodes to, of the size its single compressor states (a gzip trailer,
+        a zstd frame header), if at most ``most`` bytes, through the fast decoders, or None:
+        decode with :meth:`decode_stream` and ``limit`` (chunks whose decoded size is not known
+        in advance: strings)."""
+        if len(self.compressors) != 1:
+            return None
+        if isinstance(self.compressors[0], GzipCodec):
+            return _fast.gunzip_stated(data, most)
+        if isinstance(self.compressors[0], ZstdCodec):
+            return _fast.unzstd_stated(data, most, 2 ** _window_log(limit))
+        return None
+
     def decode_into(self, data: Bytes, out: np.ndarray[Any, Any]) -> bool:
         """Whether ``data`` was decoded into all of ``out`` (bytes) in one step by the optional
         fast zstd decoder; if not, decode with :meth:`decode_stream`."""

@@ -27,8 +27,8 @@ import numpy as np
 
 from cytepool.errors import FormatError
 from cytepool.io.zarr._reading import Reader
-from cytepool.io.zarr.fields import METADATA_FILE, dumps, loads
-from cytepool.io.zarr.metadata import ArrayMetadata, check_attributes
+from cytepool.io.zarr.fields import METADATA_FILE, dumps, json_copy, loads
+from cytepool.io.zarr.metadata import ArrayMetadata, GroupMetadata, check_attributes
 from cytepool.io.zarr.store import Blob, Part, Store, StoreHandle, TooLargeError, Version
 
 __all__ = [
@@ -180,6 +180,7 @@ class ConsolidatedHandle:
         # what readers made of a node's document (which never changes here), by node: an
         # opened array's metadata and version, so that opening it again parses nothing
         self.parsed: dict[str, Any] = {}
+        self.parsed_groups: dict[str, GroupMetadata] = {}  # a group's metadata, by node
 
     @property
     def store(self) -> ConsolidatedStore:
@@ -218,7 +219,7 @@ class ConsolidatedHandle:
         if node is None:
             return None
         document = self._store.root if node == "" else self._store.documents.get(node)
-        return None if document is None else (_json_copy(document), self._store.version)
+        return None if document is None else (json_copy(document), self._store.version)
 
     def _text(self, node: str) -> bytes | None:
         """The document of ``node`` as JSON, made once per handle (reads ask again and again)."""
@@ -324,12 +325,3 @@ def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterab
             reader = Reader(handle, key, meta)
             if reader.shard is None:
                 prefetch(_chunk_keys(key, meta), limit=reader.chunk_limit)
-
-
-def _json_copy(value: Any) -> Any:
-    """A copy of parsed JSON (dicts and lists copied, other values shared: they are immutable)."""
-    if isinstance(value, dict):
-        return {key: _json_copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_json_copy(item) for item in value]
-    return value

@@ -251,3 +251,12 @@ def check_config_keys(
         if key not in required and key not in optional:
             raise fail(where, f"the configuration of {name} has the unknown field {key!r}")
     return config
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of parsed JSON (dicts and lists copied, other values shared: they are immutable)."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    return value

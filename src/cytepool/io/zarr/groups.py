@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from cytepool.errors import FormatError
 from cytepool.io.zarr._store import as_path, read_document, write_document
+from cytepool.io.zarr.fields import json_copy
 from cytepool.io.zarr.metadata import (
     METADATA_FILE,
     GroupMetadata,
@@ -97,11 +98,28 @@ def read_group_attributes(
     {}
     """
     node = path if isinstance(path, StorePath) or is_url(path) else as_path(path)
+    groups = _parsed_groups(node)
+    known = None if groups is None else groups.get(node.key)  # type: ignore[union-attr]
+    if known is not None:
+        return dict(json_copy(known.attributes))  # the caller's own copy
     doc, _, where = read_document(node, storage_options)
     if isinstance(doc, dict) and doc.get("node_type") == "array":
         msg = f"{node} is a Zarr array, not a group ({where})"
         raise FormatError(msg)
-    return GroupMetadata.from_json(doc, where).attributes
+    metadata = GroupMetadata.from_json(doc, where)
+    if groups is None:
+        return metadata.attributes
+    groups[node.key] = metadata  # type: ignore[union-attr]
+    return dict(json_copy(metadata.attributes))
+
+
+def _parsed_groups(node: object) -> dict[str, GroupMetadata] | None:
+    """The groups' metadata a handle whose documents never change keeps, by node (see
+    ConsolidatedHandle), or None."""
+    groups: dict[str, GroupMetadata] | None = getattr(
+        getattr(node, "handle", None), "parsed_groups", None
+    )
+    return groups
 
 
 def read_node_document(node: StorePath) -> tuple[Any, Version, str]:
@@ -141,9 +159,14 @@ def node_type(path: str | os.PathLike[str] | StorePath) -> Literal["array", "gro
     parsed = getattr(getattr(node, "handle", None), "parsed", None)  # see ConsolidatedHandle
     if parsed is not None and node.key in parsed:  # type: ignore[union-attr]
         return "array"
+    groups = _parsed_groups(node)
+    if groups is not None and node.key in groups:  # type: ignore[union-attr]
+        return "group"
     doc, stamp, where = read_document(node)
     metadata = parse_document(doc, where)
     if isinstance(metadata, GroupMetadata):
+        if groups is not None:
+            groups[node.key] = metadata  # type: ignore[union-attr]
         return "group"
     if parsed is not None:
         parsed[node.key] = (metadata, stamp)  # type: ignore[union-attr]
