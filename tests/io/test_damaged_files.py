@@ -177,6 +177,34 @@ def test_the_python_and_numba_heap_walks_agree(tmp_path: Path) -> None:
         assert python == kernel, python[0]
 
 
+def attribute_string(path: Path, name: str, attribute: str) -> int:
+    """The byte offset of the string descriptor (length, collection, object index) of the
+    variable-length string ``attribute`` of object ``name``, in its object header."""
+    with h5py.File(path, "r") as file:
+        header = h5py.h5o.get_info(file[name].id).addr
+        value = str(file[name].attrs[attribute]).encode()
+    data = path.read_bytes()
+    descriptors = [
+        len(value).to_bytes(4, "little") + at.to_bytes(8, "little") for at in collections(data)
+    ]
+    return min(
+        data.index(descriptor, header) for descriptor in descriptors if descriptor in data[header:]
+    )
+
+
+def test_attribute_string_of_no_heap_object_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    """An attribute's string naming an object its global heap collection does not hold (the
+    fuzz run: one changed byte of the object index): libhdf5 1.14.2 (h5py 3.11) read past the
+    collection's list of objects and crashed the process; h5py >= 3.12.1 raises an OSError."""
+    path = written(tmp_path)
+    at = attribute_string(path, "obs/_index", "encoding-type")
+    index = int.from_bytes(path.read_bytes()[at + 12 : at + 16], "little")
+    patched(path, at + 12, (index | 0xEA000000).to_bytes(4, "little"))
+    kind, message = pooled_in_child(path)
+    assert kind == "OSError", message
+    assert re.search(r"bad heap index", message), message
+
+
 def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:
     """Heap addresses count from the end of a user block (as MuData's .h5mu has one)."""
     path = tmp_path / "u.h5ad"
