@@ -42,8 +42,9 @@ N_CELLS, N_GENES = 300, 40
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of 100 stored values: many blocks, read ahead, on every file."""
+    """Blocks of 100 stored values (dense: 800 bytes): many blocks, read ahead, on every file."""
     monkeypatch.setattr(direct, "BLOCK_VALUES", 100)
+    monkeypatch.setattr(direct, "DENSE_BLOCK_BYTES", 800)
 
 
 @pytest.fixture(autouse=True)
@@ -238,6 +239,29 @@ def test_csc_file_names_the_cell_and_feature_of_a_bad_value(
         return
     with pytest.warns(NotCountsWarning, match=rf"not every value is a count .* 0\.5 at {place};"):
         from_anndata(path, **KEYS)
+
+
+@pytest.mark.parametrize(("chunk", "sizes"), [(7, {7}), (30, {5}), (None, {5})])
+def test_dense_blocks_hold_whole_chunks(tmp_path: Path, chunk: int | None, sizes: set[int]) -> None:
+    """Blocks of 800 bytes (5 rows of 40 float32) grow to whole chunks of rows where a chunk
+    takes at most four times as many bytes (7 rows, not 30); a chunk cut by a block's end
+    would be decoded twice."""
+    path = tmp_path / "dense.h5ad"
+    adata = as_layout(cells(), "dense")
+    with h5py.File(path, "w") as file:
+        ad.io.write_elem(file, "obs", adata.obs)
+        ad.io.write_elem(file, "var", adata.var)
+        chunks = None if chunk is None else (chunk, N_GENES)
+        file.create_dataset("X", data=adata.X, chunks=chunks, compression="gzip" if chunk else None)
+        file.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
+    with readers.open_cells(path, layer=None, use_raw=False) as (matrix, *_):
+        assert isinstance(matrix, direct.DenseMatrix)
+        bounds = [(start, stop) for start, stop, _ in matrix.blocks()]
+    assert {stop - start for start, stop in bounds[:-1]} == sizes
+    assert bounds[-1][1] == N_CELLS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_identical(pooled(path), pooled(adata))
 
 
 # --------------------------------------------------------------------------- Zarr v2 codecs
