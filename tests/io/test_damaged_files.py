@@ -270,3 +270,38 @@ def test_obs_and_var_lengths_that_lie_allocate_nothing(
     claim(target, length)
     with pytest.raises(FormatError, match=message):
         from_anndata(path, **KEYS)
+
+
+def recoded_strings(chunk: Path, change: Any) -> None:
+    """Decode a chunk of Zarr v2 strings (blosc), ``change`` its bytes, encode it again."""
+    import numcodecs
+
+    blosc = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    decoded = bytearray(blosc.decode(chunk.read_bytes()))
+    change(decoded)
+    chunk.write_bytes(blosc.encode(bytes(decoded)))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda chunk: chunk.write_bytes(chunk.read_bytes()[:14]), "too few for a blosc frame"),
+        (
+            lambda chunk: recoded_strings(chunk, lambda b: b.__setitem__(3, 0xFD)),
+            r"claims 4244635650 strings; a chunk holds 2",
+        ),
+    ],
+    ids=["cut-short", "count-that-lies"],
+)
+def test_string_chunk_that_lies_allocates_nothing(
+    tmp_path: Path, damage: Any, message: str
+) -> None:
+    """A chunk of obs strings cut short (the fuzz run: blosc read past it, and numcodecs then
+    allocated 4 billion strings, 32 GiB) or claiming more strings than its chunk holds."""
+    path = zarr_v2(tmp_path)
+    meta = json.loads((path / "obs" / "sample" / "categories" / ".zarray").read_text())
+    assert meta["filters"] == [{"id": "vlen-utf8"}]
+    damage(path / "obs" / "sample" / "categories" / "0")
+    where = r"obs of .*c\.zarr, sample/categories, chunk 0"
+    with pytest.raises(FormatError, match=rf"{where}: .*{message}"):
+        from_anndata(path, **KEYS)
