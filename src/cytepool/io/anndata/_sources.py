@@ -404,12 +404,14 @@ def check_v2_strings(path: Path, where: str) -> None:
     must match the chunk file and claim at most what the strings can take. Arrays of
     anything else are left to zarr-python. Raises FormatError naming the chunk."""
     document = _zarray(path, where)
-    if [f.get("id") for f in document.get("filters") or [] if isinstance(f, dict)] != ["vlen-utf8"]:
+    filters = [f.get("id") if isinstance(f, dict) else f for f in document.get("filters") or []]
+    if filters != ["vlen-utf8"]:
         return
     count = math.prod(_ints(document.get("chunks"), 1, where))
     codec = _codec(document.get("compressor"), where)
-    for chunk in sorted(p for p in path.iterdir() if not p.name.startswith(".")):
-        chunk_where = f"{where}, chunk {chunk.name}"
+    chunks = (p for p in path.rglob("*") if not p.name.startswith(".") and not p.is_dir())
+    for chunk in sorted(chunks):
+        chunk_where = f"{where}, chunk {chunk.relative_to(path).as_posix()}"
         fd = open_regular(chunk, chunk_where)
         try:
             encoded = os.pread(fd, os.fstat(fd).st_size, 0)
