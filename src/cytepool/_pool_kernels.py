@@ -283,6 +283,7 @@ def scatter_columns(
     indptr: Any,
     profiles: Any,
     bounds: Any,
+    column0: int,
     sums: Any,
     resume: Any,
     integers: bool,
@@ -290,10 +291,12 @@ def scatter_columns(
 ) -> int:  # pragma: no cover - compiled
     """Add the columns of a CSC matrix from ``resume[task]`` to ``bounds[task + 1]``.
 
-    The CSC counterpart of :func:`scatter`, reading the matrix in place: each value goes to
-    ``out[profiles[row], column]``; the output rows of all profiles stay in cache as the
-    columns go by. ``resume[task]`` is set to the column where the task stopped; the status
-    is as for :func:`scatter`, the column at ``resume[task]`` then not added.
+    The CSC counterpart of :func:`scatter`, reading the matrix in place: the value of column
+    ``j`` goes to ``out[profiles[row], column0 + j]`` (a block of the columns from
+    ``column0`` adds into its own columns of the sums); the output rows of all profiles stay
+    in cache as the columns go by. ``resume[task]`` is set to the column (of the matrix)
+    where the task stopped; the status is as for :func:`scatter`, the column at
+    ``resume[task]`` then not added.
     """
     out, detected, squares = sums
     n_rows = profiles.shape[0]
@@ -311,20 +314,21 @@ def scatter_columns(
             resume[task] = j
             return status
         fits = True
+        c = column0 + j
         if integers:
             for k in range(values.shape[0]):
                 p, v = profiles[np.uint64(rows[k])], np.int64(values[k])
-                out[p, j] += v
+                out[p, c] += v
                 if square:
-                    total = squares[p, j] + v * v
-                    squares[p, j] = total
+                    total = squares[p, c] + v * v
+                    squares[p, c] = total
                     fits &= total >= 0
         else:
             for k in range(values.shape[0]):
                 p, x = profiles[np.uint64(rows[k])], np.float64(values[k])
-                out[p, j] += x
+                out[p, c] += x
                 if square:
-                    squares[p, j] += x * x
+                    squares[p, c] += x * x
         if not fits:
             resume[task] = j
             return OVERFLOW
@@ -337,5 +341,5 @@ def scatter_columns(
             if values[k] > 0 and (stamp.shape[0] == 0 or stamp[r] != j):
                 if stamp.shape[0]:
                     stamp[r] = j
-                detected[profiles[r], j] += 1
+                detected[profiles[r], c] += 1
     return DONE

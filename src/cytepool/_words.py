@@ -42,7 +42,6 @@ class _Words:
     pick: str = ""  # how to pick another matrix; empty: say to pool raw counts
     cells: Sequence[Any] | None = None  # the names of its rows
     features: Sequence[Any] | None = None  # the names of its columns
-    first_column: int = 0  # of the columns being pooled, in ``features``
 
 
 _PYTHON = _Words()
@@ -85,7 +84,6 @@ def pick_counts() -> str:
 def place(row: int, column: int) -> str:
     """``"row 3, column 5"`` in the matrix being pooled, with the names of both when known."""
     words = _current()
-    column += words.first_column
     cell = f" (cell {str(words.cells[row])!r})" if words.cells is not None else ""
     feature = "" if words.features is None else f" (feature {str(words.features[column])!r})"
     return f"row {row}{cell}, column {column}{feature}"

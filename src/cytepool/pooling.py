@@ -245,6 +245,33 @@ def from_codes(
     )
 
 
+class ColumnBlocks:
+    """A cells x features matrix handed over as blocks of its columns, pooled straight into
+    the columns of the sums each block covers (:func:`from_codes` takes it as ``counts``).
+
+    Parameters
+    ----------
+    shape
+        ``(n_cells, n_features)``.
+    blocks
+        ``(start, stop, block)`` in order, ``block`` a scipy.sparse CSC matrix of every cell
+        and the columns ``[start, stop)``; together they cover each column once.
+    values
+        The stored values of the whole matrix, if known (it chooses numpy or numba for the
+        blocks as for a whole matrix; see :func:`cytepool._pool_sums.small_values`).
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, int],
+        blocks: Iterable[tuple[int, int, Any]],
+        values: int | None = None,
+    ):
+        self.shape = shape
+        self.blocks = blocks
+        self.values = values
+
+
 def _warn_not_counts(row: int, column: int, value: float) -> None:
     msg = (
         f"{_words.matrix()}: not every value is a count (a whole number below 2**31), e.g. "
@@ -399,27 +426,31 @@ class _Sums:
         args = (*block, rows, starts)
         self._run(kernels.scatter, args, resume, list(groups), line)
 
-    def add_columns(self, matrix: Any, first: int) -> None:
-        """Add a CSC block of the cells from ``first``, read in place, in tasks of columns."""
+    def add_columns(self, matrix: Any, first: int, column0: int = 0) -> None:
+        """Add a CSC block of the cells from ``first``, read in place, in tasks of columns:
+        its columns are those of the sums from ``column0`` on (a block of columns adds
+        straight into its own columns of the sums)."""
         block = (_data(matrix.data, "counts"), matrix.indices, _indptr(matrix.indptr))
         indptr = block[2]
-        if self._add_small(block, self.profiles[first : first + matrix.shape[0]], first):
+        profiles = self.profiles[first : first + matrix.shape[0]]
+        if self._add_small(block, profiles, first, column0=column0):
             return
         from cytepool import _pool_kernels as kernels  # numba: only for large blocks
 
+        n_columns = matrix.shape[1]
         target = max(int(indptr[-1]) // _COLUMN_TASKS, 1)
         bounds = [0]
-        while bounds[-1] < self.n_features:
+        while bounds[-1] < n_columns:
             stop = int(np.searchsorted(indptr, indptr[bounds[-1]] + target, side="right")) - 1
-            bounds.append(min(max(stop, bounds[-1] + 1), self.n_features))
+            bounds.append(min(max(stop, bounds[-1] + 1), n_columns))
         resume = np.array(bounds[:-1], dtype=np.int64)
 
         def line(task: int) -> _Line:
             column = int(resume[task])
-            return block, column, (self.offset[0] + first, self.offset[1] + column), False
+            at = (self.offset[0] + first, self.offset[1] + column0 + column)
+            return block, column, at, False
 
-        profiles = self.profiles[first : first + matrix.shape[0]]
-        args = (*block, profiles, np.array(bounds, dtype=np.int64))
+        args = (*block, profiles, np.array(bounds, dtype=np.int64), column0)
         self._run(kernels.scatter_columns, args, resume, list(range(len(resume))), line)
 
     def _run(
@@ -453,8 +484,11 @@ class _Sums:
                 self._to_float64(line(tasks[0]))
         self.squares_bound = np.inf if self.squares.shape[1] else 0.0  # numba checks from now
 
-    def _add_small(self, block: Block, profiles: Any, first: int, *, by_row: bool = False) -> bool:
-        """Add a small CSR (``by_row``) or CSC block with numpy; False if it is not small."""
+    def _add_small(
+        self, block: Block, profiles: Any, first: int, *, by_row: bool = False, column0: int = 0
+    ) -> bool:
+        """Add a small CSR (``by_row``) or CSC block (of the columns from ``column0``) with
+        numpy; False if it is not small."""
         values = block[0][: int(block[2][-1])]
         if values.size > self.small_values:
             return False
@@ -468,7 +502,7 @@ class _Sums:
             return False
         for start, stop in _pool_sums.pieces(block[2], _pool_sums.PIECE_VALUES):
             piece = _pool_sums.piece(block, start, stop)
-            self._scatter(piece, start, profiles, first, by_row=by_row)
+            self._scatter(piece, column0 + start, profiles, first, by_row=by_row)
         self.squares_bound = bound
         return True
 
@@ -572,6 +606,8 @@ def _pool(
     fmt = _sparse_format(counts)
     if _is_dask(counts):
         kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
+    elif isinstance(counts, ColumnBlocks):
+        kind, arrays = "csc", _pool_columns(counts, profiles, n_groups, n_samples, extra).arrays()
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
         small = _pool_sums.small_values(counts.nnz if fmt else counts.size)
@@ -621,6 +657,34 @@ def _pool_blocks(
         first += block.shape[0]
     if sums is None or first != profiles.size:
         msg = f"counts: the row blocks hold {first} rows, expected {profiles.size} (one per label)"
+        raise InputError(msg)
+    return sums
+
+
+def _pool_columns(
+    counts: ColumnBlocks, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
+) -> _Sums:
+    """The sums of a matrix given as blocks of its columns, each added into its columns."""
+    n_cells, n_features = counts.shape
+    if n_cells != profiles.size:
+        msg = f"counts: expected one row per label ({profiles.size}), found {n_cells} rows"
+        raise InputError(msg)
+    small = _pool_sums.small_values(counts.values)
+    sums = _Sums(profiles, n_groups, n_samples, n_features, extra, small_values=small)
+    done = 0
+    for start, stop, block in counts.blocks:
+        expected = (n_cells, stop - start)
+        if _sparse_format(block) != "csc" or start != done or block.shape != expected:
+            msg = (
+                f"counts: column block [{start}, {stop}): expected a CSC matrix of shape "
+                f"{expected} starting at column {done}, found "
+                f"{type(block).__name__}{getattr(block, 'shape', '')}"
+            )
+            raise InputError(msg)
+        sums.add_columns(block, 0, start)
+        done = stop
+    if done != n_features:
+        msg = f"counts: the column blocks cover {done} of the {n_features} columns"
         raise InputError(msg)
     return sums
 

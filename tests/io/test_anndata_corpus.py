@@ -87,6 +87,7 @@ def blocks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     monkeypatch.setattr(readers, "BLOCK_NONZEROS", 40)
     monkeypatch.setattr(readers, "BLOCK_BYTES", 100)
     monkeypatch.setattr(direct, "BLOCK_VALUES", 40)
+    monkeypatch.setattr(direct, "DENSE_BLOCK_BYTES", 320)
     seen: list[tuple[int, int]] = []
     for module, name in (
         (readers, "block_bounds"),

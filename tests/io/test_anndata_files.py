@@ -29,7 +29,7 @@ sparse = pytest.importorskip("scipy.sparse")
 h5py = pytest.importorskip("h5py")
 numcodecs = pytest.importorskip("numcodecs")
 
-from cytepool.errors import FormatError  # noqa: E402
+from cytepool.errors import FormatError, InputError, NotCountsWarning  # noqa: E402
 from cytepool.io.anndata import _direct as direct  # noqa: E402
 from cytepool.io.anndata import _readers as readers  # noqa: E402
 from cytepool.io.anndata import _sources as sources  # noqa: E402
@@ -42,8 +42,9 @@ N_CELLS, N_GENES = 300, 40
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of 100 stored values: many blocks, read ahead, on every file."""
+    """Blocks of 100 stored values (dense: 800 bytes): many blocks, read ahead, on every file."""
     monkeypatch.setattr(direct, "BLOCK_VALUES", 100)
+    monkeypatch.setattr(direct, "DENSE_BLOCK_BYTES", 800)
 
 
 @pytest.fixture(autouse=True)
@@ -150,10 +151,11 @@ def test_file_pools_as_in_memory(tmp_path: Path, storage: str, layout: str, sour
 
 
 @pytest.mark.interop
+@pytest.mark.parametrize("layout", ["csr", "csc", "dense"])
 @pytest.mark.parametrize("storage", ["h5ad", "gzip", "zarr-v2"])
-def test_file_sums_equal_scanpy(tmp_path: Path, storage: str) -> None:
+def test_file_sums_equal_scanpy(tmp_path: Path, storage: str, layout: str) -> None:
     sc = pytest.importorskip("scanpy")
-    adata = cells()
+    adata = as_layout(cells(), layout)
     path = write(adata, tmp_path / ("c.zarr" if "zarr" in storage else "c.h5ad"), storage)
     sums = pooled(path)["counts"]
     with warnings.catch_warnings():
@@ -177,6 +179,89 @@ def test_fractions_pool_as_in_memory_from_a_file(tmp_path: Path) -> None:
         found = pooled(path)
     assert found["counts"].dtype == np.float64
     assert_identical(found, expected)
+
+
+def csc_cells(kind: str) -> Any:
+    """An AnnData of :func:`cells` with X as CSC of ``kind``: empty columns (the first, the
+    last, a run), every column empty, one column, int32 counts, or float32 fractions."""
+    adata = cells("fractions" if kind == "fractions" else "counts")
+    matrix = adata.X.toarray()
+    if kind == "empty-columns":
+        matrix[:, [0, 5, 6, 7, 20, N_GENES - 1]] = 0
+    elif kind == "all-empty":
+        matrix[:] = 0
+    elif kind == "one-column":
+        matrix = matrix[:, 3:4]
+    elif kind == "int32":
+        matrix = matrix.astype(np.int32)
+    var = pd.DataFrame(index=[f"g{j}" for j in range(matrix.shape[1])])
+    return ad.AnnData(sparse.csc_matrix(matrix), obs=adata.obs, var=var)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("kind", ["empty-columns", "all-empty", "one-column", "int32", "fractions"])
+@pytest.mark.parametrize("storage", ["h5ad", "gzip", "zarr-v2", "zarr-v3-sharded"])
+def test_csc_file_pools_into_its_columns_as_in_memory(
+    tmp_path: Path, storage: str, kind: str, pooling_path: str
+) -> None:
+    """CSC blocks of a few columns each (BLOCK_VALUES is 100 here) add straight into their
+    columns of the sums, on each pooling path: the cube of the matrix in memory, bit for bit
+    (as CSC, read whole, and as CSR), fingerprint included."""
+    adata = csc_cells(kind)
+    suffix = ".h5ad" if storage in ("h5ad", "gzip") else ".zarr"
+    path = write(adata, tmp_path / f"cells{suffix}", storage)
+    assert isinstance(reader_of(path), direct.SparseMatrix)
+    as_csr = ad.AnnData(adata.X.tocsr(), obs=adata.obs, var=adata.var)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fractions are not counts
+        cubes = [from_anndata(source, **KEYS, layers=LAYERS) for source in (path, adata, as_csr)]
+    found, *expected = ({name: cube.to_numpy(name) for name in LAYERS} for cube in cubes)
+    for other in expected:
+        assert_identical(found, other)
+    assert cubes[0].fingerprint == cubes[1].fingerprint == cubes[2].fingerprint
+    assert found["counts"].dtype == (np.float64 if kind == "fractions" else np.int64)
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.5])
+def test_csc_file_names_the_cell_and_feature_of_a_bad_value(
+    tmp_path: Path, value: float, pooling_path: str
+) -> None:
+    """A value in a later block of columns is named by its column in the whole matrix."""
+    adata = csc_cells("int32")
+    matrix = adata.X.toarray().astype(np.float32)
+    matrix[7, 30] = value
+    adata = ad.AnnData(sparse.csc_matrix(matrix), obs=adata.obs, var=adata.var)
+    path = write(adata, tmp_path / "cells.h5ad", "h5ad")
+    place = r"row 7 \(cell 'c7'\), column 30 \(feature 'g30'\)"
+    if value < 0:
+        with pytest.raises(InputError, match=rf"X of .*cells\.h5ad: {place} holds -1\.0;"):
+            from_anndata(path, **KEYS)
+        return
+    with pytest.warns(NotCountsWarning, match=rf"not every value is a count .* 0\.5 at {place};"):
+        from_anndata(path, **KEYS)
+
+
+@pytest.mark.parametrize(("chunk", "sizes"), [(7, {7}), (30, {5}), (None, {5})])
+def test_dense_blocks_hold_whole_chunks(tmp_path: Path, chunk: int | None, sizes: set[int]) -> None:
+    """Blocks of 800 bytes (5 rows of 40 float32) grow to whole chunks of rows where a chunk
+    takes at most four times as many bytes (7 rows, not 30); a chunk cut by a block's end
+    would be decoded twice."""
+    path = tmp_path / "dense.h5ad"
+    adata = as_layout(cells(), "dense")
+    with h5py.File(path, "w") as file:
+        ad.io.write_elem(file, "obs", adata.obs)
+        ad.io.write_elem(file, "var", adata.var)
+        chunks = None if chunk is None else (chunk, N_GENES)
+        file.create_dataset("X", data=adata.X, chunks=chunks, compression="gzip" if chunk else None)
+        file.attrs.update({"encoding-type": "anndata", "encoding-version": "0.1.0"})
+    with readers.open_cells(path, layer=None, use_raw=False) as (matrix, *_):
+        assert isinstance(matrix, direct.DenseMatrix)
+        bounds = [(start, stop) for start, stop, _ in matrix.blocks()]
+    assert {stop - start for start, stop in bounds[:-1]} == sizes
+    assert bounds[-1][1] == N_CELLS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_identical(pooled(path), pooled(adata))
 
 
 # --------------------------------------------------------------------------- Zarr v2 codecs

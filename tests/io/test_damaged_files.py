@@ -177,6 +177,34 @@ def test_the_python_and_numba_heap_walks_agree(tmp_path: Path) -> None:
         assert python == kernel, python[0]
 
 
+def attribute_string(path: Path, name: str, attribute: str) -> int:
+    """The byte offset of the string descriptor (length, collection, object index) of the
+    variable-length string ``attribute`` of object ``name``, in its object header."""
+    with h5py.File(path, "r") as file:
+        header = h5py.h5o.get_info(file[name].id).addr
+        value = str(file[name].attrs[attribute]).encode()
+    data = path.read_bytes()
+    descriptors = [
+        len(value).to_bytes(4, "little") + at.to_bytes(8, "little") for at in collections(data)
+    ]
+    return min(
+        data.index(descriptor, header) for descriptor in descriptors if descriptor in data[header:]
+    )
+
+
+def test_attribute_string_of_no_heap_object_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    """An attribute's string naming an object its global heap collection does not hold (the
+    fuzz run: one changed byte of the object index): libhdf5 1.14.2 (h5py 3.11) read past the
+    collection's list of objects and crashed the process; h5py >= 3.12.1 raises an OSError."""
+    path = written(tmp_path)
+    at = attribute_string(path, "obs/_index", "encoding-type")
+    index = int.from_bytes(path.read_bytes()[at + 12 : at + 16], "little")
+    patched(path, at + 12, (index | 0xEA000000).to_bytes(4, "little"))
+    kind, message = pooled_in_child(path)
+    assert kind == "OSError", message
+    assert re.search(r"bad heap index", message), message
+
+
 def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:
     """Heap addresses count from the end of a user block (as MuData's .h5mu has one)."""
     path = tmp_path / "u.h5ad"
@@ -241,4 +269,39 @@ def test_obs_and_var_lengths_that_lie_allocate_nothing(
         target = target / "values"
     claim(target, length)
     with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+def recoded_strings(chunk: Path, change: Any) -> None:
+    """Decode a chunk of Zarr v2 strings (blosc), ``change`` its bytes, encode it again."""
+    import numcodecs
+
+    blosc = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    decoded = bytearray(blosc.decode(chunk.read_bytes()))
+    change(decoded)
+    chunk.write_bytes(blosc.encode(bytes(decoded)))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda chunk: chunk.write_bytes(chunk.read_bytes()[:14]), "too few for a blosc frame"),
+        (
+            lambda chunk: recoded_strings(chunk, lambda b: b.__setitem__(3, 0xFD)),
+            r"claims 4244635650 strings; a chunk holds 2",
+        ),
+    ],
+    ids=["cut-short", "count-that-lies"],
+)
+def test_string_chunk_that_lies_allocates_nothing(
+    tmp_path: Path, damage: Any, message: str
+) -> None:
+    """A chunk of obs strings cut short (the fuzz run: blosc read past it, and numcodecs then
+    allocated 4 billion strings, 32 GiB) or claiming more strings than its chunk holds."""
+    path = zarr_v2(tmp_path)
+    meta = json.loads((path / "obs" / "sample" / "categories" / ".zarray").read_text())
+    assert meta["filters"] == [{"id": "vlen-utf8"}]
+    damage(path / "obs" / "sample" / "categories" / "0")
+    where = r"obs of .*c\.zarr, sample/categories, chunk 0"
+    with pytest.raises(FormatError, match=rf"{where}: .*{message}"):
         from_anndata(path, **KEYS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from cytepool.cube import Cube
+    from cytepool.pooling import ColumnBlocks
 from cytepool.io.anndata._covariates import (
     Covariates,
     axis_tables,
@@ -555,10 +556,12 @@ def _pool_with_tables(
     with _words.speaking(**names), contextlib.ExitStack() as stack:
         if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
             blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
-            if matrix.format == "csc":
-                return _pool_columns(blocks, feature_table, pool, options)
-            rows = (block for _, _, block in blocks)
-            counts = shown(rows, matrix.shape[0], options["progress"])
+            if isinstance(matrix, SparseMatrix) and matrix.format == "csc":
+                stored = matrix.data.shape[0]
+                counts: Any = _columns(blocks, matrix.shape, stored, options["progress"])
+            else:
+                rows = (block for _, _, block in blocks)
+                counts = shown(rows, matrix.shape[0], options["progress"])
         elif is_sparse_dataset(matrix) and matrix.format == "csc":
             indptr = matrix.group["indptr"]
             bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
@@ -566,7 +569,8 @@ def _pool_with_tables(
             column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
             if source.path:
                 column_blocks = read_damaged(column_blocks, source.owner)
-            return _pool_columns(column_blocks, feature_table, pool, options)
+            values = int(matrix.group["data"].shape[0])
+            counts = _columns(column_blocks, matrix.shape, values, options["progress"])
         else:
             counts = cell_rows(matrix, options["progress"])
             if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
@@ -585,48 +589,21 @@ def _coded(
     return codes.astype(np.int64, copy=False), [str(name) for name in table.index]
 
 
-def _pool_columns(
-    blocks: Iterable[tuple[int, int, Any]],
-    features: pd.DataFrame,
-    pool: Callable[[Any, pd.DataFrame, bool], Cube],
-    options: Mapping[str, Any],
-) -> Cube:
-    """Pool a CSC matrix on disk in blocks of columns, ``(start, stop, block)``, then join
-    them along the features.
+def _columns(
+    blocks: Iterable[tuple[int, int, Any]], shape: tuple[int, int], values: int, progress: Any
+) -> ColumnBlocks:
+    """A CSC matrix on disk as blocks of its columns, ``(start, stop, block)``, which the
+    pooling adds straight into their columns of the sums (no cube per block, no join); with
+    a progress bar of the features."""
+    from cytepool.pooling import ColumnBlocks
 
-    Values that are not counts are warned about once, in the first block that holds one.
-    """
+    def shown_columns() -> Iterator[tuple[int, int, Any]]:
+        bar = _progress.Progress(shape[1], "pooling", "features", enabled=progress)
+        try:
+            for start, stop, block in blocks:
+                yield start, stop, block
+                bar.update(stop - start)
+        finally:
+            bar.close()
 
-    progress = _progress.Progress(len(features), "pooling", "features", enabled=options["progress"])
-    parts: list[Cube] = []
-    allow_float = options["allow_float"]
-    try:
-        for start, stop, block in blocks:
-            with _words.speaking(first_column=start):
-                parts.append(pool(block, features.iloc[start:stop], allow_float))
-            allow_float = allow_float or _float_counts(parts[-1])
-            progress.update(stop - start)
-    finally:
-        progress.close()
-    if len(parts) == 1:
-        return parts[0]
-    layers = {}
-    for name in parts[0].layers:
-        dtype = np.result_type(*(part.layers[name].dtype for part in parts))
-        layers[name] = np.concatenate([part.to_numpy(name).astype(dtype) for part in parts], 2)
-    first = parts[0]
-    return from_parts(
-        layers,
-        samples=first.samples,
-        groups=first.groups,
-        features=features,
-        cells=first.cells,
-        normalization=None,
-        metadata=None,
-        provenance=first.provenance,
-        digests=None,
-    )
-
-
-def _float_counts(cube: Cube) -> bool:
-    return "counts" in cube.layers and np.dtype(cube.layers["counts"].dtype).kind == "f"
+    return ColumnBlocks(shape, shown_columns(), values)

@@ -22,6 +22,7 @@ from cytepool.errors import (
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
+from cytepool.io.anndata._sources import check_v2_strings
 
 if TYPE_CHECKING:
     import anndata
@@ -194,6 +195,16 @@ def _check_length(array: Any, exact: int | None, most: int | None, where: str) -
     if most is not None and math.prod(shape) > most:
         msg = f"{where} claims {math.prod(shape)} entries, more than the file holds: it is damaged"
         raise FormatError(msg)
+    folder = _local_folder(array)
+    if folder is not None and (folder / ".zarray").is_file():
+        check_v2_strings(folder, where)
+
+
+def _local_folder(array: Any) -> Path | None:
+    """The folder of a zarr-python array in a local store; None for others (h5py's)."""
+    store_path = getattr(array, "store_path", None)
+    root = getattr(getattr(store_path, "store", None), "root", None)
+    return None if root is None else Path(root) / str(getattr(store_path, "path", ""))
 
 
 def _stored_bytes(path: Path) -> int:

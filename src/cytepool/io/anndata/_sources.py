@@ -49,6 +49,7 @@ __all__ = [
     "H5Source",
     "ZarrV2Source",
     "ZarrV3Source",
+    "check_v2_strings",
     "h5_source",
     "open_regular",
     "read_pair",
@@ -393,6 +394,49 @@ class ZarrV2Source:
             msg = f"{where}: read {len(data)} of its {size} bytes"
             raise FormatError(msg)
         return data
+
+
+def check_v2_strings(path: Path, where: str) -> None:
+    """Check the chunks of the Zarr v2 array of strings at ``path`` (an obs or var column)
+    before zarr-python reads them: numcodecs' ``vlen-utf8`` allocates as many strings as a
+    chunk's first four bytes claim before it checks them (a damaged chunk claimed 4 billion:
+    32 GiB). Each stored chunk must decode to its count of strings; a blosc frame's header
+    must match the chunk file and claim at most what the strings can take. Arrays of
+    anything else are left to zarr-python. Raises FormatError naming the chunk."""
+    document = _zarray(path, where)
+    filters = [f.get("id") if isinstance(f, dict) else f for f in document.get("filters") or []]
+    if filters != ["vlen-utf8"]:
+        return
+    count = math.prod(_ints(document.get("chunks"), 1, where))
+    codec = _codec(document.get("compressor"), where)
+    chunks = (p for p in path.rglob("*") if not p.name.startswith(".") and not p.is_dir())
+    for chunk in sorted(chunks):
+        chunk_where = f"{where}, chunk {chunk.relative_to(path).as_posix()}"
+        fd = open_regular(chunk, chunk_where)
+        try:
+            encoded = os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            os.close(fd)
+        decoded: Any = encoded
+        if codec is not None:
+            if codec.codec_id == "blosc":  # its strings: a length each, and bytes
+                claimed = int.from_bytes(encoded[4:8], "little") if len(encoded) >= 16 else 0
+                most = 4 + 4 * count + 1024 * len(encoded)
+                _check_blosc_header(encoded, min(max(claimed, 4 + 4 * count), most), chunk_where)
+            decoded = _decoded(codec, encoded, chunk_where)
+        raw = memoryview(decoded).cast("B")
+        found = int.from_bytes(raw[:4], "little") if len(raw) >= 4 else None
+        if found != count:
+            msg = f"{chunk_where}: claims {found} strings; a chunk holds {count}"
+            raise FormatError(msg)
+
+
+def _decoded(codec: Any, encoded: bytes, where: str) -> Any:
+    try:
+        return codec.decode(encoded)
+    except Exception as error:
+        msg = f"{where}: cannot decode it ({codec.codec_id}): {type(error).__name__}: {error}"
+        raise FormatError(msg) from error
 
 
 def _check_blosc_header(encoded: bytes, nbytes: int, where: str) -> None:
