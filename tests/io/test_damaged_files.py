@@ -305,3 +305,32 @@ def test_string_chunk_that_lies_allocates_nothing(
     where = r"obs of .*c\.zarr, sample/categories, chunk 0"
     with pytest.raises(FormatError, match=rf"{where}: .*{message}"):
         from_anndata(path, **KEYS)
+
+
+def zarr_v3(tmp_path: Path) -> Path:
+    """A Zarr v3 store of cells(), without consolidated metadata (so an edit is read)."""
+    path = tmp_path / "c.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata 0.13 deprecates the setting: v3 is its default
+        with ad.settings.override(zarr_write_format=3):
+            cells().write_zarr(path)
+    meta = json.loads((path / "zarr.json").read_text())
+    meta.pop("consolidated_metadata", None)
+    (path / "zarr.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_zarr_v3_string_chunk_that_lies_allocates_nothing(tmp_path: Path) -> None:
+    """A Zarr v3 chunk of obs strings claiming 4 billion strings: zarr-python decodes it with
+    numcodecs, which allocated them (32 GiB) before checking; cytepool's reader refuses it."""
+    path = zarr_v3(tmp_path)
+    array = path / "obs" / "sample" / "categories"
+    meta = json.loads((array / "zarr.json").read_text())
+    meta["codecs"] = [{"name": "vlen-utf8", "configuration": {}}]  # unsharded, uncompressed
+    (array / "zarr.json").write_text(json.dumps(meta))
+    for chunk in (array / "c").iterdir():
+        chunk.unlink() if chunk.is_file() else None
+    (array / "c" / "0").write_bytes((0xFFFFFFF0).to_bytes(4, "little") + bytes(4))
+    where = r"obs of .*c\.zarr, sample/categories: corrupt chunk .*categories/c/0"
+    with pytest.raises(FormatError, match=rf"{where}: .*holds 4294967280 items, expected"):
+        from_anndata(path, **KEYS)

@@ -22,7 +22,7 @@ from cytepool.errors import (
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
-from cytepool.io.anndata._sources import check_v2_strings
+from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
 
 if TYPE_CHECKING:
     import anndata
@@ -198,6 +198,8 @@ def _check_length(array: Any, exact: int | None, most: int | None, where: str) -
     folder = _local_folder(array)
     if folder is not None and (folder / ".zarray").is_file():
         check_v2_strings(folder, where)
+    elif folder is not None and (folder / "zarr.json").is_file():
+        check_v3_strings(folder, where)
 
 
 def _local_folder(array: Any) -> Path | None:

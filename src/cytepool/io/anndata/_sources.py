@@ -431,6 +431,26 @@ def check_v2_strings(path: Path, where: str) -> None:
             raise FormatError(msg)
 
 
+def check_v3_strings(path: Path, where: str) -> None:
+    """Check the Zarr v3 array of strings at ``path`` (an obs or var column) before
+    zarr-python reads it: zarr-python decodes ``vlen-utf8`` with numcodecs too, which allocates
+    as many strings as a chunk claims before it checks them. cytepool's own reader checks each
+    chunk's count of strings against its shape first, so the strings are read with it once.
+    Arrays of anything else, and arrays that reader does not support, are left to zarr-python.
+    Raises FormatError naming the array and the chunk."""
+    from cytepool.io.zarr import open_array
+
+    try:
+        array = open_array(path)
+        if array.dtype.kind in "OTU":
+            array[...]
+    except UnsupportedFeatureError:
+        return
+    except FormatError as error:
+        msg = f"{where}: {error}"
+        raise FormatError(msg) from error
+
+
 def _decoded(codec: Any, encoded: bytes, where: str) -> Any:
     try:
         return codec.decode(encoded)
