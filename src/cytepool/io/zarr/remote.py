@@ -17,7 +17,11 @@ at most twice that many fetched and not yet decoded, so memory is the result plu
 number of chunks; each is refused from the length the server announces, before its body is
 read, beyond the bound its reader gives (the most bytes a valid encoding of the chunk takes).
 :meth:`RemoteHandle.gather` fetches small objects (metadata documents) together, in one round,
-and keeps them for the read. Reads never list: :meth:`RemoteHandle.list` is there for the
+and keeps them for the read. :meth:`RemoteHandle.guess` fetches objects whose keys are guessed
+before their arrays' documents arrive (a first chunk), at most ``max_in_flight`` at a time and
+each within a bound; :meth:`RemoteHandle.confirm` keeps those the documents confirm and forgets
+the others, so a guess found absent is a chunk that is absent only when it is the chunk's key.
+Reads never list: :meth:`RemoteHandle.list` is there for the
 :class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
