@@ -153,8 +153,9 @@ class _Ahead:
     def confirm(self, guesses: Mapping[str, str]) -> None:
         """Keep the guesses that are the first chunk of their array; forget the others."""
         confirm = getattr(self._handle, "confirm", None)
-        if confirm is not None and guesses:
-            confirm([key for node in guesses for key in self._arrays.get(node, ([], 0))[0]])
+        guessed = [node for node, guess in guesses.items() if guess]
+        if confirm is not None and guessed:
+            confirm([key for node in guessed for key in self._arrays.get(node, ([], 0))[0]])
 
     def first_chunk(self, key: str, documents: Mapping[str, Any]) -> str:
         """The key guessed for the first chunk of the node ``key``, "" if none is guessed: only
