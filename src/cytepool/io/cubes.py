@@ -779,7 +779,8 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
         root = StorePath(read_through(handle, document, documents, version))
     else:
         layers = [f"layers/{name}" for name in header.layers]
-        documents = gather_documents(handle, [*_opened(header), "layers", *layers], version)
+        opened = [*_opened(header), "layers", *layers]
+        documents = gather_documents(handle, opened, version, fetch=lambda _: _PARTS)
     if documents is not None:
         fetch_ahead(root.handle, documents, _PARTS)  # every chunk of the parts opening reads
     return _read_parts(root, backend, header)

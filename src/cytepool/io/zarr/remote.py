@@ -17,7 +17,11 @@ at most twice that many fetched and not yet decoded, so memory is the result plu
 number of chunks; each is refused from the length the server announces, before its body is
 read, beyond the bound its reader gives (the most bytes a valid encoding of the chunk takes).
 :meth:`RemoteHandle.gather` fetches small objects (metadata documents) together, in one round,
-and keeps them for the read. Reads never list: :meth:`RemoteHandle.list` is there for the
+and keeps them for the read. :meth:`RemoteHandle.guess` fetches objects whose keys are guessed
+before their arrays' documents arrive (a first chunk), at most ``max_in_flight`` at a time and
+each within a bound; :meth:`RemoteHandle.confirm` keeps those the documents confirm and forgets
+the others, so a guess found absent is a chunk that is absent only when it is the chunk's key.
+Reads never list: :meth:`RemoteHandle.list` is there for the
 :class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
@@ -499,6 +503,8 @@ class RemoteHandle:
         self._window = Window(2 * self._in_flight, self._send_object, self._send_span)
         self._check: Future[ETag | None] | None = None
         self._kept: dict[str, tuple[bytes, ETag] | None] = {}  # what gather() fetched
+        self._guessed: dict[str, Future[tuple[bytes, ETag] | None]] = {}  # guess(), unconfirmed
+        self._confirmed: dict[str, Future[tuple[bytes, ETag] | None]] = {}  # for get() to take
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -586,7 +592,7 @@ class RemoteHandle:
             if kept is not None and len(kept[0]) > limit:
                 raise TooLargeError(self.where(key), len(kept[0]), limit)
             return None if kept is None else Blob(*kept)
-        future = self._window.take_object(key)
+        future = self._confirmed.pop(key, None) or self._window.take_object(key)
         if future is None:
             got = _run(self._limited(lambda: self._get(key, limit)))
         else:
@@ -669,10 +675,14 @@ class RemoteHandle:
             return None if kept is None else kept[1]
         return _run(self._limited(lambda: self._head(key)))
 
-    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+    def gather(
+        self, keys: Iterable[str], *, limit: int, then: Callable[[], object] | None = None
+    ) -> dict[str, Blob | None]:
         """Fetch the small objects at ``keys`` (metadata documents) concurrently, in one round,
         and keep them for the rest of this read: ``get`` and ``version`` of a key kept are
-        answered without a request, with what this read saw.
+        answered without a request, with what this read saw. ``then`` is called once their
+        requests are sent, before their answers are awaited (to send the round's other
+        requests behind them).
 
         Returns what was had, by key: the object, or None if it is absent. An object that could
         not be had (larger than ``limit``, or a failure) is left out: ``get`` meets the problem
@@ -683,6 +693,8 @@ class RemoteHandle:
             (key, _submit(self._limited(functools.partial(self._get, key, limit))))
             for key in wanted
         ]
+        if then is not None:
+            then()
         for key, future in sent:
             try:
                 self._kept[key] = future.result()
@@ -695,9 +707,46 @@ class RemoteHandle:
         """Start fetching the objects at ``keys``, in order, for ``get`` to take.
 
         At most ``2 * max_in_flight`` requests are sent ahead and not yet taken; each ``get``
-        of one of them sends the next. Objects larger than ``limit`` fail when taken.
+        of one of them sends the next. Objects larger than ``limit`` fail when taken. A guess
+        confirmed (:meth:`confirm`) is not asked for again.
         """
-        self._window.objects(keys, limit)
+        self._window.objects((key for key in keys if key not in self._confirmed), limit)
+
+    def guess(self, keys: Iterable[str], *, limit: int) -> None:
+        """Start fetching objects that may be chunks of arrays whose documents are on their way
+        (the first chunk of an array under the key it most likely has), at most
+        ``max_in_flight`` guesses at a time, each refused beyond ``limit`` bytes from the
+        length the server announces.
+
+        A guess is kept for ``get`` only once :meth:`confirm` says it is a chunk the read takes
+        (one found absent is then a chunk that is absent: the fill value); others are forgotten.
+        """
+        for key in dict.fromkeys(keys):
+            if len(self._guessed) >= self._in_flight:
+                break
+            if key not in self._guessed and key not in self._confirmed and key not in self._kept:
+                self._guessed[key] = self._send_object(key, limit)
+
+    def confirm(self, chunks: Iterable[str]) -> None:
+        """Keep for ``get`` the guesses among ``chunks`` (keys of chunks the read takes, from
+        their arrays' documents) once they are answered, and forget every other guess. A guess
+        that failed (larger than its bound, an error) is forgotten too: its chunk is fetched as
+        any other, with its array's bound, and any error is reported then."""
+        wanted = set(chunks)
+        for key in [key for key in self._guessed if key in wanted]:
+            future = self._guessed.pop(key)
+            try:
+                future.result()
+            except Exception:
+                continue
+            self._confirmed[key] = future
+        self._forget(self._guessed)
+
+    @staticmethod
+    def _forget(futures: dict[str, Future[Any]]) -> None:
+        for future in futures.values():
+            future.cancel()
+        futures.clear()
 
     def prefetch_ranges(self, ranges: Iterable[Range], *, now: bool = False) -> None:
         """Start fetching byte ranges, in order, for ``get_range`` to take: ranges of one
@@ -732,6 +781,8 @@ class RemoteHandle:
         check, self._check = self._check, None
         if again:
             self._window.cancel()
+            self._forget(self._guessed)
+            self._forget(self._confirmed)
             if check is not None:
                 check.cancel()
             check = None
@@ -749,6 +800,8 @@ class RemoteHandle:
     def close(self) -> None:
         """Cancel what was fetched ahead and not taken; forget what was gathered."""
         self._window.cancel()
+        self._forget(self._guessed)
+        self._forget(self._confirmed)
         self._kept.clear()
         if self._check is not None:
             self._check.cancel()
