@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from remote_servers import round_trips
+from remote_servers import peak_in_flight, round_trips
 
+from cytepool.errors import RemoteStoreError
 from cytepool.io import read_table, write_table
-from cytepool.io.tables import gather
+from cytepool.io.tables import gather, registry
 
 pytest.importorskip("obstore")
 pd = pytest.importorskip("pandas")
@@ -113,3 +114,152 @@ def test_a_guess_larger_than_its_bound_is_fetched_again_by_its_reader(
     assert [keys.count(key) for key in parts] == [2, 2, 2]
     assert keys.count("full/mask/c/0") == 1  # absent: confirmed as absent, not asked again
     assert round_trips(log) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# A guess is used only when the document confirms it: confirmed, refuted, absent, failed
+
+
+def _frame() -> pd.DataFrame:
+    """Two nullable integer columns of different values (so a chunk of one read as the other's
+    is a wrong value, not an error) and a categorical."""
+    return pd.DataFrame(
+        {
+            "a": pd.array([1, 2, 3], dtype="Int64"),
+            "b": pd.array([7, None, 9], dtype="Int64"),
+            "c": pd.Categorical(["x", "y", "x"]),
+        },
+        index=pd.Index([10, 20, 30], name="id"),
+    )
+
+
+def _written(path: Path) -> Path:
+    write_table(_frame(), path)
+    return path
+
+
+def _encode(path: Path, node: str, name: str, separator: str) -> str:
+    """Rewrite the array at ``node`` to the chunk key encoding ``name`` with ``separator``,
+    its chunks moved to their keys under it; the key of its first chunk, from the table."""
+    document = json.loads((path / node / "zarr.json").read_text())
+    document["chunk_key_encoding"] = {"name": name, "configuration": {"separator": separator}}
+    (path / node / "zarr.json").write_text(json.dumps(document))
+    prefix = "" if name == "v2" else f"c{separator}"
+    if (path / node / "c").exists():  # (a mask of no missing value has no chunk)
+        for chunk in sorted((path / node / "c").glob("*")):
+            chunk.rename(path / node / f"{prefix}{chunk.name}")
+        (path / node / "c").rmdir()
+    return f"{node}/{prefix}0"
+
+
+def _read_logged(served, **options) -> tuple[pd.DataFrame, list]:
+    served.fault("*", latency=LATENCY)
+    served.clear()
+    frame = read_table(served.url, storage_options=options)
+    return frame, served.requests()
+
+
+def test_a_confirmed_guess_is_taken_and_not_asked_again(tmp_path: Path, serve_http) -> None:
+    """Every part's first chunk is guessed ``c/0`` with the part's document: the documents
+    confirm each, so each is fetched once and the table is read in three rounds."""
+    path = _written(tmp_path / "t")
+    http = serve_http(path)
+    frame, log = _read_logged(http)
+    pd.testing.assert_frame_equal(frame, _frame())
+    keys = _keys(http, log)
+    parts = ["b/values/c/0", "b/mask/c/0", "c/codes/c/0", "c/categories/c/0", "a/values/c/0"]
+    assert [keys.count(key) for key in parts] == [1] * 5
+    assert len(keys) == len(set(keys))
+    assert round_trips(log) == 3
+
+
+@pytest.mark.parametrize(("name", "separator"), [("v2", "."), ("default", "."), ("v2", "/")])
+def test_a_guess_refuted_by_the_document_is_never_used(
+    tmp_path: Path, serve_http, name: str, separator: str
+) -> None:
+    """``b/values`` keys its chunk otherwise (``0`` or ``c.0``) while a valid chunk of other
+    values (``a``'s) lies at the guessed ``c/0``: the guess is fetched, the document refutes
+    it, and the values come from the document's key."""
+    path = _written(tmp_path / "t")
+    key = _encode(path, "b/values", name, separator)
+    stray = path / "b/values/c/0"
+    stray.parent.mkdir(exist_ok=True)
+    stray.write_bytes((path / "a/values/c/0").read_bytes())
+    http = serve_http(path)
+    frame, log = _read_logged(http)
+    pd.testing.assert_frame_equal(frame, _frame())  # b is 7, NA, 9: not a's 1, 2, 3
+    keys = _keys(http, log)
+    assert keys.count("b/values/c/0") == 1  # the guess, fetched and ignored
+    assert keys.count(key) == 1  # the chunk, fetched by its reader one round later
+    assert round_trips(log) == 4
+
+
+def test_a_guess_found_absent_but_refuted_is_not_the_fill_value(tmp_path: Path, serve_http) -> None:
+    """The guess ``b/values/c/0`` finds nothing (404), but the chunk is at ``c.0``: the values
+    are the chunk's, not the fill value an absent chunk would read as."""
+    path = _written(tmp_path / "t")
+    key = _encode(path, "b/values", "default", ".")
+    http = serve_http(path)
+    frame, log = _read_logged(http)
+    pd.testing.assert_frame_equal(frame, _frame())
+    assert sorted(_keys(http, log, 404)) == ["a/mask/c/0", "b/values/c/0"]
+    assert _keys(http, log).count(key) == 1
+
+
+@pytest.mark.parametrize("fault", [{"errors": 1, "status": 500}, {"resets": 1}])
+def test_a_guess_the_server_fails_is_fetched_again_by_its_reader(
+    tmp_path: Path, serve_http, unawaited, caplog: pytest.LogCaptureFixture, fault: dict
+) -> None:
+    """The server fails the guessed request (without retries: an error, or a reset
+    connection): the guess is dropped and the reader fetches the chunk itself, within its
+    array's bound, and gets the right values; nothing is left behind."""
+    path = _written(tmp_path / "t")
+    http = serve_http(path)
+    http.fault("b/values/c/0", **fault)
+    frame, log = _read_logged(http, max_retries=0)
+    pd.testing.assert_frame_equal(frame, _frame())
+    assert _keys(http, log).count("b/values/c/0") == 2
+    assert unawaited() == []
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+def test_a_chunk_the_server_keeps_failing_is_an_error(
+    tmp_path: Path, serve_http, unawaited, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both the guess and the reader's own request fail: RemoteStoreError naming the chunk,
+    never a value (not the fill value of a chunk found absent)."""
+    path = _written(tmp_path / "t")
+    http = serve_http(path)
+    http.fault("b/values/c/0", errors=10, status=500)
+    with pytest.raises(RemoteStoreError, match=r"b/values/c/0 could not be read"):
+        _read_logged(http, max_retries=0)
+    assert unawaited() == []
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+@pytest.mark.parametrize("bound", [2, 15])
+def test_refuted_guesses_keep_requests_in_flight_within_the_bound(
+    tmp_path: Path, serve_http, monkeypatch: pytest.MonkeyPatch, bound: int, unawaited
+) -> None:
+    """Every part keys its chunks ``c.0`` to ``c.2`` and the guesses (``c/0``) answer slowly:
+    the documents refute them while they are in flight (with a bound of 15, all six: the six
+    documents, the index's three chunks and the six guesses fit). A refuted guess is dropped,
+    not cancelled: the server would still be answering it while the parts' chunks go out.
+    So the server never answers more than ``max_in_flight`` requests at once, the parts'
+    chunks are not held up by the guesses' slow answers, and the values are the chunks'."""
+    monkeypatch.setattr(registry, "TARGET_CHUNK_BYTES", 8)  # one value per chunk
+    path = _written(tmp_path / "t")
+    parts = ("a/values", "a/mask", "b/values", "b/mask", "c/codes", "c/categories")
+    for node in parts:
+        _encode(path, node, "default", ".")
+    http = serve_http(path)
+    http.fault("*/c/0", latency=1.0)
+    frame, log = _read_logged(http, max_in_flight=bound)
+    pd.testing.assert_frame_equal(frame, _frame())
+    assert peak_in_flight(log) <= bound
+    guesses = [r for r in log if r.path.endswith("/c/0") and not r.path.endswith("/id/c/0")]
+    if bound == 15:
+        assert len(guesses) == 6
+        chunks = [r for r in log if "/c." in r.path]
+        assert min(r.start for r in chunks) < min(r.end for r in guesses)  # not held up
+    assert unawaited() == []

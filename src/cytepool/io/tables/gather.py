@@ -151,11 +151,18 @@ class _Ahead:
             self._first.setdefault(key.rpartition("/")[0], meta.chunk_key_encoding.encode((0,)))
 
     def confirm(self, guesses: Mapping[str, str]) -> None:
-        """Keep the guesses that are the first chunk of their array; forget the others."""
+        """Keep each guess that is a chunk of its node's array, as the array's document (which
+        came this round) gives its chunk keys: its chunk key encoding and separator, its
+        shape and chunk grid, unsharded; drop the others (a node whose document is absent,
+        not an array, or keys its chunks otherwise)."""
         confirm = getattr(self._handle, "confirm", None)
-        guessed = [node for node, guess in guesses.items() if guess]
-        if confirm is not None and guessed:
-            confirm([key for node in guessed for key in self._arrays.get(node, ([], 0))[0]])
+        if confirm is None or not any(guesses.values()):
+            return
+        confirm(
+            guess
+            for node, guess in guesses.items()
+            if guess and guess in self._arrays.get(node, ([], 0))[0]
+        )
 
     def first_chunk(self, key: str, documents: Mapping[str, Any]) -> str:
         """The key guessed for the first chunk of the node ``key``, "" if none is guessed: only

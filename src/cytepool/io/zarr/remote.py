@@ -74,7 +74,7 @@ __all__ = [
 SCHEMES = ("http", "https", "s3", "gs", "az")
 """The URL schemes of remote stores."""
 
-DEFAULT_IN_FLIGHT = 16
+DEFAULT_IN_FLIGHT = 32
 """Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``."""
 
 _MOST_IN_FLIGHT = 1024
@@ -484,6 +484,10 @@ def _failure(error: BaseException, where: str) -> Exception:
 # The handle
 
 
+_Got = tuple[bytes, ETag] | None
+"""A whole object fetched, with its version (None: absent)."""
+
+
 def _member(span: Span, item: Range, whole: Part | None) -> Part | None:
     """The range ``item`` out of what its span's request gave."""
     if whole is None:
@@ -503,8 +507,8 @@ class RemoteHandle:
         self._window = Window(2 * self._in_flight, self._send_object, self._send_span)
         self._check: Future[ETag | None] | None = None
         self._kept: dict[str, tuple[bytes, ETag] | None] = {}  # what gather() fetched
-        self._guessed: dict[str, Future[tuple[bytes, ETag] | None]] = {}  # guess(), unconfirmed
-        self._confirmed: dict[str, Future[tuple[bytes, ETag] | None]] = {}  # for get() to take
+        self._guessed: dict[str, tuple[Future[_Got], threading.Event]] = {}  # unconfirmed
+        self._confirmed: dict[str, Future[_Got]] = {}  # guesses confirmed, for get() to take
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -714,39 +718,63 @@ class RemoteHandle:
 
     def guess(self, keys: Iterable[str], *, limit: int) -> None:
         """Start fetching objects that may be chunks of arrays whose documents are on their way
-        (the first chunk of an array under the key it most likely has), at most
+        (the first chunk of an array, under the key it most likely has), at most
         ``max_in_flight`` guesses at a time, each refused beyond ``limit`` bytes from the
-        length the server announces.
+        length the server announces. Their requests wait for a slot as any other.
 
-        A guess is kept for ``get`` only once :meth:`confirm` says it is a chunk the read takes
-        (one found absent is then a chunk that is absent: the fill value); others are forgotten.
+        A guess is kept for ``get`` only once :meth:`confirm` says its key is a chunk the read
+        takes (one found absent is then a chunk that is absent: the fill value); the others
+        are dropped.
         """
         for key in dict.fromkeys(keys):
             if len(self._guessed) >= self._in_flight:
                 break
             if key not in self._guessed and key not in self._confirmed and key not in self._kept:
-                self._guessed[key] = self._send_object(key, limit)
+                dropped = threading.Event()
+                self._guessed[key] = (self._send_guess(key, limit, dropped), dropped)
 
-    def confirm(self, chunks: Iterable[str]) -> None:
-        """Keep for ``get`` the guesses among ``chunks`` (keys of chunks the read takes, from
-        their arrays' documents) once they are answered, and forget every other guess. A guess
-        that failed (larger than its bound, an error) is forgotten too: its chunk is fetched as
-        any other, with its array's bound, and any error is reported then."""
-        wanted = set(chunks)
-        for key in [key for key in self._guessed if key in wanted]:
-            future = self._guessed.pop(key)
+    def _send_guess(self, key: str, limit: int, dropped: threading.Event) -> Future[_Got]:
+        async def fetch() -> _Got:
+            return None if dropped.is_set() else await self._get(key, limit)
+
+        return _submit(self._limited(fetch))
+
+    def confirm(self, keys: Iterable[str]) -> None:
+        """Keep for ``get`` the guesses at ``keys`` (each the key of a chunk the read takes, as
+        its array's document says) once they are answered, and drop every other guess.
+
+        A dropped guess not yet sent is never sent; one in flight is left to finish, its
+        answer discarded, so it keeps its slot until the server has answered (cancelling it
+        would free the slot while the server still answers it, and the read's next requests
+        would put more than ``max_in_flight`` in flight). A guess that failed (larger than its
+        bound, an error) is not kept: its chunk is fetched as any other, with its array's
+        bound, and any error is reported then.
+        """
+        wanted = [key for key in dict.fromkeys(keys) if key in self._guessed]
+        kept = {key: self._guessed.pop(key)[0] for key in wanted}
+        self._drop_guesses()  # not cancelled: see above
+        for key, future in kept.items():
             try:
                 future.result()
-            except Exception:
+            except Exception:  # fetched again by its reader, who reports any error
                 continue
             self._confirmed[key] = future
-        self._forget(self._guessed)
 
-    @staticmethod
-    def _forget(futures: dict[str, Future[Any]]) -> None:
-        for future in futures.values():
+    def _drop_guesses(self) -> list[Future[_Got]]:
+        """Drop the guesses not confirmed (those not yet sent are never sent); their requests."""
+        futures = []
+        for future, dropped in self._guessed.values():
+            dropped.set()
+            futures.append(future)
+        self._guessed.clear()
+        return futures
+
+    def _forget_guesses(self) -> None:
+        """Cancel every guess, confirmed or not (the read takes nothing more)."""
+        futures = [*self._drop_guesses(), *self._confirmed.values()]
+        self._confirmed.clear()
+        for future in futures:
             future.cancel()
-        futures.clear()
 
     def prefetch_ranges(self, ranges: Iterable[Range], *, now: bool = False) -> None:
         """Start fetching byte ranges, in order, for ``get_range`` to take: ranges of one
@@ -781,8 +809,7 @@ class RemoteHandle:
         check, self._check = self._check, None
         if again:
             self._window.cancel()
-            self._forget(self._guessed)
-            self._forget(self._confirmed)
+            self._forget_guesses()
             if check is not None:
                 check.cancel()
             check = None
@@ -800,8 +827,7 @@ class RemoteHandle:
     def close(self) -> None:
         """Cancel what was fetched ahead and not taken; forget what was gathered."""
         self._window.cancel()
-        self._forget(self._guessed)
-        self._forget(self._confirmed)
+        self._forget_guesses()
         self._kept.clear()
         if self._check is not None:
             self._check.cancel()
