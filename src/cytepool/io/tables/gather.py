@@ -16,17 +16,25 @@ whose documents came in the round before (each refused beyond the most bytes a v
 of one of its array's chunks takes), and the first chunk of each part of an encoded column,
 whose key is guessed before its document arrives (``c/0``, or the convention of the arrays
 beside it; at most :data:`GUESS_LIMIT` bytes): a guess is used only if the part's document
-confirms the key is its chunk's (a guess found absent is then a chunk that is absent), so a
-part of one chunk needs no round of its own.
+confirms the key is one of its chunks' (its chunk key encoding and separator, shape and chunk
+grid give that key; a sharded array's never), so a part of one chunk needs no round of its
+own. A confirmed guess is the object any read of that key gets: it is decoded with the
+document's codecs and data type, and refused beyond its array's bound, as any chunk; one
+found absent is a chunk that is absent (the fill value).
+
+A guess costs at most its request: one refuted is dropped (never sent if it has not been;
+left to finish, its answer discarded, if it has, so that requests in flight stay within the
+bound), one that fails is fetched again by its reader, with its array's bound.
 
 A cube file of format 1.2 names every table column and its parts (with each column's
-encoding) in its ``tables`` attribute, so opening one takes a round for the root, one for every document
-it needs and one for their chunks. Opening an older file takes a round for the root, one for
-the parts, one for the columns (with the chunks of the cells and normalization), and one for
-the parts of the encoded columns with every remaining chunk: four rounds, if the last round
-fits in the handle's requests in flight (``max_in_flight``, 16 by default; a fifth round
-otherwise). A table read by URL takes three (its document; its columns'; the parts of its
-encoded columns with every chunk). A node asked for already is not asked for again below.
+encoding) in its ``tables`` attribute, so opening one takes a round for the root, one for
+every document it needs and one for their chunks. Opening an older file takes a round for the
+root, one for the tables, cells, normalization and layers, one for the columns (with the
+chunks of the cells and normalization), and one for the parts of the encoded columns with
+every remaining chunk: four rounds, when each round fits in the handle's requests in flight
+(``max_in_flight``, 32 by default; the golden file of format 1.1 needs 20 in its last round).
+A table read by URL takes three (its document; its columns'; the parts of its encoded
+columns with every chunk). A node asked for already is not asked for again below.
 """
 
 from __future__ import annotations
