@@ -22,8 +22,8 @@ valid encoding of the chunk takes). :meth:`RemoteHandle.gather` fetches small ob
 documents arrive (a first chunk), at most ``max_in_flight`` at a time and each within a
 bound; :meth:`RemoteHandle.confirm` keeps those the documents confirm and drops the others
 (a dropped guess in flight keeps its slot until answered), so a guess found absent is a chunk
-that is absent only when it is the chunk's key. Reads never list: :meth:`RemoteHandle.list` is there for the
-:class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
+that is absent only when it is the chunk's key. Reads never list: :meth:`RemoteHandle.list`
+is there for the :class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
 ``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
@@ -772,7 +772,7 @@ class RemoteHandle:
                 continue
             self._confirmed[key] = future
 
-    def _drop_guesses(self) -> list[Future[_Got]]:
+    def _drop_guesses(self) -> builtins.list[Future[_Got]]:
         """Drop the guesses not confirmed (those not yet sent are never sent); their requests."""
         futures = []
         for future, dropped in self._guessed.values():
