@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from remote_servers import peak_in_flight, round_trips
 
-from cytepool.errors import RemoteStoreError
+from cytepool.errors import FormatError, RemoteStoreError
 from cytepool.io import read_table, write_table
 from cytepool.io.tables import gather, registry
 
@@ -263,3 +263,17 @@ def test_refuted_guesses_keep_requests_in_flight_within_the_bound(
         chunks = [r for r in log if "/c." in r.path]
         assert min(r.start for r in chunks) < min(r.end for r in guesses)  # not held up
     assert unawaited() == []
+
+
+def test_a_confirmed_guess_beyond_its_arrays_bound_is_refused(tmp_path: Path, serve_http) -> None:
+    """The guess of ``b/values/c/0`` (within GUESS_LIMIT) is confirmed, but its 4 KiB are
+    more than any valid encoding of a chunk of three int64 values takes: a FormatError naming
+    the chunk, as without a guess (and as a local read), never values."""
+    path = _written(tmp_path / "t")
+    (path / "b/values/c/0").write_bytes(bytes(4096))
+    http = serve_http(path)
+    with pytest.raises(FormatError, match=r"b/values/c/0"):
+        _read_logged(http)
+    assert _keys(http, http.requests()).count("b/values/c/0") == 1  # the guess, kept
+    with pytest.raises(FormatError, match=r"b/values/c/0"):
+        read_table(path)
