@@ -78,15 +78,14 @@ SCHEMES = ("http", "https", "s3", "gs", "az")
 DEFAULT_IN_FLIGHT = 32
 """Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``.
 
-32 lets a cube without consolidated metadata open in at most four rounds (the widest round of
-the golden files of formats 1.0 to 1.2 has 20 to 32 requests) and a whole layer of a cube
-stream in fewer rounds; zarr-python's default is 10 (``async.concurrency``), fsspec gathers
-128 at a time, and object stores serve thousands of requests a second per prefix. Memory: a
-read keeps at most ``2 * max_in_flight`` chunks fetched and not yet decoded, each refused
-beyond the most bytes a valid encoding of it takes (about 1 MiB for a cube's chunks, so about
-64 MiB; 64 times the chunk bound of an array of larger chunks: lower ``max_in_flight`` for
-those), plus, while a file without consolidated metadata is opened, ``max_in_flight`` guesses
-of at most 1 MiB each.
+32 lets every golden cube file (formats 1.0 to 1.2) open without consolidated metadata in at
+most four rounds (five or six with 16) and a whole layer of a cube stream in fewer rounds;
+zarr-python's default is 10 (``async.concurrency``), fsspec gathers 128 at a time, and object
+stores serve thousands of requests a second per prefix. Memory: a read keeps at most
+``2 * max_in_flight`` chunks fetched and not yet decoded, each refused beyond the most bytes a
+valid encoding of it takes (about 1 MiB for a cube's chunks, so about 64 MiB; 64 times the
+chunk bound of an array of larger chunks: lower ``max_in_flight`` for those), plus, while a
+file without consolidated metadata is opened, ``max_in_flight`` guesses of at most 1 MiB each.
 """
 
 _MOST_IN_FLIGHT = 1024
