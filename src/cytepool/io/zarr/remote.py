@@ -79,7 +79,7 @@ DEFAULT_IN_FLIGHT = 32
 """Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``.
 
 32 lets every golden cube file (formats 1.0 to 1.2) open without consolidated metadata in at
-most four rounds (five or six with 16) and a whole layer of a cube stream in fewer rounds;
+most four rounds (up to six with 16) and a whole layer of a cube stream in fewer rounds;
 zarr-python's default is 10 (``async.concurrency``), fsspec gathers 128 at a time, and object
 stores serve thousands of requests a second per prefix. Memory: a read keeps at most
 ``2 * max_in_flight`` chunks fetched and not yet decoded, each refused beyond the most bytes a
