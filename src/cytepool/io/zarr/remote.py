@@ -520,6 +520,7 @@ class RemoteHandle:
         self._kept: dict[str, tuple[bytes, ETag] | None] = {}  # what gather() fetched
         self._guessed: dict[str, tuple[Future[_Got], threading.Event]] = {}  # unconfirmed
         self._confirmed: dict[str, Future[_Got]] = {}  # guesses confirmed, for get() to take
+        self._dropped: list[Future[_Got]] = []  # guesses dropped, left to finish until close
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -754,8 +755,9 @@ class RemoteHandle:
         """Keep for ``get`` the guesses at ``keys`` (each the key of a chunk the read takes, as
         its array's document says) once they are answered, and drop every other guess.
 
-        A dropped guess not yet sent is never sent; one in flight is left to finish, its
-        answer discarded, so it keeps its slot until the server has answered (cancelling it
+        A dropped guess not yet sent is never sent; one in flight is left to finish (or until
+        the handle closes), its answer discarded, so it keeps its slot while the server
+        answers it (cancelling it
         would free the slot while the server still answers it, and the read's next requests
         would put more than ``max_in_flight`` in flight). A guess that failed (larger than its
         bound, an error) is not kept: its chunk is fetched as any other, with its array's
@@ -771,19 +773,20 @@ class RemoteHandle:
                 continue
             self._confirmed[key] = future
 
-    def _drop_guesses(self) -> builtins.list[Future[_Got]]:
-        """Drop the guesses not confirmed (those not yet sent are never sent); their requests."""
-        futures = []
+    def _drop_guesses(self) -> None:
+        """Drop the guesses not confirmed: those not yet sent are never sent, those in flight
+        are left to finish (until the handle closes)."""
+        self._dropped = [future for future in self._dropped if not future.done()]
         for future, dropped in self._guessed.values():
             dropped.set()
-            futures.append(future)
+            self._dropped.append(future)
         self._guessed.clear()
-        return futures
 
     def _forget_guesses(self) -> None:
-        """Cancel every guess, confirmed or not (the read takes nothing more)."""
-        futures = [*self._drop_guesses(), *self._confirmed.values()]
-        self._confirmed.clear()
+        """Cancel every guess, confirmed, dropped or not (the read takes nothing more)."""
+        self._drop_guesses()
+        futures = [*self._dropped, *self._confirmed.values()]
+        self._dropped, self._confirmed = [], {}
         for future in futures:
             future.cancel()
 
