@@ -757,11 +757,10 @@ class RemoteHandle:
 
         A dropped guess not yet sent is never sent; one in flight is left to finish (or until
         the handle closes), its answer discarded, so it keeps its slot while the server
-        answers it (cancelling it
-        would free the slot while the server still answers it, and the read's next requests
-        would put more than ``max_in_flight`` in flight). A guess that failed (larger than its
-        bound, an error) is not kept: its chunk is fetched as any other, with its array's
-        bound, and any error is reported then.
+        answers it (cancelling it would free the slot while the server still answers it, and
+        the read's next requests would put more than ``max_in_flight`` in flight). A guess
+        that failed (larger than its bound, an error) is not kept: its chunk is fetched as
+        any other, with its array's bound, and any error is reported then.
         """
         wanted = [key for key in dict.fromkeys(keys) if key in self._guessed]
         kept = {key: self._guessed.pop(key)[0] for key in wanted}
