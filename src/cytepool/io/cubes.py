@@ -761,10 +761,11 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     """Read and check everything but the layers' values, through ``handle``; open the layers.
 
     The root document is read first. If it holds the hierarchy's metadata (consolidated),
-    every other document comes from it; otherwise a remote handle fetches those opening needs
-    together, the tables' columns and their parts named by the ``tables`` attribute (files of
-    format 1.0 and 1.1: a level at a time, see :mod:`cytepool.io.tables.gather`). The chunks opening
-    reads are then all asked for at once (a remote handle fetches them concurrently).
+    every other document comes from it, and the chunks opening reads are then all asked for
+    at once (a remote handle fetches them concurrently). Otherwise a remote handle fetches the
+    documents opening needs together, the tables' columns and their parts named by the
+    ``tables`` attribute (files of format 1.0 and 1.1: a level at a time), and the chunks
+    opening reads as their arrays' documents come (see :mod:`cytepool.io.tables.gather`).
     """
     root = StorePath(handle)
     try:
@@ -777,11 +778,11 @@ def _read(handle: StoreHandle, backend: str) -> Cube:
     documents = consolidated_documents(document, where)
     if documents is not None:
         root = StorePath(read_through(handle, document, documents, version))
-    else:
-        layers = [f"layers/{name}" for name in header.layers]
-        documents = gather_documents(handle, [*_opened(header), "layers", *layers], version)
-    if documents is not None:
         fetch_ahead(root.handle, documents, _PARTS)  # every chunk of the parts opening reads
+    else:  # a remote handle fetches those chunks as their documents come
+        layers = [f"layers/{name}" for name in header.layers]
+        opened = [*_opened(header), "layers", *layers]
+        gather_documents(handle, opened, version, fetch=lambda _: _PARTS)
     return _read_parts(root, backend, header)
 
 

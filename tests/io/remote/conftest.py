@@ -9,6 +9,8 @@ to the server and give a :class:`~remote_servers.Served` (its ``url``, its ``req
 
 from __future__ import annotations
 
+import gc
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -60,6 +62,20 @@ def serve_s3(s3_server: ServerProcess) -> Iterator[Callable[..., ServedS3]]:
 def source(tmp_path: Path) -> Path:
     """A small tree to serve (see :func:`remote_servers.sample_tree`)."""
     return sample_tree(tmp_path / "x.cube.zarr")
+
+
+@pytest.fixture
+def unawaited() -> Iterator[Callable[[], list[str]]]:
+    """``unawaited()``: the "never awaited" warnings of coroutines finalised so far, on any
+    thread (the remote event loop's included)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+
+        def found() -> list[str]:
+            gc.collect()
+            return [str(w.message) for w in seen if "never awaited" in str(w.message)]
+
+        yield found
 
 
 def _reset(server: ServerProcess) -> None:

@@ -4,11 +4,9 @@ a failed read, and no listing request for a missing root. All against the real t
 
 from __future__ import annotations
 
-import gc
 import json
 import shutil
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,20 +51,6 @@ def copy(local: Path, tmp_path: Path) -> Path:
     target = tmp_path / "x.cube.zarr"
     shutil.copytree(local, target)
     return target
-
-
-@pytest.fixture
-def unawaited() -> Iterator[Callable[[], list[str]]]:
-    """``unawaited()``: the "never awaited" warnings of coroutines finalised so far, on any
-    thread (the remote event loop's included)."""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-
-        def found() -> list[str]:
-            gc.collect()
-            return [str(w.message) for w in seen if "never awaited" in str(w.message)]
-
-        yield found
 
 
 # ---------------------------------------------------------------------------------------------

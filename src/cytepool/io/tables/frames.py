@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,6 @@ from cytepool.io.tables import registry as _r
 from cytepool.io.tables.columns import Column, GroupPlan
 from cytepool.io.tables.gather import gather_documents
 from cytepool.io.zarr._store import locate
-from cytepool.io.zarr.consolidated import fetch_ahead
 from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import StorePath, reading, refuse_url
 
@@ -241,9 +241,8 @@ def read_table(
         _r.add_path_note(error, "reading", root)
         raise FileNotFoundError(msg) from error
     with reading(handle):
-        documents = gather_documents(handle, [""])  # a remote store: a level per round
-        if documents is not None:
-            fetch_ahead(handle, documents, _read_nodes(documents, columns))  # one more round
+        # a remote store: a level per round, the chunks fetched as their documents come
+        gather_documents(handle, [""], fetch=functools.partial(_read_nodes, columns=columns))
         return read_table_at(StorePath(handle), backend=backend, columns=columns)
 
 

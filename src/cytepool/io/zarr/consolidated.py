@@ -18,7 +18,7 @@ requests, see :mod:`cytepool.io.zarr.remote`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "ConsolidatedHandle",
     "ConsolidatedStore",
     "chunk_keys",
+    "chunk_requests",
     "consolidated_documents",
     "fetch_ahead",
     "read_through",
@@ -262,10 +263,16 @@ class ConsolidatedHandle:
             return self._store.version
         return self._inner.version(METADATA_FILE)
 
-    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+    def gather(
+        self, keys: Iterable[str], *, limit: int, then: Callable[[], object] | None = None
+    ) -> dict[str, Blob | None]:
         """Objects fetched together by the store under it, if it can (a remote one)."""
         gather = getattr(self._inner, "gather", None)
-        result: dict[str, Blob | None] = {} if gather is None else gather(keys, limit=limit)
+        if gather is None:
+            if then is not None:
+                then()
+            return {}
+        result: dict[str, Blob | None] = gather(keys, limit=limit, then=then)
         return result
 
     def prefetch(self, keys: Iterable[str], *, limit: int) -> None:
@@ -322,6 +329,17 @@ def fetch_ahead(handle: StoreHandle, documents: Mapping[str, Any], nodes: Iterab
             if not under or document.get("node_type") != "array":
                 continue
             meta = ArrayMetadata.from_json(document, handle.where(f"{key}/{METADATA_FILE}"))
-            reader = Reader(handle, key, meta)
-            if reader.shard is None:
-                prefetch(_chunk_keys(key, meta), limit=reader.chunk_limit)
+            chunks = chunk_requests(handle, key, meta)
+            if chunks is not None:
+                prefetch(chunks[0], limit=chunks[1])
+
+
+def chunk_requests(
+    handle: StoreHandle, key: str, meta: ArrayMetadata
+) -> tuple[list[str], int] | None:
+    """The keys of every chunk of the array at ``key`` whose metadata is ``meta``, and the most
+    bytes a valid encoding of one can take; None for a sharded array (its reads fetch the
+    ranges they need)."""
+    reader = Reader(handle, key, meta)
+    return None if reader.shard is not None else (_chunk_keys(key, meta), reader.chunk_limit)
+

@@ -10,15 +10,20 @@ a short or mixed body), supports conditional requests, and keeps credentials out
 zarr-python's ``ObjectStore`` uses it too.
 
 Requests run on one private event loop thread (so reads work inside Jupyter's running loop),
-at most ``max_in_flight`` of a handle at a time (16 by default); a request's coroutine is made
-only once it holds a slot, so one cancelled while it waits (a read failed) leaves none behind.
-A handle fetches ahead the chunks a read will ask for (:meth:`RemoteHandle.prefetch`), keeping
-at most twice that many fetched and not yet decoded, so memory is the result plus a bounded
-number of chunks; each is refused from the length the server announces, before its body is
-read, beyond the bound its reader gives (the most bytes a valid encoding of the chunk takes).
-:meth:`RemoteHandle.gather` fetches small objects (metadata documents) together, in one round,
-and keeps them for the read. Reads never list: :meth:`RemoteHandle.list` is there for the
-:class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
+at most ``max_in_flight`` of a handle at a time (:data:`DEFAULT_IN_FLIGHT`, 32, by default); a
+request's coroutine is made only once it holds a slot, so one cancelled while it waits (a read
+failed) leaves none behind. A handle fetches ahead the chunks a read will ask for
+(:meth:`RemoteHandle.prefetch`), keeping at most twice that many fetched and not yet decoded,
+so memory is the result plus a bounded number of chunks; each is refused from the length the
+server announces, before its body is read, beyond the bound its reader gives (the most bytes a
+valid encoding of the chunk takes). :meth:`RemoteHandle.gather` fetches small objects
+(metadata documents) together, in one round, and keeps them for the read.
+:meth:`RemoteHandle.guess` fetches objects whose keys are guessed before their arrays'
+documents arrive (a first chunk), at most ``max_in_flight`` at a time and each within a
+bound; :meth:`RemoteHandle.confirm` keeps those the documents confirm and drops the others
+(a dropped guess in flight keeps its slot until answered), so a guess found absent is a chunk
+that is absent only when it is the chunk's key. Reads never list: :meth:`RemoteHandle.list`
+is there for the :class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
 ``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
@@ -70,8 +75,18 @@ __all__ = [
 SCHEMES = ("http", "https", "s3", "gs", "az")
 """The URL schemes of remote stores."""
 
-DEFAULT_IN_FLIGHT = 16
-"""Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``."""
+DEFAULT_IN_FLIGHT = 32
+"""Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``.
+
+32 lets every golden cube file (formats 1.0 to 1.2) open without consolidated metadata in at
+most four rounds (up to six with 16) and a whole layer of a cube stream in fewer rounds;
+zarr-python's default is 10 (``async.concurrency``), fsspec gathers 128 at a time, and object
+stores serve thousands of requests a second per prefix. Memory: a read keeps at most
+``2 * max_in_flight`` chunks fetched and not yet decoded, each refused beyond the most bytes a
+valid encoding of it takes (about 1 MiB for a cube's chunks, so about 64 MiB; 64 times the
+chunk bound of an array of larger chunks: lower ``max_in_flight`` for those), plus, while a
+file without consolidated metadata is opened, ``max_in_flight`` guesses of at most 1 MiB each.
+"""
 
 _MOST_IN_FLIGHT = 1024
 _INSTALL = "install the extra with: pip install 'cytepool[remote]'"
@@ -336,7 +351,7 @@ class RemoteStore:
     ... for GCS; ``account_name``, ``sas_key``, ... for Azure), its client options
     (``allow_http``, ``timeout``, ``connect_timeout``, ``default_headers``, ...), and
     cytepool's own: ``anonymous`` (unsigned requests), ``max_retries`` (4), ``retry_timeout``
-    (30 seconds) and ``max_in_flight`` (16). Unknown keys raise ValueError.
+    (30 seconds) and ``max_in_flight`` (32). Unknown keys raise ValueError.
 
     Examples
     --------
@@ -480,6 +495,10 @@ def _failure(error: BaseException, where: str) -> Exception:
 # The handle
 
 
+_Got = tuple[bytes, ETag] | None
+"""A whole object fetched, with its version (None: absent)."""
+
+
 def _member(span: Span, item: Range, whole: Part | None) -> Part | None:
     """The range ``item`` out of what its span's request gave."""
     if whole is None:
@@ -499,6 +518,9 @@ class RemoteHandle:
         self._window = Window(2 * self._in_flight, self._send_object, self._send_span)
         self._check: Future[ETag | None] | None = None
         self._kept: dict[str, tuple[bytes, ETag] | None] = {}  # what gather() fetched
+        self._guessed: dict[str, tuple[Future[_Got], threading.Event]] = {}  # unconfirmed
+        self._confirmed: dict[str, Future[_Got]] = {}  # guesses confirmed, for get() to take
+        self._dropped: list[Future[_Got]] = []  # guesses dropped, left to finish until close
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -586,7 +608,7 @@ class RemoteHandle:
             if kept is not None and len(kept[0]) > limit:
                 raise TooLargeError(self.where(key), len(kept[0]), limit)
             return None if kept is None else Blob(*kept)
-        future = self._window.take_object(key)
+        future = self._confirmed.pop(key, None) or self._window.take_object(key)
         if future is None:
             got = _run(self._limited(lambda: self._get(key, limit)))
         else:
@@ -669,10 +691,14 @@ class RemoteHandle:
             return None if kept is None else kept[1]
         return _run(self._limited(lambda: self._head(key)))
 
-    def gather(self, keys: Iterable[str], *, limit: int) -> dict[str, Blob | None]:
+    def gather(
+        self, keys: Iterable[str], *, limit: int, then: Callable[[], object] | None = None
+    ) -> dict[str, Blob | None]:
         """Fetch the small objects at ``keys`` (metadata documents) concurrently, in one round,
         and keep them for the rest of this read: ``get`` and ``version`` of a key kept are
-        answered without a request, with what this read saw.
+        answered without a request, with what this read saw. ``then`` is called once their
+        requests are sent, before their answers are awaited (to send the round's other
+        requests behind them).
 
         Returns what was had, by key: the object, or None if it is absent. An object that could
         not be had (larger than ``limit``, or a failure) is left out: ``get`` meets the problem
@@ -683,6 +709,8 @@ class RemoteHandle:
             (key, _submit(self._limited(functools.partial(self._get, key, limit))))
             for key in wanted
         ]
+        if then is not None:
+            then()
         for key, future in sent:
             try:
                 self._kept[key] = future.result()
@@ -695,9 +723,71 @@ class RemoteHandle:
         """Start fetching the objects at ``keys``, in order, for ``get`` to take.
 
         At most ``2 * max_in_flight`` requests are sent ahead and not yet taken; each ``get``
-        of one of them sends the next. Objects larger than ``limit`` fail when taken.
+        of one of them sends the next. Objects larger than ``limit`` fail when taken. A guess
+        confirmed (:meth:`confirm`) is not asked for again.
         """
-        self._window.objects(keys, limit)
+        self._window.objects((key for key in keys if key not in self._confirmed), limit)
+
+    def guess(self, keys: Iterable[str], *, limit: int) -> None:
+        """Start fetching objects that may be chunks of arrays whose documents are on their way
+        (the first chunk of an array, under the key it most likely has), at most
+        ``max_in_flight`` guesses at a time, each refused beyond ``limit`` bytes from the
+        length the server announces. Their requests wait for a slot as any other.
+
+        A guess is kept for ``get`` only once :meth:`confirm` says its key is a chunk the read
+        takes (one found absent is then a chunk that is absent: the fill value); the others
+        are dropped.
+        """
+        for key in dict.fromkeys(keys):
+            if len(self._guessed) >= self._in_flight:
+                break
+            if key not in self._guessed and key not in self._confirmed and key not in self._kept:
+                dropped = threading.Event()
+                self._guessed[key] = (self._send_guess(key, limit, dropped), dropped)
+
+    def _send_guess(self, key: str, limit: int, dropped: threading.Event) -> Future[_Got]:
+        async def fetch() -> _Got:
+            return None if dropped.is_set() else await self._get(key, limit)
+
+        return _submit(self._limited(fetch))
+
+    def confirm(self, keys: Iterable[str]) -> None:
+        """Keep for ``get`` the guesses at ``keys`` (each the key of a chunk the read takes, as
+        its array's document says) once they are answered, and drop every other guess.
+
+        A dropped guess not yet sent is never sent; one in flight is left to finish (or until
+        the handle closes), its answer discarded, so it keeps its slot while the server
+        answers it (cancelling it would free the slot while the server still answers it, and
+        the read's next requests would put more than ``max_in_flight`` in flight). A guess
+        that failed (larger than its bound, an error) is not kept: its chunk is fetched as
+        any other, with its array's bound, and any error is reported then.
+        """
+        wanted = [key for key in dict.fromkeys(keys) if key in self._guessed]
+        kept = {key: self._guessed.pop(key)[0] for key in wanted}
+        self._drop_guesses()  # not cancelled: see above
+        for key, future in kept.items():
+            try:
+                future.result()
+            except Exception:  # fetched again by its reader, who reports any error
+                continue
+            self._confirmed[key] = future
+
+    def _drop_guesses(self) -> None:
+        """Drop the guesses not confirmed: those not yet sent are never sent, those in flight
+        are left to finish (until the handle closes)."""
+        self._dropped = [future for future in self._dropped if not future.done()]
+        for future, dropped in self._guessed.values():
+            dropped.set()
+            self._dropped.append(future)
+        self._guessed.clear()
+
+    def _forget_guesses(self) -> None:
+        """Cancel every guess, confirmed, dropped or not (the read takes nothing more)."""
+        self._drop_guesses()
+        futures = [*self._dropped, *self._confirmed.values()]
+        self._dropped, self._confirmed = [], {}
+        for future in futures:
+            future.cancel()
 
     def prefetch_ranges(self, ranges: Iterable[Range], *, now: bool = False) -> None:
         """Start fetching byte ranges, in order, for ``get_range`` to take: ranges of one
@@ -732,6 +822,7 @@ class RemoteHandle:
         check, self._check = self._check, None
         if again:
             self._window.cancel()
+            self._forget_guesses()
             if check is not None:
                 check.cancel()
             check = None
@@ -749,6 +840,7 @@ class RemoteHandle:
     def close(self) -> None:
         """Cancel what was fetched ahead and not taken; forget what was gathered."""
         self._window.cancel()
+        self._forget_guesses()
         self._kept.clear()
         if self._check is not None:
             self._check.cancel()
