@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -109,9 +110,10 @@ def pool_files(
     tasks = _tasks(paths, pool_file, mudata, options)
     jobs = _jobs(options["jobs"], len(tasks))
     with _Runner(jobs, options["client"]) as run:
-        # the pooling is queued behind the surveys, so no worker waits for the plan
-        survey_results = run(_survey, tasks, None)
-        pooled = run(_pool_one, tasks, pool_file)
+        # in worker processes, the pooling starts before the surveys (in this process), so no
+        # worker waits for the plan; on a client, it is queued behind them
+        survey_results = run(_survey, tasks, None, here=True)
+        pooled = run(_pool_one, tasks, pool_file, here=False)
         surveys = dict(survey_results)
         plan = _features(tasks, [surveys[t.index] for t in tasks], options["features"])
         total = sum(survey[0] for survey in surveys.values())
@@ -211,20 +213,29 @@ def usable_cpus() -> int:
 # Running: in this process, in worker processes, or on a dask client's workers
 # ---------------------------------------------------------------------------------------------
 
-_Run = Callable[[Callable[..., Any], list[_Task], Any], Iterator[tuple[int, Any]]]
+_Run = Callable[..., Iterator[tuple[int, Any]]]
 
 
 class _Runner:
-    """``run(function, tasks, extra)`` submits the tasks (to worker processes or a client, at
-    once; in this process, as the results are taken) and returns an iterator of ``(task
-    index, function(task, extra))`` as they finish; the first failure stops the run (the
-    tasks not started are cancelled, on leaving the ``with`` block at the latest) and is
-    raised naming its file."""
+    """``run(function, tasks, extra, here=...)`` returns an iterator of ``(task index,
+    function(task, extra))`` as they finish; the first failure stops the run (the tasks not
+    started are not started, those under way end on leaving the ``with`` block) and is raised
+    naming its file.
+
+    - ``jobs=1``: the tasks run one after another in this process, as the results are taken;
+    - ``jobs`` > 1: ``jobs - 1`` worker processes and this process take the tasks in order,
+      one at a time each (``here=True``: this process alone, as the results are taken): the
+      workers start at once, and this process, which has its imports already, works while
+      they start;
+    - a client: the tasks are submitted to its workers at once.
+    """
 
     def __init__(self, jobs: int, client: Any) -> None:
         self.jobs, self.client = jobs, client
         self.executor: Any = None
         self.submitted: list[Any] = []  # the client's futures, cancelled on leaving
+        self.feeders: list[Any] = []  # the threads that hand tasks to the worker processes
+        self.takers: list[_Taker] = []
 
     def __enter__(self) -> _Run:
         if self.client is not None:
@@ -238,47 +249,83 @@ class _Runner:
         context = multiprocessing.get_context(method)  # numba's threads and fork do not mix
         if method == "forkserver":  # its workers start with these imported (once per process)
             context.set_forkserver_preload(list(_PRELOAD))
-        self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
-        return self._in_processes
+        self.executor = ProcessPoolExecutor(self.jobs - 1, mp_context=context)
+        return self._shared
 
     def __exit__(self, *failure: object) -> None:
+        for taker in self.takers:
+            taker.stop()
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
+        for feeder in self.feeders:
+            feeder.join()
         if self.submitted:
             self.client.cancel(self.submitted)
 
     @staticmethod
-    def _here(function: Callable[..., Any], tasks: list[_Task], extra: Any) -> Iterator[Any]:
+    def _here(
+        function: Callable[..., Any], tasks: list[_Task], extra: Any, *, here: bool = True
+    ) -> Iterator[Any]:
         """The tasks run one after another in this process, as the results are taken."""
         for task in tasks:
-            try:
-                yield task.index, function(task, extra)
-            except Exception as error:
-                raise _naming(error, task.path) from error
+            yield _here_one(function, task, extra)
 
-    def _in_processes(
-        self, function: Callable[..., Any], tasks: list[_Task], extra: Any
+    def _shared(
+        self, function: Callable[..., Any], tasks: list[_Task], extra: Any, *, here: bool
     ) -> Iterator[Any]:
-        """The tasks submitted to the worker processes now; their results as they finish."""
-        assert self.executor is not None
-        futures = {self.executor.submit(function, task, extra): task for task in tasks}
-        return self._finished(futures)
+        """The tasks taken in order by the worker processes (handed to them from now on, by
+        a thread each) and by this process, as the results are taken; results as they come."""
+        import queue
+        import threading
+        from concurrent.futures import Future
 
-    def _finished(self, futures: dict[Any, _Task]) -> Iterator[Any]:
-        from concurrent.futures import FIRST_COMPLETED, wait
+        if here:
+            return self._here(function, tasks, extra)
+        taker = _Taker(tasks)
+        self.takers.append(taker)
+        finished: queue.SimpleQueue[tuple[Any, _Task]] = queue.SimpleQueue()
 
-        pending = set(futures)
+        def feed() -> None:  # hand one worker process a task at a time
+            while (task := taker.take()) is not None:
+                try:
+                    future = self.executor.submit(function, task, extra)
+                    failed = future.exception() is not None  # waits for it
+                except BaseException as error:  # cancelled, or the run shut down
+                    future, failed = Future(), True
+                    future.set_exception(error)
+                if failed:
+                    taker.stop()
+                finished.put((future, task))
+
+        for _ in range(self.jobs - 1):
+            feeder = threading.Thread(target=feed, name="cytepool-files", daemon=True)
+            feeder.start()
+            self.feeders.append(feeder)
+        return self._taken(function, extra, taker, finished, len(tasks))
+
+    @staticmethod
+    def _taken(
+        function: Callable[..., Any], extra: Any, taker: _Taker, finished: Any, n_tasks: int
+    ) -> Iterator[Any]:
+        """The results of the workers as they come; between them, tasks run in this process."""
+        import queue
+
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: futures[f].index):
-                    yield _outcome(future, futures[future])
+            for _ in range(n_tasks):
+                try:
+                    future, task = finished.get_nowait()
+                except queue.Empty:
+                    mine = taker.take()
+                    if mine is not None:
+                        yield _here_one(function, mine, extra)
+                        continue
+                    future, task = finished.get()
+                yield _outcome(future, task)
         finally:
-            for future in pending:
-                future.cancel()
+            taker.stop()
 
     def _on_client(
-        self, function: Callable[..., Any], tasks: list[_Task], extra: Any
+        self, function: Callable[..., Any], tasks: list[_Task], extra: Any, *, here: bool
     ) -> Iterator[Any]:
         """The tasks submitted to the client's workers now; their results as they finish."""
         futures = {self.client.submit(function, task, extra, pure=False): task for task in tasks}
@@ -293,6 +340,33 @@ class _Runner:
                 yield _outcome(future, futures[future])
         finally:
             self.client.cancel(list(futures))
+
+
+class _Taker:
+    """The tasks handed out in order, one at a time, to the threads that ask; none once stopped."""
+
+    def __init__(self, tasks: list[_Task]) -> None:
+        import threading
+
+        self.tasks = iter(tasks)
+        self.lock = threading.Lock()
+        self.stopped = False
+
+    def take(self) -> _Task | None:
+        with self.lock:
+            return None if self.stopped else next(self.tasks, None)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+
+def _here_one(function: Callable[..., Any], task: _Task, extra: Any) -> tuple[int, Any]:
+    """``(task index, function(task, extra))`` run in this process; a failure names the file."""
+    try:
+        return task.index, function(task, extra)
+    except Exception as error:
+        raise _naming(error, task.path) from error
 
 
 def _outcome(future: Any, task: _Task) -> tuple[int, Any]:
@@ -391,7 +465,24 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
     columns = [str(name) for name in obs.columns if name not in keys]
     fingerprints = {name: cube.fingerprint for name, cube in cubes.items()}
     size = _file_bytes(task.path)
+    _give_back_memory()
     return _Part(cubes, cells, tables[0], tables[1], columns, size, fingerprints, found)
+
+
+def _give_back_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``), so that a
+    process that pools one file after another (this one, or a worker) starts each at the
+    memory of the first, not at its peak: the blocks of a file, freed, stay in the heaps of
+    the threads that decoded them otherwise. Elsewhere (no glibc), nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # a C library without it (musl)
+        return
+    trim(0)
 
 
 def _warn_again(parts: Sequence[_Part]) -> None:
