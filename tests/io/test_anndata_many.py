@@ -244,6 +244,23 @@ def test_a_failing_file_stops_the_run_naming_it(tmp_path: Path) -> None:
         from_anndata(paths, **KEYS, jobs=2)
 
 
+def test_this_process_and_workers_share_the_files_and_a_failure_anywhere_names_it(
+    tmp_path: Path,
+) -> None:
+    # jobs=3: this process and two worker processes (a fork server) take the files in order
+    adatas = [cells(i) for i in range(5)]
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, jobs=3, progress=False)
+    same_cube(cube, expected(paths, **KEYS))
+    for bad in (0, 4):  # the first file (a worker's, most likely) and the last
+        negative = cells(bad)
+        negative.X.data[0] = -1.0
+        broken = [*paths]
+        broken[bad] = write(negative, tmp_path / f"negative{bad}.h5ad")
+        with pytest.raises(InputError, match=rf"negative{bad}\.h5ad: row 0 .* holds -1\.0"):
+            from_anndata(broken, **KEYS, jobs=3, progress=False)
+
+
 def test_values_that_are_not_counts_warn_once(tmp_path: Path) -> None:
     adatas = [cells(i) for i in range(2)]
     for a in adatas:

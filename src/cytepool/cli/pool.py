@@ -107,7 +107,7 @@ def _add_many(pool: argparse.ArgumentParser) -> None:
         type=_positive,
         metavar="N",
         help="with several inputs: pool at most N files at once, each in its own process "
-        "(default: the number of usable CPUs)",
+        "(this one and N - 1 workers; default: the number of usable CPUs)",
     )
 
 

@@ -85,7 +85,8 @@ def from_anndata(
         dataset, ``raw.X``) is opened by anndata's own backed reader, which also reads its
         ``uns``, ``obsm`` and layers into memory; its ``X`` and ``raw.X`` are still read in row
         blocks. A list of paths pools every file into one cube: each file on its own, in
-        worker processes (``jobs``) or on a dask client's workers (``client``), the cubes
+        this process and worker processes (``jobs``) or on a dask client's workers
+        (``client``), the cubes
         added up with features aligned by id; the cube equals pooling the files concatenated
         in memory (see "Many files" in the dask guide).
     sample_key, group_key
@@ -127,9 +128,9 @@ def from_anndata(
         With a list of paths: ``"error"`` (default) refuses a profile (group and sample) with
         cells in two files, naming both; ``"add"`` adds them (one sample split over files).
     jobs
-        With a list of paths: how many files are pooled at once, each in its own worker
-        process; None uses every CPU this process may run on; 1 pools them here, one after
-        the other.
+        With a list of paths: how many files are pooled at once, each in its own process
+        (this one and ``jobs - 1`` worker processes, which take the files in order); None
+        uses every CPU this process may run on; 1 pools them here, one after the other.
     client
         With a list of paths: a ``dask.distributed`` client whose workers pool the files
         (``jobs`` is then unused); the cubes are added on this side.

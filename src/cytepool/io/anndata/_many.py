@@ -1,17 +1,19 @@
 """Many files, one cube: :func:`from_anndata` and :func:`from_mudata_cells` of a list of paths.
 
-Each file is pooled on its own -- in worker processes, at most ``jobs`` at once, or on the
-workers of a dask distributed client -- into a small cube, and the cubes are added up on the
-caller's side, aligned by id. Nothing but the cubes and the per-file covariate tables travels
-back, so memory is bounded by ``jobs`` times one file's working set plus the result.
+Each file is pooled on its own -- in this process and ``jobs - 1`` worker processes, at most
+``jobs`` at once, or on the workers of a dask distributed client (see
+:class:`~cytepool.io.anndata._running.Runner`) -- into a small cube, and the cubes are added up
+on the caller's side, aligned by id. Nothing but the cubes and the per-file covariate tables
+travels back, so memory is bounded by ``jobs`` times one file's working set plus the result.
 
 The pooling of one file is done by the caller's ``pool_file`` (a module-level function, so
 that it pickles by name): :func:`cytepool.io.anndata._cells.pool_file`, given here to keep the
 imports pointing one way. The steps:
 
 1. a survey of every file (its cells, and the ids of its features per modality), so that
-   features that differ are an error before anything is pooled, and the progress bar knows
-   how many cells there are;
+   features that differ are an error before any cube is added, and the progress bar knows
+   how many cells there are (in this process, while the workers pool; on a client, on its
+   workers);
 2. the pooling of every file (a cube, and its sample and group covariate candidates);
 3. the sum: samples and groups are the sorted union of the files' ids, features those of the
    first file (or those all files share), covariates merged with the single-file rules.
@@ -19,11 +21,10 @@ imports pointing one way. The steps:
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import pickle
+import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,9 +34,10 @@ import numpy as np
 from cytepool import _progress, _words
 from cytepool._assemble import from_parts
 from cytepool._records import Provenance, stamp
-from cytepool.errors import CytepoolError, InputError, InputTypeError, NotCountsWarning
+from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 from cytepool.io.anndata._covariates import both_reasons, covariate_table, label_codes
 from cytepool.io.anndata._readers import open_cells, open_modalities
+from cytepool.io.anndata._running import Runner, portable
 from cytepool.layers import Accumulator
 
 if TYPE_CHECKING:
@@ -49,8 +51,6 @@ __all__ = ["FILE_SAMPLE", "check_single", "pool_files", "usable_cpus"]
 FILE_SAMPLE = "cytepool:file"
 _ANNDATA = ""  # the one "modality" of an AnnData file
 _DUPLICATES = ("error", "add")
-# What a worker needs, imported once by the fork server rather than by every worker
-_PRELOAD = ("cytepool.io.anndata", "cytepool.pooling", "pandas", "scipy.sparse", "h5py", "zarr")
 
 
 def check_single(options: Mapping[str, Any]) -> str:
@@ -108,10 +108,11 @@ def pool_files(
     """The cube (a cube per modality with ``mudata``) of the cells of all ``paths``."""
     tasks = _tasks(paths, pool_file, mudata, options)
     jobs = _jobs(options["jobs"], len(tasks))
-    with _Runner(jobs, options["client"]) as run:
-        # the pooling is queued behind the surveys, so no worker waits for the plan
-        survey_results = run(_survey, tasks, None)
-        pooled = run(_pool_one, tasks, pool_file)
+    with Runner(jobs, options["client"]) as run:
+        # in worker processes, the pooling starts before the surveys (in this process), so no
+        # worker waits for the plan; on a client, it is queued behind them
+        survey_results = run(_survey, tasks, None, here=True)
+        pooled = run(_pool_one, tasks, pool_file, here=False)
         surveys = dict(survey_results)
         plan = _features(tasks, [surveys[t.index] for t in tasks], options["features"])
         total = sum(survey[0] for survey in surveys.values())
@@ -208,131 +209,6 @@ def usable_cpus() -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Running: in this process, in worker processes, or on a dask client's workers
-# ---------------------------------------------------------------------------------------------
-
-_Run = Callable[[Callable[..., Any], list[_Task], Any], Iterator[tuple[int, Any]]]
-
-
-class _Runner:
-    """``run(function, tasks, extra)`` submits the tasks (to worker processes or a client, at
-    once; in this process, as the results are taken) and returns an iterator of ``(task
-    index, function(task, extra))`` as they finish; the first failure stops the run (the
-    tasks not started are cancelled, on leaving the ``with`` block at the latest) and is
-    raised naming its file."""
-
-    def __init__(self, jobs: int, client: Any) -> None:
-        self.jobs, self.client = jobs, client
-        self.executor: Any = None
-        self.submitted: list[Any] = []  # the client's futures, cancelled on leaving
-
-    def __enter__(self) -> _Run:
-        if self.client is not None:
-            return self._on_client
-        if self.jobs == 1:
-            return self._here
-        from concurrent.futures import ProcessPoolExecutor
-
-        methods = multiprocessing.get_all_start_methods()
-        method = "forkserver" if "forkserver" in methods else "spawn"
-        context = multiprocessing.get_context(method)  # numba's threads and fork do not mix
-        if method == "forkserver":  # its workers start with these imported (once per process)
-            context.set_forkserver_preload(list(_PRELOAD))
-        self.executor = ProcessPoolExecutor(self.jobs, mp_context=context)
-        return self._in_processes
-
-    def __exit__(self, *failure: object) -> None:
-        if self.executor is not None:
-            self.executor.shutdown(wait=True, cancel_futures=True)
-        if self.submitted:
-            self.client.cancel(self.submitted)
-
-    @staticmethod
-    def _here(function: Callable[..., Any], tasks: list[_Task], extra: Any) -> Iterator[Any]:
-        """The tasks run one after another in this process, as the results are taken."""
-        for task in tasks:
-            try:
-                yield task.index, function(task, extra)
-            except Exception as error:
-                raise _naming(error, task.path) from error
-
-    def _in_processes(
-        self, function: Callable[..., Any], tasks: list[_Task], extra: Any
-    ) -> Iterator[Any]:
-        """The tasks submitted to the worker processes now; their results as they finish."""
-        assert self.executor is not None
-        futures = {self.executor.submit(function, task, extra): task for task in tasks}
-        return self._finished(futures)
-
-    def _finished(self, futures: dict[Any, _Task]) -> Iterator[Any]:
-        from concurrent.futures import FIRST_COMPLETED, wait
-
-        pending = set(futures)
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: futures[f].index):
-                    yield _outcome(future, futures[future])
-        finally:
-            for future in pending:
-                future.cancel()
-
-    def _on_client(
-        self, function: Callable[..., Any], tasks: list[_Task], extra: Any
-    ) -> Iterator[Any]:
-        """The tasks submitted to the client's workers now; their results as they finish."""
-        futures = {self.client.submit(function, task, extra, pure=False): task for task in tasks}
-        self.submitted.extend(futures)
-        return self._on_client_finished(futures)
-
-    def _on_client_finished(self, futures: dict[Any, _Task]) -> Iterator[Any]:
-        from distributed import as_completed
-
-        try:
-            for future in as_completed(list(futures)):
-                yield _outcome(future, futures[future])
-        finally:
-            self.client.cancel(list(futures))
-
-
-def _outcome(future: Any, task: _Task) -> tuple[int, Any]:
-    """``(task index, result)`` of a finished future (concurrent.futures or dask); its
-    failure raised naming the task's file."""
-    try:
-        return task.index, future.result()
-    except Exception as error:
-        raise _naming(error, task.path) from error
-
-
-def _naming(error: Exception, path: str) -> Exception:
-    """The error with ``path`` in its message (most already name it), of the same type."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-    if isinstance(error, BrokenProcessPool):
-        text = (
-            "a worker process ended abruptly while pooling it (out of memory? or, in a "
-            "script, a call not under `if __name__ == '__main__':`); try fewer jobs="
-        )
-    if path in text:
-        return error
-    message = f"{path}: {text}"
-    try:
-        return type(error)(message)
-    except Exception:  # a type that takes other arguments
-        return CytepoolError(message)
-
-
-def _portable(error: Exception) -> Exception:
-    """The error, or a CytepoolError of its text if it would not travel between processes."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return CytepoolError(f"{type(error).__name__}: {error}")
-    return error
-
-
-# ---------------------------------------------------------------------------------------------
 # The work of one file (in a worker)
 # ---------------------------------------------------------------------------------------------
 
@@ -355,7 +231,7 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
                 cells = sum(int(found[name].matrix.shape[0]) for name in wanted)
                 return cells, {name: _ids(found[name].var.index) for name in wanted}
         except Exception as error:
-            raise _portable(error) from None
+            raise portable(error) from None
 
 
 def _ids(index: pd.Index) -> list[str]:
@@ -385,13 +261,30 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
                 columns = options[named]
                 tables.append(covariate_table(obs, codes, ids, columns, axis, set(keys), obs_name))
         except Exception as error:
-            raise _portable(error) from None
+            raise portable(error) from None
     cells = int(sum(int(np.sum(cube.cells)) for cube in cubes.values()))
     found = [(w.category, str(w.message)) for w in caught]
     columns = [str(name) for name in obs.columns if name not in keys]
     fingerprints = {name: cube.fingerprint for name, cube in cubes.items()}
     size = _file_bytes(task.path)
+    _give_back_memory()
     return _Part(cubes, cells, tables[0], tables[1], columns, size, fingerprints, found)
+
+
+def _give_back_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``), so that a
+    process that pools one file after another (this one, or a worker) starts each at the
+    memory of the first, not at its peak: the blocks of a file, freed, stay in the heaps of
+    the threads that decoded them otherwise. Elsewhere (no glibc), nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # a C library without it (musl)
+        return
+    trim(0)
 
 
 def _warn_again(parts: Sequence[_Part]) -> None:
