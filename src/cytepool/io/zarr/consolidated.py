@@ -342,4 +342,3 @@ def chunk_requests(
     ranges they need)."""
     reader = Reader(handle, key, meta)
     return None if reader.shard is not None else (_chunk_keys(key, meta), reader.chunk_limit)
-
