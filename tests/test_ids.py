@@ -38,6 +38,10 @@ def test_find_and_repeated_agree_with_a_dict(ids: list[str], queries: list[str])
     [
         [f"ENSG{i:011d}" for i in range(500)],  # one length: hashed as a matrix
         ["", "a", "\0", "a\0", "\0a", "é", "ab", "ba", *[chr(i) * i for i in range(1, 60)]],
+        [f"s{i:07d}" for i in range(300)],  # one length of exactly one word
+        ["x", "y", "é", "z"],  # one length shorter than a word
+        ["", "b", "ab"],  # a length of no bytes among few
+        [f"gene{i}" for i in range(2000)] + ["名前" * 9, "αβγδεζηθ" * 3],  # few lengths
     ],
 )
 def test_both_hashes_agree(ids: list[str]) -> None:

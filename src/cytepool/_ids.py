@@ -33,13 +33,17 @@ __all__ = ["BufferIds"]
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: the base of a polynomial hash
 _SIZE_MIX = np.uint64(0x9E3779B97F4A7C15)  # the size is mixed in, so "" and "\0" differ
 _MOST_LENGTHS = 32  # beyond as many distinct lengths, the ids are hashed byte by byte
-_BLOCK_ROWS = 1 << 15  # rows of ids of one length widened to uint64 at once
 
 
 def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
-    """A 64-bit polynomial hash of each item's bytes, mixed with its length (wrapping
-    arithmetic). The items of each length are gathered into a matrix, one row per item, whose
-    rows are hashed at once; ids usually have few distinct lengths."""
+    """A 64-bit hash of each item's bytes, mixed with its length (wrapping arithmetic).
+
+    An item's bytes, padded with zeros to a multiple of 8, are read as little-endian uint64
+    words, and the words are the digits of a polynomial in ``_MULTIPLIER`` (Horner's rule).
+    The items of each length are gathered into rows of a structured array (a row copied as
+    one piece, which numpy does far faster than a narrow 2-D copy) and hashed at once; ids
+    usually have few distinct lengths.
+    """
     sizes = buffer.sizes()
     out = np.zeros(len(sizes), dtype=np.uint64)
     if not len(sizes):
@@ -53,17 +57,33 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     for length in lengths.tolist():
         if not length:
             continue
-        if len(lengths) == 1:  # one length: the bytes are the matrix already
-            rows = np.arange(len(sizes))
-            matrix = buffer.data[first : first + length * len(sizes)].reshape(-1, length)
+        if len(lengths) == 1:  # one length: the bytes are the rows already
+            rows = None
+            items = buffer.data[first : first + length * len(sizes)]
         else:
             rows = np.flatnonzero(sizes == length)
-            matrix = buffer.data[starts[rows, np.newaxis] + np.arange(length)]
-        weights = _powers(length)[::-1].copy()  # the sum Horner's rule gives, in one product
-        for start in range(0, len(rows), _BLOCK_ROWS):  # widened a block at a time
-            block = matrix[start : start + _BLOCK_ROWS].astype(np.uint64)
-            out[rows[start : start + _BLOCK_ROWS]] = block @ weights  # wraps modulo 2**64
+            items = buffer.data[starts[rows, np.newaxis] + np.arange(length)].reshape(-1)
+        hashed = _word_hashes(items, length)
+        if rows is None:
+            out = hashed
+        else:
+            out[rows] = hashed
     return out ^ (sizes.astype(np.uint64) * _SIZE_MIX)
+
+
+def _word_hashes(items: np.ndarray[Any, Any], length: int) -> np.ndarray[Any, Any]:
+    """The word polynomial of each item of ``items`` (the bytes of items of ``length`` > 0
+    bytes each, one after the other)."""
+    words = (length + 7) // 8
+    padded = np.dtype({"names": ["v"], "formats": [f"V{length}"], "itemsize": 8 * words})
+    rows = np.zeros(len(items) // length, dtype=padded)
+    rows["v"] = items.view(f"V{length}")
+    matrix = rows.view("<u8").reshape(-1, words)
+    out = matrix[:, 0].copy()
+    for k in range(1, words):  # wraps modulo 2**64, as meant
+        out *= _MULTIPLIER
+        out += matrix[:, k]
+    return out
 
 
 def _powers(n: int) -> np.ndarray[Any, Any]:
@@ -76,14 +96,17 @@ def _powers(n: int) -> np.ndarray[Any, Any]:
 def _hashes_by_byte(
     buffer: Utf8Buffer, sizes: np.ndarray[Any, Any], starts: np.ndarray[Any, Any]
 ) -> np.ndarray[Any, Any]:
-    """:func:`_hashes` of items of many lengths: each byte weighted by its place from its
-    item's end, summed per item."""
+    """:func:`_hashes` of items of many lengths, in one pass over the bytes: each byte shifted
+    to its place in its word and weighted by its word's place from the item's end, summed per
+    item."""
     first = int(buffer.offsets[0])
     data = buffer.data[first : int(buffer.offsets[-1])]
     starts = starts - first
-    ends = np.repeat(starts + sizes, sizes)
-    from_end = ends - 1 - np.arange(len(data), dtype=np.intp)
-    terms = np.append(data.astype(np.uint64) * _powers(int(sizes.max()))[from_end], np.uint64(0))
+    place = np.arange(len(data), dtype=np.intp) - np.repeat(starts, sizes)  # in its item
+    last_word = np.repeat((sizes.astype(np.intp) + 7) // 8 - 1, sizes)
+    shifted = data.astype(np.uint64) << (8 * (place % 8)).astype(np.uint64)
+    weights = _powers(int(last_word.max(initial=0)) + 1)[last_word - place // 8]
+    terms = np.append(shifted * weights, np.uint64(0))
     out = np.add.reduceat(terms, np.minimum(starts, len(data)))
     out[sizes == 0] = 0  # reduceat gives the next item's first term for an empty one
     return out ^ (sizes.astype(np.uint64) * _SIZE_MIX)
