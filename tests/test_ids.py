@@ -42,6 +42,7 @@ def test_find_and_repeated_agree_with_a_dict(ids: list[str], queries: list[str])
         ["x", "y", "é", "z"],  # one length shorter than a word
         ["", "b", "ab"],  # a length of no bytes among few
         [f"gene{i}" for i in range(2000)] + ["名前" * 9, "αβγδεζηθ" * 3],  # few lengths
+        ["x" * 70_000, "y", "zz", "y" * 9],  # lengths beyond those counted: np.unique
     ],
 )
 def test_both_hashes_agree(ids: list[str]) -> None:

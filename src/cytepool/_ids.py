@@ -33,6 +33,7 @@ __all__ = ["BufferIds"]
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV-1's 64-bit prime: the base of a polynomial hash
 _SIZE_MIX = np.uint64(0x9E3779B97F4A7C15)  # the size is mixed in, so "" and "\0" differ
 _MOST_LENGTHS = 32  # beyond as many distinct lengths, the ids are hashed byte by byte
+_COUNTED_LENGTHS = 1 << 16  # ids no longer than this find their distinct lengths by counting
 
 
 def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
@@ -50,34 +51,37 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
         return out
     starts = buffer.offsets[:-1].astype(np.intp)
     shortest, longest = int(sizes.min()), int(sizes.max())
-    lengths = np.array([shortest]) if shortest == longest else np.unique(sizes)
+    if shortest == longest:
+        lengths = np.array([shortest])
+    elif longest <= _COUNTED_LENGTHS:  # counted in one pass, cheaper than np.unique's sort
+        lengths = np.flatnonzero(np.bincount(sizes, minlength=longest + 1))
+    else:
+        lengths = np.unique(sizes)
     if len(lengths) > _MOST_LENGTHS:  # many lengths: one pass over the bytes instead
         return _hashes_by_byte(buffer, sizes, starts)
     first = int(buffer.offsets[0])
+    data = np.ascontiguousarray(buffer.data)
     for length in lengths.tolist():
         if not length:
             continue
-        if len(lengths) == 1:  # one length: the bytes are the rows already
-            rows = None
-            items = buffer.data[first : first + length * len(sizes)]
-        else:
-            rows = np.flatnonzero(sizes == length)
-            items = buffer.data[starts[rows, np.newaxis] + np.arange(length)].reshape(-1)
-        hashed = _word_hashes(items, length)
-        if rows is None:
-            out = hashed
-        else:
-            out[rows] = hashed
+        if len(lengths) == 1:  # one length: the bytes are the items already
+            out = _word_hashes(data[first : first + length * len(sizes)].view(f"V{length}"))
+            continue
+        rows = np.flatnonzero(sizes == length)
+        windows = np.ndarray(  # every run of ``length`` bytes: the items are some of them
+            (len(data) - length + 1,), dtype=f"V{length}", buffer=data, strides=(1,)
+        )
+        out[rows] = _word_hashes(windows[starts[rows]])
     return out ^ (sizes.astype(np.uint64) * _SIZE_MIX)
 
 
-def _word_hashes(items: np.ndarray[Any, Any], length: int) -> np.ndarray[Any, Any]:
-    """The word polynomial of each item of ``items`` (the bytes of items of ``length`` > 0
-    bytes each, one after the other)."""
+def _word_hashes(items: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The word polynomial of each item of ``items`` (numpy void elements, of one size > 0)."""
+    length = items.dtype.itemsize
     words = (length + 7) // 8
     padded = np.dtype({"names": ["v"], "formats": [f"V{length}"], "itemsize": 8 * words})
-    rows = np.zeros(len(items) // length, dtype=padded)
-    rows["v"] = items.view(f"V{length}")
+    rows = np.zeros(len(items), dtype=padded)
+    rows["v"] = items
     matrix = rows.view("<u8").reshape(-1, words)
     out = matrix[:, 0].copy()
     for k in range(1, words):  # wraps modulo 2**64, as meant
