@@ -274,9 +274,7 @@ def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
 
 def _prefixed_record(size: int) -> np.dtype[Any]:
     """A packed record of a little-endian uint64 ``size`` and ``size`` bytes."""
-    return np.dtype(
-        {"names": ["size", "bytes"], "formats": ["<u8", f"V{size}"], "offsets": [0, 8]}
-    )
+    return np.dtype({"names": ["size", "bytes"], "formats": ["<u8", f"V{size}"], "offsets": [0, 8]})
 
 
 def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:

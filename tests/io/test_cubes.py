@@ -317,10 +317,9 @@ def test_consolidated_documents_read_as_their_bytes_and_apart(stored: Path) -> N
 def test_readers_that_parse_shared_documents_leave_them_as_they_were(stored: Path) -> None:
     """Opening arrays and groups through a consolidated handle parses its documents without
     copying them: what the readers hand out is their own, and the documents stay intact."""
-    from cytepool.io.zarr.groups import read_group_attributes
     from cytepool.io.zarr.consolidated import consolidated_documents, read_through
     from cytepool.io.zarr.fields import METADATA_FILE, loads
-    from cytepool.io.zarr.groups import node_type
+    from cytepool.io.zarr.groups import node_type, read_group_attributes
     from cytepool.io.zarr.store import LocalStore, StorePath
 
     handle = LocalStore(stored).open()
