@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cytepool._assemble import parts_of
-from cytepool._ids import BufferIds, _hashes, _hashes_by_byte
+from cytepool._ids import BufferIds, _hashes, _hashes_by_byte, _keys
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import FormatError, UnknownIdError
 from cytepool.io import read_cube, write_cube
@@ -38,6 +38,11 @@ def test_find_and_repeated_agree_with_a_dict(ids: list[str], queries: list[str])
     [
         [f"ENSG{i:011d}" for i in range(500)],  # one length: hashed as a matrix
         ["", "a", "\0", "a\0", "\0a", "é", "ab", "ba", *[chr(i) * i for i in range(1, 60)]],
+        [f"s{i:07d}" for i in range(300)],  # one length of exactly one word
+        ["x", "y", "é", "z"],  # one length shorter than a word
+        ["", "b", "ab"],  # a length of no bytes among few
+        [f"gene{i}" for i in range(2000)] + ["名前" * 9, "αβγδεζηθ" * 3],  # few lengths
+        ["x" * 70_000, "y", "zz", "y" * 9],  # lengths beyond those counted: np.unique
     ],
 )
 def test_both_hashes_agree(ids: list[str]) -> None:
@@ -50,10 +55,10 @@ def test_both_hashes_agree(ids: list[str]) -> None:
 def test_ids_sharing_a_hash_are_told_apart_by_their_bytes() -> None:
     ids = ["T", "B", "NK", "B"]
     held = BufferIds(Utf8Buffer.from_str(ids))
-    held._sorted = (np.zeros(4, dtype=np.uint64), np.arange(4))  # as if every hash collided
+    held._sorted = (np.zeros(4, dtype=np.uint64), np.arange(4))  # as if every key collided
     assert held.repeated() == ["B"]
     unique = BufferIds(Utf8Buffer.from_str(ids[:3]))
-    h = _hashes(unique.buffer)
+    h = _keys(unique.buffer)
     entries = sorted([(h[0], 0), (h[1], 0), (h[1], 1), (h[2], 2)], key=lambda e: int(e[0]))
     # "B"'s hash listed first for row 0 ("T"): the bytes must send the search on to row 1
     unique._sorted = (np.array([e[0] for e in entries]), np.array([e[1] for e in entries]))
@@ -91,3 +96,21 @@ def test_a_repeated_stored_id_is_refused(tmp_path: Path) -> None:
         match=r"features: the ids must be unique; it holds \['ENSG00001'\] more than once",
     ):
         read_cube(tmp_path / "c.cube.zarr")
+
+
+def test_ids_sharing_a_key_are_told_apart_and_found_first_by_row() -> None:
+    """The index keeps a hash's upper 32 bits: ids whose keys collide (300,000 ids hold a few
+    such pairs) are confirmed by their bytes, and rows of one key stay in order."""
+    ids = [f"cell{i:07d}" for i in range(300_000)]
+    held = BufferIds(Utf8Buffer.from_str(ids))
+    keys, order = held._index()
+    assert (keys[1:] >= keys[:-1]).all()
+    ties = np.flatnonzero(keys[1:] == keys[:-1])
+    assert 0 < len(ties) < 50  # collisions of 32-bit keys, as many as chance makes
+    assert (order[ties] < order[ties + 1]).all()
+    assert held.repeated() == []
+    wanted = [ids[i] for i in [*order[ties].tolist(), *order[ties + 1].tolist(), 0, 299_999]]
+    position = {value: i for i, value in enumerate(ids)}
+    assert held.find([*wanted, "cell0300000"]).tolist() == [position[w] for w in wanted] + [-1]
+    twice = BufferIds(Utf8Buffer.from_str([*ids[:5000], ids[17], *ids[5000:]]))
+    assert twice.repeated() == [ids[17]]

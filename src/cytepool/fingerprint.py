@@ -272,24 +272,35 @@ def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
         yield memoryview(_length_prefixed(data, sizes[start:stop]))
 
 
+def _prefixed_record(size: int) -> np.dtype[Any]:
+    """A packed record of a little-endian uint64 ``size`` and ``size`` bytes."""
+    return np.dtype({"names": ["size", "bytes"], "formats": ["<u8", f"V{size}"], "offsets": [0, 8]})
+
+
 def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
     """Each row's size as a little-endian uint64 followed by its bytes, for all rows.
 
-    Rows in runs of one size (fixed-width ids, ids numbered in order) are copied a run at a
-    time as a 2-D block; rows of sizes that change often are placed with a mask."""
+    Rows in runs of one size (fixed-width ids, ids numbered in order) are written a run at a
+    time as the records of a structured array (a size field, then the bytes as one field: numpy
+    copies a record field as one piece, far faster than a narrow 2-D block); rows of sizes that
+    change often are placed with a mask."""
     n = len(sizes)
-    prefixes = sizes.astype("<u8").view(np.uint8)
     runs = size_runs(sizes)
     if runs is not None:
         out = np.empty(8 * n + len(data), dtype=np.uint8)
         at = source = 0
         for start, stop in runs:
             size, count = int(sizes[start]), stop - start
-            block = out[at : at + count * (8 + size)].reshape(count, 8 + size)
-            block[:, :8] = prefixes[8 * start : 8 * stop].reshape(count, 8)
-            block[:, 8:] = data[source : source + count * size].reshape(count, size)
+            block = out[at : at + count * (8 + size)]
+            if size:
+                records = block.view(_prefixed_record(size))
+                records["size"] = sizes[start:stop]
+                records["bytes"] = data[source : source + count * size].view(f"V{size}")
+            else:
+                block.view("<u8")[:] = 0
             at, source = at + block.size, source + count * size
         return out
+    prefixes = sizes.astype("<u8").view(np.uint8)
     counts = np.empty(2 * n, dtype=np.int64)
     counts[0::2] = 8
     counts[1::2] = sizes

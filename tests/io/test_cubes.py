@@ -314,6 +314,36 @@ def test_consolidated_documents_read_as_their_bytes_and_apart(stored: Path) -> N
     assert through.document("nowhere/zarr.json") is None
 
 
+def test_readers_that_parse_shared_documents_leave_them_as_they_were(stored: Path) -> None:
+    """Opening arrays and groups through a consolidated handle parses its documents without
+    copying them: what the readers hand out is their own, and the documents stay intact."""
+    from cytepool.io.zarr.consolidated import consolidated_documents, read_through
+    from cytepool.io.zarr.fields import METADATA_FILE, loads
+    from cytepool.io.zarr.groups import node_type, read_group_attributes
+    from cytepool.io.zarr.store import LocalStore, StorePath
+
+    handle = LocalStore(stored).open()
+    root = loads((stored / METADATA_FILE).read_bytes(), "root")
+    documents = consolidated_documents(root, "root")
+    assert documents
+    before = json.loads(json.dumps(documents))
+    through = read_through(handle, root, documents, handle.version(METADATA_FILE))
+    assert through.shared_document("samples/zarr.json")[0] is documents["samples"]
+    for key, document in documents.items():
+        node = StorePath(through, key)
+        if node_type(node) == "group":
+            attributes = read_group_attributes(node)
+            for value in attributes.values():
+                if isinstance(value, list | dict):
+                    value.clear()
+            attributes.clear()
+        else:
+            array = open_array(node)
+            array.attributes.clear()
+        assert document == before[key]
+    assert documents == before
+
+
 def test_a_consolidated_handle_parses_a_group_once_and_gives_copies(stored: Path) -> None:
     """Group metadata read through a consolidated handle is parsed once per handle; each
     caller gets attributes of its own, and node types stay right."""

@@ -7,6 +7,9 @@ and all-ASCII fallbacks), padding, and the Arrow-style buffers of ``Decoder.buff
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -182,3 +185,45 @@ def test_an_item_cut_in_a_run_of_one_length_is_not_valid_utf8() -> None:
     decoder.feed(chunk)
     with pytest.raises(FormatError, match=r"corrupt chunk c/0: a vlen-utf8 item is not valid"):
         decoder.buffers()
+
+
+def _outcome(feed: Callable[[], _vlen.Decoder]) -> tuple[str, Any]:
+    """What a decoder made of its input: its items, or the error it raised."""
+    try:
+        decoder = feed()
+        return "ok", decoder.finish(objects=True).tolist()
+    except FormatError as error:
+        return "error", str(error)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(max_size=9), max_size=60),
+    st.integers(-1, 1),
+    st.sampled_from(["whole", "truncated", "trailing", "long length"]),
+    st.sampled_from([1, 3, 5, 8, 64, 1 << 20]),
+)
+def test_a_stream_decoded_whole_is_checked_as_its_pieces_would_be(
+    values: list[str], count_delta: int, damage: str, piece: int
+) -> None:
+    data = bytearray(reference(values))
+    if damage == "truncated" and data:
+        del data[len(data) // 2 :]
+    elif damage == "trailing":
+        data += b"\x01\x02\x03"
+    elif damage == "long length" and values:
+        data[4:8] = (1 << 20).to_bytes(4, "little")
+    count = max(0, len(values) + count_delta)
+
+    def in_pieces() -> _vlen.Decoder:
+        decoder = _vlen.Decoder(count, "c/0")
+        for start in range(0, max(len(data), 1), piece):
+            decoder.feed(bytes(data[start : start + piece]))
+        return decoder
+
+    def whole() -> _vlen.Decoder:
+        decoder = _vlen.Decoder(count, "c/0")
+        decoder.feed_whole(bytes(data), piece)
+        return decoder
+
+    assert _outcome(whole) == _outcome(in_pieces)

@@ -525,11 +525,10 @@ class Reader:
             decoder.feed(source.take())  # taken over, not copied
             return decoder
         whole = self._decoded_whole(source)
-        if whole is None:
-            stream = self.chain.decode_stream(source.pieces(), self.nbytes, source.where)
-        else:
-            stream = _as_stream(whole)
-        for out in stream:
+        if whole is not None:  # checked in the stream's pieces, as the stream would be
+            decoder.feed_whole(whole, PIECE_BYTES)
+            return decoder
+        for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
             decoder.feed(out)
         return decoder
 
@@ -542,17 +541,6 @@ class Reader:
             return None
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
         return self.chain.decode_stated(source.data, most, self.nbytes)
-
-
-def _as_stream(whole: bytearray) -> Iterator[bytes | bytearray | memoryview]:
-    """Bytes decoded in one step, in the pieces the stream gives (of PIECE_BYTES), so that the
-    vlen-utf8 decoder checks them, and fails, as it does the stream; one piece is given whole."""
-    if len(whole) <= PIECE_BYTES:
-        yield whole  # taken over by the decoder, not copied
-        return
-    view = memoryview(whole)
-    for start in range(0, len(whole), PIECE_BYTES):
-        yield view[start : start + PIECE_BYTES]
 
 
 def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:

@@ -111,12 +111,17 @@ def open_local(directory: Path) -> StoreHandle:
 
 
 def read_document(
-    path: str | os.PathLike[str] | StorePath, storage_options: Mapping[str, Any] | None = None
+    path: str | os.PathLike[str] | StorePath,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    shared: bool = False,
 ) -> tuple[Any, Version, str]:
     """Read and parse the zarr.json of a node strictly.
 
     ``path`` is a node of an open store, or a local directory or URL (opened for this read
-    only; ``storage_options`` go to a URL's client).
+    only; ``storage_options`` go to a URL's client). With ``shared``, a consolidated handle's
+    parsed document is handed over without a copy: for a caller that only parses it, never
+    changes it and keeps no part of it that it hands on.
 
     Returns
     -------
@@ -131,15 +136,16 @@ def read_document(
         file, or the node is Zarr v2.
     """
     if isinstance(path, StorePath):
-        return _read(path)
+        return _read(path, shared)
     with reading(open_store(path, storage_options)) as handle:
-        return _read(StorePath(handle))
+        return _read(StorePath(handle), shared)
 
 
-def _read(node: StorePath) -> tuple[Any, Version, str]:
+def _read(node: StorePath, shared: bool) -> tuple[Any, Version, str]:
     key = join(node.key, METADATA_FILE)
     where = node.handle.where(key)
-    parsed = getattr(node.handle, "document", None)  # a consolidated handle: parsed already
+    method = "shared_document" if shared else "document"
+    parsed = getattr(node.handle, method, None)  # a consolidated handle: parsed already
     found = None if parsed is None else parsed(key)
     if found is not None:
         return found[0], found[1], where

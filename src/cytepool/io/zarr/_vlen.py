@@ -166,20 +166,37 @@ class Decoder:
             if not isinstance(self.data, bytearray):
                 self.data = bytearray(self.data)
             self.data += piece
-        if had < 4 <= len(self.data):
+        self._check(had, len(self.data))
+
+    def feed_whole(self, whole: bytes | bytearray, piece: int) -> None:
+        """Take over ``whole`` (not copied, not changed), the stream decoded in one step, and
+        check it as :meth:`feed` would check it fed in pieces of ``piece`` bytes: the same
+        results, the same errors at the same points. Feed nothing before it."""
+        self.data = whole
+        had = 0
+        for end in range(min(piece, len(whole)), len(whole) + piece, piece):
+            end = min(end, len(whole))
+            self._check(had, end)
+            if end == len(whole):
+                break
+            had = end
+
+    def _check(self, had: int, end: int) -> None:
+        """Check the stream's bytes up to ``end``, ``had`` of which were checked before."""
+        if had < 4 <= end:
             found = _U32.unpack_from(self.data, 0)[0]
             if found != self.count:
                 problem = f"the vlen-utf8 data holds {found} items, expected {self.count}"
                 raise _corrupt(self.where, problem)
-        if len(self.data) >= 4:
-            self._advance()
-        if self.items == self.count and len(self.data) > self.pos:
-            problem = f"{len(self.data) - self.pos} trailing bytes after the last vlen-utf8 item"
+        if end >= 4:
+            self._advance(end)
+        if self.items == self.count and end > self.pos:
+            problem = f"{end - self.pos} trailing bytes after the last vlen-utf8 item"
             raise _corrupt(self.where, problem)
 
-    def _advance(self) -> None:
+    def _advance(self, end: int) -> None:
         data, unpack, append = self.data, _U32.unpack_from, self.pending.append
-        end, count, items, pos = len(data), self.count, self.items, self.pos
+        count, items, pos = self.count, self.items, self.pos
         streak, previous = 0, -1
         while items < count and pos + 4 <= end:
             (length,) = unpack(data, pos)
@@ -192,15 +209,16 @@ class Decoder:
             streak += 1
             if streak >= self._RUN:
                 self.items, self.pos = items, pos
-                self._run(length)
+                self._run(length, end)
                 items, pos, streak = self.items, self.pos, 0
         self.items, self.pos = items, pos
         if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
             self._flush()
 
-    def _run(self, length: int) -> None:
-        """Skip the items that follow with the same length, checked with numpy."""
-        step, end = 4 + length, len(self.data)
+    def _run(self, length: int, end: int) -> None:
+        """Skip the items that follow with the same length (up to ``end``), checked with
+        numpy."""
+        step = 4 + length
         fit = min(self.count - self.items, (end - self.pos - 4) // step + 1)
         if fit <= 0:
             return
@@ -291,7 +309,9 @@ def _compact(
     given (where the last byte of its length field was; ``span`` is not changed).
 
     Items in runs of one length (fixed-width ids, ids numbered in order) are copied a run at a
-    time as a 2-D block; items of lengths that change often are picked with a mask."""
+    time, each item (with the byte before it, where a separator goes) as one numpy void
+    element of a strided view of ``span``, which numpy copies far faster than the rows of a
+    narrow 2-D block; items of lengths that change often are picked with a mask."""
     n = len(lengths)
     keep = 0 if separator is None else 1
     runs = size_runs(lengths)
@@ -299,14 +319,19 @@ def _compact(
         out = np.empty(int(lengths.sum()) + keep * n, dtype=np.uint8)
         at = 0
         for start, stop in runs:
-            length, count = int(lengths[start]), stop - start
-            first = int(fields[start])
-            rows = span[first : first + count * (4 + length)].reshape(count, 4 + length)
-            block = out[at : at + count * (length + keep)].reshape(count, length + keep)
-            block[...] = rows[:, 4 - keep :]
-            if separator is not None:
-                block[:, 0] = separator
-            at += block.size
+            width, count = int(lengths[start]) + keep, stop - start
+            if width:
+                items = np.ndarray(
+                    (count,),
+                    dtype=f"V{width}",
+                    buffer=span,
+                    offset=int(fields[start]) + 4 - keep,
+                    strides=(4 + width - keep,),
+                )
+                out[at : at + count * width].view(f"V{width}")[:] = items
+            at += count * width
+        if separator is not None:
+            out[np.cumsum(lengths + 1) - lengths - 1] = separator
         return out
     mask = np.ones(len(span), dtype=bool)
     mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False

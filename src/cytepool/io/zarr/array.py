@@ -464,7 +464,7 @@ def _open(node: StorePath, handle: StoreHandle | None) -> ZarrArray:
     parsed = getattr(node.handle, "parsed", None)  # a handle whose documents never change
     opened = None if parsed is None else parsed.get(node.key)
     if opened is None:
-        doc, stamp, where = read_document(node)
+        doc, stamp, where = read_document(node, shared=True)  # only parsed
         if isinstance(doc, dict) and doc.get("node_type") == "group":
             msg = f"{node} is a Zarr group, not an array ({where})"
             raise FormatError(msg)

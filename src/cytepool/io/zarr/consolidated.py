@@ -216,11 +216,17 @@ class ConsolidatedHandle:
         The root document was parsed strictly as a whole, so the documents it holds need not be
         written out and parsed again, as ``get`` does for readers that ask for bytes.
         """
+        found = self.shared_document(key)
+        return None if found is None else (json_copy(found[0]), found[1])
+
+    def shared_document(self, key: str) -> tuple[Any, Version] | None:
+        """:meth:`document` without the copy, for a reader that only parses it (and never
+        changes it or hands it on): opening a cube parses dozens of documents."""
         node = self._node(key)
         if node is None:
             return None
         document = self._store.root if node == "" else self._store.documents.get(node)
-        return None if document is None else (json_copy(document), self._store.version)
+        return None if document is None else (document, self._store.version)
 
     def _text(self, node: str) -> bytes | None:
         """The document of ``node`` as JSON, made once per handle (reads ask again and again)."""

@@ -102,7 +102,7 @@ def read_group_attributes(
     known = None if groups is None else groups.get(node.key)  # type: ignore[union-attr]
     if known is not None:
         return dict(json_copy(known.attributes))  # the caller's own copy
-    doc, _, where = read_document(node, storage_options)
+    doc, _, where = read_document(node, storage_options, shared=True)  # parsed, then copied
     if isinstance(doc, dict) and doc.get("node_type") == "array":
         msg = f"{node} is a Zarr array, not a group ({where})"
         raise FormatError(msg)
@@ -162,7 +162,7 @@ def node_type(path: str | os.PathLike[str] | StorePath) -> Literal["array", "gro
     groups = _parsed_groups(node)
     if groups is not None and node.key in groups:  # type: ignore[union-attr]
         return "group"
-    doc, stamp, where = read_document(node)
+    doc, stamp, where = read_document(node, shared=True)  # only parsed
     metadata = parse_document(doc, where)
     if isinstance(metadata, GroupMetadata):
         if groups is not None:
