@@ -342,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         case, path, out, warm = args.child
+        if case == "cli":  # as the program does (cytepool.cli.run): dask marked absent first
+            sys.modules.setdefault("dask", None)  # type: ignore[arg-type]
         _child(case, Path(path), None if out == "-" else Path(out), Path(warm))
         return 0
     sections = args.sections.split(",")

@@ -202,3 +202,42 @@ def test_local_reads_never_import_the_remote_module(tmp_path: Any) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def run_as_program(args: list[str], entry: str) -> str:
+    """The last line a fresh process prints after running the command line with ``args``
+    through ``cytepool.cli.run`` (as the program does) or ``cytepool.cli.main`` (as Python
+    code does): its status, and whether dask.array and anndata were imported."""
+    call = "main(sys.argv[1:])" if entry == "main" else "run()"
+    code = (
+        "import sys\n"
+        "from cytepool.cli import main, run\n"
+        f"sys.argv = ['cytepool', *{args!r}]\n"
+        "try:\n"
+        f"    status = {call}\n"
+        "except SystemExit as stop:\n"
+        "    status = stop.code\n"
+        "print('status', status, 'dask.array' in sys.modules, 'anndata' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()[-1]
+
+
+def test_the_program_pools_an_h5ad_without_importing_dask(tmp_path: Any) -> None:
+    # anndata imports dask.array whenever dask is installed; no command uses it
+    pytest.importorskip("dask")
+    ad = pytest.importorskip("anndata")
+    import numpy as np
+    import pandas as pd
+
+    obs = pd.DataFrame({"donor": ["a", "b"] * 3, "cell_type": ["T"] * 6})
+    obs.index = obs.index.astype(str)
+    ad.AnnData(np.ones((6, 3), dtype=np.float32), obs=obs).write_h5ad(tmp_path / "c.h5ad")
+    args = [str(tmp_path / "c.h5ad"), "--sample-key", "donor", "--group-key", "cell_type"]
+    out = run_as_program(["pool", *args, str(tmp_path / "c.cube.zarr"), "--no-progress"], "run")
+    assert out == "status 0 False True"
+    # main, called from Python, leaves the calling process as it was
+    args.append(str(tmp_path / "again.cube.zarr"))
+    out = run_as_program(["pool", *args, "--no-progress"], "main")
+    assert out == "status 0 True True"

@@ -6,7 +6,11 @@ concatenated in memory with anndata.concat.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from cytepool.cli import main  # noqa: E402
 from cytepool.errors import InputError, NotCountsWarning, UnknownIdError  # noqa: E402
 from cytepool.io import read_cube  # noqa: E402
 from cytepool.io.anndata import from_anndata, from_mudata_cells  # noqa: E402
+from cytepool.io.anndata._running import Runner  # noqa: E402
 
 TYPES = ["B", "CD4 T", "NK"]
 GENES = [f"g{j}" for j in range(12)]
@@ -259,6 +264,38 @@ def test_this_process_and_workers_share_the_files_and_a_failure_anywhere_names_i
         broken[bad] = write(negative, tmp_path / f"negative{bad}.h5ad")
         with pytest.raises(InputError, match=rf"negative{bad}\.h5ad: row 0 .* holds -1\.0"):
             from_anndata(broken, **KEYS, jobs=3, progress=False)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A task of the runner (what it needs of one: its position and a file's name)."""
+
+    index: int
+    path: str
+
+
+def dask_in_worker(task: Probe, parent: int) -> tuple[bool, bool, bool]:
+    """Run by the runner: (in a worker process, dask findable there, anndata imported);
+    this process sleeps, so that the worker surely takes tasks too."""
+    if os.getpid() == parent:
+        time.sleep(0.2)
+    import anndata
+
+    dask_found = importlib.util.find_spec("dask") is not None
+    return os.getpid() != parent, dask_found, anndata.AnnData is not None
+
+
+@pytest.mark.parametrize("jobs", [2, 3])  # one worker spawned; two from a fork server
+def test_worker_processes_import_anndata_without_dask(jobs: int) -> None:
+    # anndata imports dask.array when dask is installed, which a worker never uses
+    pytest.importorskip("dask")
+    tasks = [Probe(i, f"file{i}.h5ad") for i in range(4)]
+    with Runner(jobs, None) as run:
+        results = [outcome for _, outcome in run(dask_in_worker, tasks, os.getpid(), here=False)]
+    in_workers = [result for result in results if result[0]]
+    assert in_workers, "no task ran in a worker process"
+    assert all(result == (True, False, True) for result in in_workers)
+    assert importlib.util.find_spec("dask") is not None  # this process is left as it was
 
 
 def test_values_that_are_not_counts_warn_once(tmp_path: Path) -> None:
