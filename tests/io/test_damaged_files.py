@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ad = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
@@ -334,3 +336,38 @@ def test_zarr_v3_string_chunk_that_lies_allocates_nothing(tmp_path: Path) -> Non
     where = r"obs of .*c\.zarr, sample/categories: corrupt chunk .*categories/c/0"
     with pytest.raises(FormatError, match=rf"{where}: .*holds 4294967280 items, expected"):
         from_anndata(path, **KEYS)
+
+
+@given(
+    data=st.binary(max_size=64),
+    sub=st.binary(min_size=1, max_size=4),
+    start=st.integers(0, 70),
+    stop=st.integers(0, 70),
+    piece=st.integers(1, 9),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_heap_check_reads_the_file_as_bytes_would_give_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    data: bytes,
+    sub: bytes,
+    start: int,
+    stop: int,
+    piece: int,
+) -> None:
+    # the global-heap check reads the file with os.pread, in pieces, not through a map
+    from cytepool.io.anndata._hdf5_heap import _FileBytes
+
+    path = tmp_path_factory.mktemp("bytes") / "f.bin"
+    path.write_bytes(data)
+    with path.open("rb") as handle:
+        view = _FileBytes(handle.fileno(), len(data), path)
+        view.PIECE = piece
+        stop = min(stop, len(data))
+        assert view.find(sub, start, stop) == data.find(sub, start, stop)
+        assert view[start:stop] == data[start:stop]
+        if start < len(data):
+            assert view[start] == data[start]
+        path.write_bytes(data[: len(data) // 2])  # cut short while open
+        if stop > len(data) // 2 and stop > start:
+            with pytest.raises(FormatError, match=r"f\.bin was cut short while read"):
+                view[start:stop]
