@@ -10,7 +10,7 @@ Blocks are read on a reader thread ahead of the one being pooled (:func:`prefetc
 pooling kernel adds block *k* while block *k+1* (and more) is read and decoded (the decoding
 itself runs on cytepool's decode threads), and memory holds a bounded number of blocks,
 whatever the size of the file: for CSR, two blocks of about :data:`BLOCK_VALUES` stored
-values (one pooled, one read ahead); for CSC, ``AHEAD + 1`` blocks of half as many; for a
+values (one pooled, one read ahead); for CSC, ``AHEAD + 1`` blocks of a third as many; for a
 dense matrix, ``AHEAD + 1`` blocks of :data:`DENSE_BLOCK_BYTES`.
 
 A sparse matrix is checked before anything is allocated for it: ``indptr`` must have one entry
@@ -52,12 +52,13 @@ __all__ = [
     "row_bounds",
 ]
 
-BLOCK_VALUES = 1 << 22
-"""Stored values per block of rows of a CSR matrix (32 MiB of float32 values and int32
+BLOCK_VALUES = 3 << 20
+"""Stored values per block of rows of a CSR matrix (24 MiB of float32 values and int32
 indices), read one block ahead. A block of rows adds into the sums of every profile its cells
 belong to, so larger blocks use each profile's sums more while they are in the CPU's cache:
-blocks of 2**22 values one ahead hold the memory of 2**21 two ahead and pool 5-15 % faster.
-A CSC block adds only into its own columns of the sums: half as many values, AHEAD ahead."""
+blocks of 3 * 2**20 values one ahead hold the memory of 2**21 two ahead and pool 5-10 %
+faster. A CSC block adds only into its own columns of the sums: 2**20 values (a third),
+AHEAD ahead."""
 DENSE_BLOCK_BYTES = 1 << 22
 """Bytes per block of a dense matrix (4 MiB: with the blocks read ahead, 12 MiB in memory;
 pooling a dense block has no cost per block that larger blocks would spread)."""
@@ -240,7 +241,7 @@ class SparseMatrix:
             return start, stop, block
 
         csr = self.format == "csr"
-        values, ahead = (BLOCK_VALUES, 1) if csr else (max(BLOCK_VALUES // 2, 1), AHEAD)
+        values, ahead = (BLOCK_VALUES, 1) if csr else (max(BLOCK_VALUES // 3, 1), AHEAD)
         bounds = list(major_bounds(indptr, n_major, values))
         return prefetched((functools.partial(read, a, b) for a, b in bounds), ahead)
 
