@@ -343,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         case, path, out, warm = args.child
         if case == "cli":  # as the program does (cytepool.cli.run): dask marked absent first
-            sys.modules.setdefault("dask", None)  # type: ignore[arg-type]
+            from cytepool._unused import hide_unused
+
+            hide_unused()
         _child(case, Path(path), None if out == "-" else Path(out), Path(warm))
         return 0
     sections = args.sections.split(",")

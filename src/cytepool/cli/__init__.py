@@ -32,11 +32,6 @@ from cytepool.cli._shared import Formatter, Parser, Version, as_typed, one_line
 
 __all__ = ["main", "run"]
 
-# Modules no command uses, marked absent when the command runs as a program (see run):
-# anndata imports dask.array whenever dask is installed, 1.3 CPU-seconds of the 1.9 that
-# importing anndata takes (on a 2-core machine), paid by every `cytepool pool` of an .h5ad
-_HIDDEN = ("dask",)
-
 _EXAMPLES = """
     examples:
 
@@ -92,8 +87,9 @@ def run() -> None:
     command uses dask, and anndata would import ``dask.array`` for nothing. :func:`main`,
     called from Python, leaves the calling process as it was.
     """
-    for name in _HIDDEN:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    from cytepool._unused import hide_unused
+
+    hide_unused()
     sys.exit(main())
 
 

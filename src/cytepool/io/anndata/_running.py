@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from cytepool._unused import hide_unused
 from cytepool.errors import CytepoolError
 
 __all__ = ["Runner", "Task", "portable"]
 
 # What a worker needs, imported once by the fork server rather than by every worker
 _PRELOAD = ("cytepool.io.anndata", "cytepool.pooling", "pandas", "scipy.sparse", "h5py", "zarr")
-# What a worker never needs, marked absent so that nothing imports it: anndata imports
-# dask.array whenever dask is installed (1.3 of its 1.9 CPU-seconds of import on a 2-core
-# machine), and a worker pools files with cytepool's readers, never a dask array
-_HIDDEN = ("dask",)
 
 
 class Task(Protocol):
@@ -70,7 +66,7 @@ class Runner:
         context = multiprocessing.get_context(method)
         if method == "forkserver":  # its workers start with these imported (once per process)
             context.set_forkserver_preload(list(_PRELOAD))
-        self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
+        self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=hide_unused)
         return self._shared
 
     def __exit__(self, *failure: object) -> None:
@@ -180,14 +176,6 @@ class _Taker:
     def stop(self) -> None:
         with self.lock:
             self.stopped = True
-
-
-def _start_worker() -> None:
-    """A worker process's first act: the modules of ``_HIDDEN`` marked absent (``None`` in
-    ``sys.modules``: ``importlib.util.find_spec`` finds nothing, an import raises ImportError),
-    unless already imported (by the main module a spawned worker imports first)."""
-    for name in _HIDDEN:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 def _here_one(function: Callable[..., Any], task: Task, extra: Any) -> tuple[int, Any]:
