@@ -548,10 +548,13 @@ def test_layers_may_be_one_name() -> None:
 
 
 @st.composite
-def pooling_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pooling_cases(
+    draw: st.DrawFn, values: st.SearchStrategy[float] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_cells = draw(st.integers(1, 40))
     n_features = draw(st.integers(1, 6))
-    values = st.sampled_from([0.0, 0.0, 0.0, 1.0, 2.0, 7.0, 0.5])
+    if values is None:
+        values = st.sampled_from([0.0, 0.0, 0.0, 1.0, 2.0, 7.0, 0.5])
     x = np.array(
         draw(st.lists(values, min_size=n_cells * n_features, max_size=n_cells * n_features))
     )
@@ -575,6 +578,78 @@ def test_random_matrices_pool_like_numpy(case: tuple[np.ndarray, ...], kind: str
     assert len(messages) == (0 if whole else 1)
     for message in messages:
         assert_names_a_fraction(message, x)
+
+
+# Whole numbers up to the largest count (2**31 - 1): a few of them pass 2**32 in a profile
+LARGE = st.sampled_from([0.0, 0.0, 1.0, 7.0, 2.0**30, 2.0**31 - 1, 2.0**31 - 1, 0.5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    case=pooling_cases(LARGE),
+    cuts=st.lists(st.floats(0, 1), max_size=4),
+    kind=st.sampled_from([sp.csr_matrix, np.asarray, sp.csc_matrix]),
+)
+def test_row_blocks_of_large_counts_pool_exactly(
+    case: tuple[np.ndarray, ...], cuts: list[float], kind: Callable[[np.ndarray], Any]
+) -> None:
+    # Row blocks of counts alone pool into uint32 sums while each profile's bound allows;
+    # a profile that might pass 2**32 - 1 (in one row, or over rows and blocks) makes them
+    # int64, and a fraction float64, exactly; a block of another kind (CSC) makes them int64.
+    x, s, g = case
+    bounds = sorted({0, len(x), *(int(c * len(x)) for c in cuts)})
+    blocks = [kind(x[a:b]) for a, b in itertools.pairwise(bounds)]
+    blocks[-1] = sp.csr_matrix(blocks[-1])
+    cube, messages = pooled_with_warnings(blocks, sample_labels=s, group_labels=g)
+    whole = bool((x == np.floor(x)).all())
+    assert cube.layers["counts"].dtype == (np.int64 if whole else np.float64)
+    assert_pooled(cube, x, s, g)
+    assert len(messages) == (0 if whole else 1)
+
+
+def test_a_row_past_two_to_the_32_alone_pools_exactly() -> None:
+    # Row 1's sum passes 2**32 by itself (no narrow row can take it); group T then meets a
+    # fraction in the same run of the kernel.
+    big = 2.0**31 - 1
+    x = np.array(
+        [[1.0, 2.0, 3.0], [big, big, big], [big, 1.0, 0.0], [big, 0.0, 0.0], [0.0, 0.5, 4.0]]
+    )
+    blocks = [sp.csr_matrix(x[:2]), sp.csr_matrix(x[2:])]
+    with pytest.warns(NotCountsWarning, match=r"e.g. 0.5 at row 4, column 1;"):
+        cube = from_cells(blocks, sample_labels=["a"] * 5, group_labels=[*"BBBB", "T"])
+    expected = [[[1 + 3 * big, 3 + big, 3 + big]], [[0.0, 0.5, 4.0]]]
+    np.testing.assert_array_equal(cube.to_numpy(), expected)
+
+
+def test_the_kernel_takes_one_thread_while_it_sits_idle_waiting_for_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Blocks that come late from another thread (readers behind): one thread. Blocks made on
+    # the pooling's own thread, or ready at once: numba's threads. Clocks of our own, so
+    # that a busy machine does not change the answer.
+    import types
+
+    from cytepool import pooling
+
+    clock = {"wall": 0.0, "thread": 0.0}
+    fake = types.SimpleNamespace(
+        perf_counter=lambda: clock["wall"], thread_time=lambda: clock["thread"]
+    )
+    monkeypatch.setattr(pooling, "time", fake)
+
+    def blocks(idle: float, busy: float) -> Any:
+        for i in range(2):
+            clock["wall"] += idle + busy
+            clock["thread"] += busy
+            yield i
+
+    for idle, busy, behind in [(0.2, 0.0, True), (0.0, 0.2, False), (0.0, 0.0, False)]:
+        waits = pooling._Waits(blocks(idle, busy))
+        next(waits)
+        assert not waits.behind()  # nothing pooled yet to compare with
+        clock["wall"] += 0.1  # the pooling of the first block
+        next(waits)
+        assert waits.behind() == behind
 
 
 @settings(max_examples=60, deadline=None)
