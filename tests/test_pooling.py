@@ -629,13 +629,13 @@ def test_the_kernel_takes_one_thread_while_it_sits_idle_waiting_for_blocks(
     # that a busy machine does not change the answer.
     import types
 
-    from cytepool import pooling
+    from cytepool import _waits
 
     clock = {"wall": 0.0, "thread": 0.0}
     fake = types.SimpleNamespace(
         perf_counter=lambda: clock["wall"], thread_time=lambda: clock["thread"]
     )
-    monkeypatch.setattr(pooling, "time", fake)
+    monkeypatch.setattr(_waits, "time", fake)
 
     def blocks(idle: float, busy: float) -> Any:
         for i in range(2):
@@ -644,7 +644,7 @@ def test_the_kernel_takes_one_thread_while_it_sits_idle_waiting_for_blocks(
             yield i
 
     for idle, busy, behind in [(0.2, 0.0, True), (0.0, 0.2, False), (0.0, 0.0, False)]:
-        waits = pooling._Waits(blocks(idle, busy))
+        waits = _waits.Waits(blocks(idle, busy))
         next(waits)
         assert not waits.behind()  # nothing pooled yet to compare with
         clock["wall"] += 0.1  # the pooling of the first block

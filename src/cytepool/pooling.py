@@ -7,7 +7,7 @@ past; the groups run in threads. The numba kernels (:mod:`cytepool._pool_kernels
 and CSC columns in place; dense arrays are handed over as CSR blocks, row blocks from an
 iterable one at a time, and the blocks of a dask array as dask tasks whose partial sums add up
 in a tree. Row blocks of counts alone add into narrow (uint32) sums while they fit (see
-:class:`_Sums`), on one thread while the blocks come late (see :class:`_Waits`).
+:class:`_Sums`), on one thread while the blocks come late (see :class:`cytepool._waits.Waits`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import math
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from cytepool._assemble import from_parts, provenance_record
 from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
+from cytepool._waits import Waits
 from cytepool.cube import Cube
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 
@@ -672,7 +672,7 @@ def _pool_blocks(
 ) -> _Sums:
     sums: _Sums | None = None
     first = 0
-    timed = _Waits(blocks)
+    timed = Waits(blocks)
     for i, block in enumerate(timed):
         what = f"counts: row block {i}"
         if not (isinstance(block, np.ndarray) or _sparse_format(block)) or block.ndim != 2:
@@ -694,39 +694,6 @@ def _pool_blocks(
         msg = f"counts: the row blocks hold {first} rows, expected {profiles.size} (one per label)"
         raise InputError(msg)
     return sums
-
-
-class _Waits:
-    """An iterator of blocks that times how long the pooling sat idle waiting for each,
-    against the time the pooling of the one before took.
-
-    Row blocks read from a file come from reader threads that decode them on the other
-    cores. When the pooling waits idle for its next block more than a tenth of the time it
-    took to pool the last, the readers are behind: the kernel then pools on one thread and
-    leaves the other cores to them (a gzip-compressed .h5ad pools ~7 % faster so); otherwise
-    it takes all of numba's. Time the waiting thread spends making the block itself (a
-    generator that reads on this thread) is not idle.
-    """
-
-    def __init__(self, blocks: Iterable[Any]):
-        self.blocks = iter(blocks)
-        self.returned = self.idle = self.pooled = 0.0
-
-    def __iter__(self) -> _Waits:
-        return self
-
-    def __next__(self) -> Any:
-        asked, working = time.perf_counter(), time.thread_time()
-        if self.returned:
-            self.pooled = asked - self.returned
-        block = next(self.blocks)
-        self.returned = time.perf_counter()
-        self.idle = (self.returned - asked) - (time.thread_time() - working)
-        return block
-
-    def behind(self) -> bool:
-        """Whether the pooling sat idle waiting for the last block (see the class)."""
-        return self.pooled > 0 and self.idle > self.pooled / 10
 
 
 def _pool_columns(
