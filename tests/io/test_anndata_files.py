@@ -169,6 +169,41 @@ def test_file_sums_equal_scanpy(tmp_path: Path, storage: str, layout: str) -> No
         np.testing.assert_array_equal(sums[g, s], expected.astype(np.int64))
 
 
+@pytest.mark.interop
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+@pytest.mark.parametrize("storage", ["h5ad", "gzip", "zarr-v2", "zarr-v3"])
+def test_blocks_a_caller_keeps_are_never_read_over(tmp_path: Path, storage: str, layout: str):
+    """Blocks are read into kept arrays, taken again once no block refers to them: blocks
+    kept by the caller (all of them, here) keep their values, and together make the matrix."""
+    adata = as_layout(cells(), layout)
+    suffix = ".h5ad" if storage in ("h5ad", "gzip") else ".zarr"
+    path = write(adata, tmp_path / f"cells{suffix}", storage)
+    with readers.open_cells(path, layer=None, use_raw=False) as (matrix, *_):
+        blocks = [block.copy() for _, _, block in matrix.blocks()]  # copies: the values read
+        kept = [block for _, _, block in matrix.blocks()]  # the blocks themselves, all kept
+    assert len(kept) > 3
+    for block, copy in zip(kept, blocks, strict=True):
+        assert (block != copy).nnz == 0
+    stack = sparse.vstack if layout == "csr" else sparse.hstack
+    assert (stack(kept).tocsr() != adata.X.tocsr()).nnz == 0
+
+
+def test_block_buffers_are_taken_again_only_once_free() -> None:
+    buffers = direct.Buffers(np.dtype("f4"), 10)
+    first, second = buffers.take(10), buffers.take(7)
+    assert first is not None
+    assert second is not None
+    assert not np.shares_memory(first, second)
+    address = first.__array_interface__["data"][0]
+    del first  # its array is free again; second's is not
+    third = buffers.take(9)
+    assert third is not None
+    assert third.__array_interface__["data"][0] == address
+    assert len(buffers.arrays) == 2
+    assert buffers.take(11) is None  # larger than the kept arrays: a new array
+    assert direct.Buffers(np.dtype("f4"), 0).take(1) is None  # none kept
+
+
 def test_fractions_pool_as_in_memory_from_a_file(tmp_path: Path) -> None:
     """Float sums are added in the order of the cells, whatever the blocks: bit-identical."""
     adata = cells("fractions")

@@ -11,7 +11,11 @@ pooling kernel adds block *k* while block *k+1* (and more) is read and decoded (
 itself runs on cytepool's decode threads), and memory holds a bounded number of blocks,
 whatever the size of the file: for CSR, two blocks of about :data:`BLOCK_VALUES` stored
 values (one pooled, one read ahead); for CSC, ``AHEAD + 1`` blocks of a third as many; for a
-dense matrix, ``AHEAD + 1`` blocks of :data:`DENSE_BLOCK_BYTES`.
+dense matrix, ``AHEAD + 1`` blocks of :data:`DENSE_BLOCK_BYTES`. A sparse block is read into
+arrays kept for the purpose (:class:`Buffers`), each taken again once no block refers to it:
+blocks read into new arrays each time left the C heap fragmented, the process's memory growing
+block by block (the extra memory of the benchmark's Zarr file 151 MiB with new arrays, 127 with
+kept ones; the uncompressed .h5ad 118 and 104).
 
 A sparse matrix is checked before anything is allocated for it: ``indptr`` must have one entry
 per row (CSR) or column (CSC) plus one, start at 0, never decrease and end within ``data``, and
@@ -24,6 +28,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import sys
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +49,7 @@ from cytepool.io.anndata._sources import (
 __all__ = [
     "AHEAD",
     "BLOCK_VALUES",
+    "Buffers",
     "DenseMatrix",
     "SparseMatrix",
     "major_bounds",
@@ -229,10 +235,17 @@ class SparseMatrix:
         n_major = self.major()
         kind = scipy.sparse.csr_matrix if self.format == "csr" else scipy.sparse.csc_matrix
         index_type = np.int32 if self.indices.dtype.itemsize <= 4 else np.int64
+        csr = self.format == "csr"
+        values, ahead = (BLOCK_VALUES, 1) if csr else (max(BLOCK_VALUES // 3, 1), AHEAD)
+        bounds = list(major_bounds(indptr, n_major, values))
+        largest = max(int(indptr[b] - indptr[a]) for a, b in bounds)  # a long row: > values
+        size = min(largest, 2 * values) if self.data.into and self.indices.into else 0
+        buffers = [Buffers(array.dtype, size) for array in (self.data, self.indices)]
 
         def read(start: int, stop: int) -> tuple[int, int, Any]:
             low, high = int(indptr[start]), int(indptr[stop])
-            data, indices = read_pair(self.data, self.indices, low, high)
+            outs = (buffers[0].take(high - low), buffers[1].take(high - low))
+            data, indices = read_pair(self.data, self.indices, low, high, outs)
             wide = index_type if high - low < 2**31 else np.int64
             local = (indptr[start : stop + 1] - low).astype(wide)
             n = stop - start
@@ -240,10 +253,38 @@ class SparseMatrix:
             block = kind((data, indices.astype(wide, copy=False), local), shape=shape)
             return start, stop, block
 
-        csr = self.format == "csr"
-        values, ahead = (BLOCK_VALUES, 1) if csr else (max(BLOCK_VALUES // 3, 1), AHEAD)
-        bounds = list(major_bounds(indptr, n_major, values))
         return prefetched((functools.partial(read, a, b) for a, b in bounds), ahead)
+
+
+class Buffers:
+    """Arrays of one dtype that blocks are read into, each taken again once no block uses it.
+
+    An array is free when nothing but this list refers to it: a block's arrays are views of
+    it, and each view refers to it. ``size`` is the values each array holds, the largest
+    block's (0: none are kept, each block gets a new array)."""
+
+    def __init__(self, dtype: np.dtype[Any], size: int):
+        self.dtype, self.size = dtype, size
+        self.arrays: list[np.ndarray[Any, Any]] = []
+        self.alone = _references([np.empty(0)], 0)  # an array only a list refers to
+
+    def take(self, n: int) -> np.ndarray[Any, Any] | None:
+        """A free array of ``n`` values (a view of a kept one), or None for a new one."""
+        if not self.size or n > self.size or self.alone < 0:
+            return None
+        for i in range(len(self.arrays)):
+            if _references(self.arrays, i) == self.alone:
+                return self.arrays[i][:n]
+        self.arrays.append(np.empty(self.size, dtype=self.dtype))
+        return self.arrays[-1][:n]
+
+
+def _references(arrays: list[np.ndarray[Any, Any]], i: int) -> int:
+    """The references to ``arrays[i]`` as this function sees them (-1 where the interpreter
+    does not count them): compared with those of an array only a list holds, taken the same
+    way, so the interpreter's own way of counting cancels out."""
+    count = getattr(sys, "getrefcount", None)
+    return -1 if count is None else int(count(arrays[i]))
 
 
 def _chunk_rows(source: ArraySource) -> int:

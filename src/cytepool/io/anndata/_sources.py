@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import FormatError, InputError, UnsupportedFeatureError
 from cytepool.io.zarr import _threads
 from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 
@@ -68,9 +68,13 @@ class ArraySource(Protocol):
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     where: str
+    into: bool  # whether read decodes straight into a given ``out`` (else it copies there)
 
-    def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
-        """Elements (1-D) or rows (2-D) ``[start, stop)``."""
+    def read(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
+        """Elements (1-D) or rows (2-D) ``[start, stop)``: in ``out`` (a C-contiguous array of
+        :attr:`dtype` and that shape) if given, else in a new array."""
         ...
 
 
@@ -78,6 +82,19 @@ def _check_range(source: ArraySource, start: int, stop: int) -> None:
     if not 0 <= start <= stop <= source.shape[0]:
         msg = f"{source.where}: cannot read [{start}, {stop}) of {source.shape[0]}"
         raise FormatError(msg)
+
+
+def _out(
+    source: ArraySource, start: int, stop: int, out: np.ndarray[Any, Any] | None
+) -> np.ndarray[Any, Any]:
+    """``out``, checked to fit ``[start, stop)`` of ``source``, or a new array for them."""
+    shape = (stop - start, *source.shape[1:])
+    if out is None:
+        return np.empty(shape, dtype=source.dtype)
+    if out.shape != shape or out.dtype != source.dtype or not out.flags.c_contiguous:
+        msg = f"{source.where}: out must be a C-contiguous {source.dtype} array of {shape}"
+        raise InputError(msg)
+    return out
 
 
 def _numeric(dtype: np.dtype[Any], where: str) -> np.dtype[Any]:
@@ -107,15 +124,19 @@ def open_regular(path: str | os.PathLike[str], where: str) -> int:
 class H5Source:
     """A dataset of an ``.h5ad`` file, read through h5py (which converts the byte order)."""
 
+    into = True
+
     def __init__(self, dataset: h5py.Dataset, where: str):
         self.dataset = dataset
         self.where = where
         self.shape = tuple(int(n) for n in dataset.shape)
         self.dtype = _numeric(np.dtype(dataset.dtype), where)
 
-    def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+    def read(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
         _check_range(self, start, stop)
-        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
+        out = _out(self, start, stop, out)
         if stop > start:
             try:
                 self.dataset.read_direct(out, np.s_[start:stop])
@@ -129,15 +150,19 @@ class H5DirectSource:
     """A dataset of an ``.h5ad`` file read from its stored chunks, outside h5py
     (:class:`cytepool.io.anndata._hdf5.DirectDataset`)."""
 
+    into = True
+
     def __init__(self, dataset: DirectDataset, where: str):
         self.dataset = dataset
         self.where = where
         self.shape = tuple(dataset.shape)
         self.dtype = _numeric(np.dtype(dataset.dtype), where)
 
-    def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+    def read(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
         _check_range(self, start, stop)
-        return self.dataset.read(start, stop)
+        return self.dataset.read(start, stop, out=_out(self, start, stop, out))
 
     def close(self) -> None:
         self.dataset.close()
@@ -153,20 +178,27 @@ def h5_source(dataset: h5py.Dataset, path: Path, where: str) -> ArraySource:
 
 
 def read_pair(
-    first: ArraySource, second: ArraySource, start: int, stop: int
+    first: ArraySource,
+    second: ArraySource,
+    start: int,
+    stop: int,
+    outs: tuple[np.ndarray[Any, Any] | None, np.ndarray[Any, Any] | None] = (None, None),
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``[start, stop)`` of two arrays (data and indices), read at once on the decode threads."""
+    """``[start, stop)`` of two arrays (data and indices), read at once on the decode threads
+    (into ``outs``, as ``out`` of :meth:`ArraySource.read`)."""
     if isinstance(first, H5DirectSource) and isinstance(second, H5DirectSource):
         from cytepool.io.anndata._hdf5 import read_together
 
         _check_range(first, start, stop)
         _check_range(second, start, stop)
-        a, b = read_together([(first.dataset, start, stop), (second.dataset, start, stop)])
+        places = [_out(first, start, stop, outs[0]), _out(second, start, stop, outs[1])]
+        requests = [(first.dataset, start, stop), (second.dataset, start, stop)]
+        a, b = read_together(requests, places)
         return a, b
     results: list[Any] = [None, None]
 
     def run(i: int) -> None:
-        results[i] = (first, second)[i].read(start, stop)
+        results[i] = (first, second)[i].read(start, stop, outs[i])
 
     _threads.for_each(run, (0, 1))
     return results[0], results[1]
@@ -178,6 +210,8 @@ def read_pair(
 class ZarrV3Source:
     """A Zarr v3 array read by cytepool's own Zarr reader."""
 
+    into = False  # cytepool.io.zarr makes its own array: an ``out`` is a copy
+
     def __init__(self, path: Path, where: str):
         from cytepool.io.zarr import open_array
 
@@ -186,9 +220,16 @@ class ZarrV3Source:
         self.shape = tuple(self.array.shape)
         self.dtype = _numeric(np.dtype(self.array.dtype), where)
 
-    def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+    def read(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
         _check_range(self, start, stop)
-        return np.asarray(self.array[start:stop], dtype=self.dtype)
+        values = np.asarray(self.array[start:stop], dtype=self.dtype)
+        if out is None:
+            return values
+        out = _out(self, start, stop, out)
+        out[...] = values
+        return out
 
 
 # --------------------------------------------------------------------------- Zarr v2
@@ -296,9 +337,13 @@ class ZarrV2Source:
         self._keep: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
         self._lock = threading.Lock()
 
-    def read(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+    into = True
+
+    def read(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
         _check_range(self, start, stop)
-        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
+        out = _out(self, start, stop, out)
         if stop == start or 0 in self.shape:
             return out
         size = self.chunks[0]
