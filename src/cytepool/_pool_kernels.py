@@ -264,12 +264,11 @@ def scatter(
     (uint32, for whole numbers alone): ``bound`` then holds a bound on each profile's sums
     (see :func:`add_narrow`), else it is empty. ``resume[group]`` is the position in
     ``rows`` where the group starts, and is set to where it stopped. The status is DONE,
-    NOT_INTEGER (with
-    ``integers``: a value that is no whole number below INTEGER_BOUND), INVALID_VALUE
-    (negative, infinite or NaN), INVALID_INDEX (a column out of range), OVERFLOW (a sum of
-    squares no longer fits int64) or FULL (narrow sums that might no longer fit uint32); the
-    row at ``resume[group]`` was then not added (for OVERFLOW: not wholly). Releases the GIL:
-    groups run in threads.
+    NOT_INTEGER (with ``integers``: a value that is no whole number below INTEGER_BOUND),
+    INVALID_VALUE (negative, infinite or NaN), INVALID_INDEX (a column out of range),
+    OVERFLOW (a sum of squares no longer fits int64) or FULL (narrow sums that might no
+    longer fit uint32); the row at ``resume[group]`` was then not added (for OVERFLOW: not
+    wholly). Releases the GIL: groups run in threads.
     """
     out, detected, squares, bound = sums
     n_samples = (starts.shape[0] - 1) // resume.shape[0]
@@ -293,12 +292,12 @@ def scatter(
             if status != DONE:
                 resume[group] = i
                 return status
-            if plain and bound.shape[0]:
-                if not add_narrow(out[p], values, cols, bound, p):
-                    resume[group] = i
-                    return FULL
-                continue
             if plain:  # counts alone, whole numbers: the loop here saves a call per row
+                if bound.shape[0]:  # narrow sums
+                    if not add_narrow(out[p], values, cols, bound, p):
+                        resume[group] = i
+                        return FULL
+                    continue
                 for k in range(values.shape[0]):
                     out[p, np.uint64(cols[k])] += np.int64(values[k])
                 continue

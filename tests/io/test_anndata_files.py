@@ -188,6 +188,19 @@ def test_blocks_a_caller_keeps_are_never_read_over(tmp_path: Path, storage: str,
     assert (stack(kept).tocsr() != adata.X.tocsr()).nnz == 0
 
 
+@pytest.mark.parametrize("storage", ["h5ad", "zarr-v2", "zarr-v3"])
+def test_sources_read_into_a_given_array(tmp_path: Path, storage: str) -> None:
+    adata = cells()
+    path = write(adata, tmp_path / ("c.h5ad" if storage == "h5ad" else "c.zarr"), storage)
+    with readers.open_cells(path, layer=None, use_raw=False) as (matrix, *_):
+        source = matrix.data
+        out = np.full(30, -1, dtype=source.dtype)
+        assert source.read(5, 35, out) is out
+        np.testing.assert_array_equal(out, adata.X.data[5:35])
+        with pytest.raises(InputError, match=r"out must be a C-contiguous float32 array"):
+            source.read(5, 36, out)
+
+
 def test_block_buffers_are_taken_again_only_once_free() -> None:
     buffers = direct.Buffers(np.dtype("f4"), 10)
     first, second = buffers.take(10), buffers.take(7)
