@@ -151,6 +151,39 @@ def test_corpus_file_pools_by_path_as_in_memory(
 
 @pytest.mark.interop
 @pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("name", ANNDATA_FILES)
+def test_corpus_file_surveys_as_it_opens(name: str, source: str) -> None:
+    """What planning many files takes (cells, feature ids), read without obs or the matrix,
+    is what the whole file gives (the legacy layout through anndata's reader)."""
+    from cytepool.io.anndata._readers import open_cells, survey_cells
+
+    options = {"layer": None, "use_raw": False} | SOURCES[source]
+    cells, index = survey_cells(CORPUS / name, **options)
+    with open_cells(CORPUS / name, **options) as (matrix, obs, var, _):
+        assert cells == matrix.shape[0] == len(obs)
+        pd.testing.assert_index_equal(index, var.index, exact=False)
+    assert list(map(str, index)) == counts_of(read_in_memory(CORPUS / name), SOURCES[source])[1]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("name", MUDATA_FILES)
+def test_corpus_mudata_surveys_as_it_opens(name: str) -> None:
+    from cytepool.io.anndata._readers import open_modalities, survey_modalities
+
+    surveyed = survey_modalities(CORPUS / name)
+    with open_modalities(CORPUS / name) as (_, modalities):
+        assert list(surveyed) == list(modalities)
+        for modality, (cells, index) in surveyed.items():
+            assert cells == modalities[modality].matrix.shape[0]
+            pd.testing.assert_index_equal(index, modalities[modality].var.index, exact=False)
+    mdata = read_in_memory(CORPUS / name)
+    assert {k: list(map(str, v[1])) for k, v in surveyed.items()} == {
+        k: list(mdata[k].var_names) for k in mdata.mod
+    }
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("source", list(SOURCES))
 def test_every_writer_gives_the_same_cube(source: str) -> None:
     fingerprints = {
         name: from_anndata(CORPUS / name, **KEYS, **SOURCES[source]).fingerprint

@@ -533,6 +533,18 @@ def test_a_fifo_for_a_zarr_chunk_does_not_hang(tmp_path: Path, chunk: str) -> No
         from_anndata(path, **KEYS)
 
 
+def test_a_store_is_walked_once_and_a_linked_folder_not_at_all(tmp_path: Path) -> None:
+    """The bound on what a store's arrays may claim is every file's bytes; a link to a
+    folder (here one that holds the store: a loop) is not followed."""
+    path = write(cells(), tmp_path / "c.zarr", "zarr-v2")
+    expected = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    (path / "elsewhere").symlink_to(tmp_path, target_is_directory=True)
+    assert readers._store_bytes(path) == expected
+    (path / "obs" / "sample" / "odd").symlink_to(path / "nowhere")  # a dangling link
+    with pytest.raises(FormatError, match=r"obs/sample/odd in the store .*c\.zarr is not a reg"):
+        from_anndata(path, **KEYS)
+
+
 def test_a_fifo_is_refused_by_the_chunk_reader(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(FormatError, match=r"the chunk is not a regular file"):

@@ -22,7 +22,12 @@ pd = pytest.importorskip("pandas")
 sparse = pytest.importorskip("scipy.sparse")
 
 from cytepool.cli import main  # noqa: E402
-from cytepool.errors import InputError, NotCountsWarning, UnknownIdError  # noqa: E402
+from cytepool.errors import (  # noqa: E402
+    FormatError,
+    InputError,
+    NotCountsWarning,
+    UnknownIdError,
+)
 from cytepool.io import read_cube  # noqa: E402
 from cytepool.io.anndata import from_anndata, from_mudata_cells  # noqa: E402
 from cytepool.io.anndata._running import Runner  # noqa: E402
@@ -247,6 +252,36 @@ def test_a_failing_file_stops_the_run_naming_it(tmp_path: Path) -> None:
     paths[1] = str(corrupt)
     with pytest.raises(Exception, match=r"corrupt\.h5ad"):
         from_anndata(paths, **KEYS, jobs=2)
+
+
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_the_survey_reads_the_shape_and_var_index(tmp_path: Path, suffix: str) -> None:
+    from cytepool.io.anndata._readers import survey_cells
+
+    adata = cells(1)
+    adata.layers["counts"] = adata.X.copy()
+    adata.raw = adata[:, :5].copy()
+    path = write(adata, tmp_path / f"p{suffix}")
+    sources = [("counts", False, adata.var_names), (None, True, adata.raw.var_names)]
+    for layer, use_raw, ids in sources:
+        n, index = survey_cells(path, layer=layer, use_raw=use_raw)
+        assert (n, list(index)) == (120, list(ids))
+
+
+def test_the_survey_reads_no_obs_and_the_pooling_names_a_damaged_one(tmp_path: Path) -> None:
+    """The files are surveyed (cells, feature ids) from the matrix's shape and var's index
+    alone; a damaged obs is met when the file is pooled, and named."""
+    import h5py
+
+    from cytepool.io.anndata._readers import survey_cells
+
+    paths = [write(cells(i), tmp_path / f"p{i}.h5ad") for i in range(2)]
+    with h5py.File(paths[1], "r+") as file:
+        del file["obs/quality"]  # obs now lists a column it lacks
+    n, index = survey_cells(paths[1], layer=None, use_raw=False)
+    assert (n, sorted(index)) == (120, sorted(GENES))
+    with pytest.raises(FormatError, match=r"p1\.h5ad cannot be read as AnnData, it is damaged"):
+        from_anndata(paths, **KEYS, **HERE)
 
 
 def test_this_process_and_workers_share_the_files_and_a_failure_anywhere_names_it(

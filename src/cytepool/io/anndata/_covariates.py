@@ -210,8 +210,19 @@ def features_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.
             )
             raise UnknownIdError(msg, unknown=missing[0], known=var.columns)
     table = pd.DataFrame(var if columns is None else var[list(columns)]).copy()
-    table.index = pd.Index([str(name) for name in index], name="feature_id")
+    table.index = _text_index(index, "feature_id")
     return table
+
+
+def _text_index(index: pd.Index, name: str) -> pd.Index:
+    """``index`` as the ``str`` of each label, named ``name``: as it is when it already holds
+    them in pandas' default string type (no Python string made per label), else built."""
+    import pandas as pd
+
+    default = pd.Index(["a"]).dtype
+    if isinstance(index.dtype, pd.StringDtype) and index.dtype == default and not index.hasnans:
+        return index.rename(name)
+    return pd.Index([str(label) for label in index], name=name)
 
 
 def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -53,6 +53,7 @@ __all__ = [
     "DenseMatrix",
     "SparseMatrix",
     "major_bounds",
+    "matrix_shape",
     "open_matrix",
     "prefetched",
     "row_bounds",
@@ -127,6 +128,18 @@ def open_matrix(
         return None
     source = _source(root, element, path, f"{element} of {owner}")
     return None if source is None else DenseMatrix(source)
+
+
+def matrix_shape(node: Any, where: str) -> tuple[int, int] | None:
+    """The shape of the matrix ``node`` (a sparse group's attribute, a dense array's shape;
+    FormatError if a sparse group's is not two integers >= 0), None for any other node."""
+    encoding = str(node.attrs.get("encoding-type", ""))
+    if encoding in ("csr_matrix", "csc_matrix"):
+        return _shape(node.attrs.get("shape"), where)
+    shape = getattr(node, "shape", None)
+    if shape is None or len(shape) != 2 or encoding not in ("array", ""):
+        return None
+    return int(shape[0]), int(shape[1])
 
 
 def _shape(value: Any, where: str) -> tuple[int, int]:

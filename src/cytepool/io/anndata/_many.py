@@ -36,7 +36,7 @@ from cytepool._assemble import from_parts
 from cytepool._records import Provenance, stamp
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 from cytepool.io.anndata._covariates import both_reasons, covariate_table, label_codes
-from cytepool.io.anndata._readers import open_cells, open_modalities
+from cytepool.io.anndata._readers import survey_cells, survey_modalities
 from cytepool.io.anndata._running import Runner, portable
 from cytepool.layers import Accumulator
 
@@ -220,16 +220,16 @@ def _survey(task: _Task, _: Any) -> tuple[int, dict[str, list[str]]]:
         try:
             if not task.mudata:
                 layer, raw = options["layer"], options["use_raw"]
-                with open_cells(task.path, layer=layer, use_raw=raw) as (matrix, _, var, _):
-                    return int(matrix.shape[0]), {_ANNDATA: _ids(var.index)}
-            with open_modalities(task.path) as (_, found):
-                wanted = options["modalities"] or list(found)
-                missing = [name for name in wanted if name not in found]
-                if missing:
-                    msg = f"{task.path} has no modality {missing[0]!r} (it has {list(found)})"
-                    raise InputError(msg)
-                cells = sum(int(found[name].matrix.shape[0]) for name in wanted)
-                return cells, {name: _ids(found[name].var.index) for name in wanted}
+                cells, index = survey_cells(task.path, layer=layer, use_raw=raw)
+                return cells, {_ANNDATA: _ids(index)}
+            found = survey_modalities(task.path)
+            wanted = options["modalities"] or list(found)
+            missing = [name for name in wanted if name not in found]
+            if missing:
+                msg = f"{task.path} has no modality {missing[0]!r} (it has {list(found)})"
+                raise InputError(msg)
+            cells = sum(found[name][0] for name in wanted)
+            return cells, {name: _ids(found[name][1]) for name in wanted}
         except Exception as error:
             raise portable(error) from None
 

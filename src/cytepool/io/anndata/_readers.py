@@ -20,7 +20,7 @@ from cytepool.errors import (
     InputTypeError,
     UnknownIdError,
 )
-from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, open_matrix
+from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, matrix_shape, open_matrix
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
 from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
 
@@ -85,9 +85,10 @@ def open_cells(
     """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
     _check_either(layer, use_raw)
     source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
-    with _open_store(Path(path)) as root:
+    with _open_store(Path(path)) as (root, bound):
         with damaged(path):
-            parts = None if _is_legacy(root) else _anndata_parts(root, path, source, layer, use_raw)
+            legacy = _is_legacy(root)
+            parts = None if legacy else _anndata_parts(root, path, source, layer, use_raw, bound)
         if parts is not None:
             try:
                 yield parts
@@ -101,19 +102,71 @@ def open_cells(
         yield cells
 
 
-def _anndata_parts(
-    root: Any, path: str | os.PathLike[str], source: Source, layer: str | None, use_raw: bool
-) -> tuple[Any, pd.DataFrame, pd.DataFrame, Source]:
-    """Matrix, obs, var and their names, from a file in the layout of anndata >= 0.7."""
+def survey_cells(
+    path: str | os.PathLike[str], *, layer: str | None, use_raw: bool
+) -> tuple[int, pd.Index]:
+    """The number of cells and the feature ids of an ``.h5ad`` file or AnnData ``.zarr``
+    store: what planning to pool many files takes, read without obs, the matrix or var's
+    other columns where the file allows (else as :func:`open_cells` reads them)."""
+    _check_either(layer, use_raw)
+    source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
+    with _open_store(Path(path)) as (root, bound), damaged(path):
+        found = None if _is_legacy(root) else _surveyed(root, source, layer, use_raw, bound)
+    if found is not None:
+        return found
+    with open_cells(path, layer=layer, use_raw=use_raw) as (matrix, _, var, _):
+        return int(matrix.shape[0]), var.index
+
+
+def _surveyed(
+    root: Any, source: Source, layer: str | None, use_raw: bool, bound: int
+) -> tuple[int, pd.Index] | None:
+    """:func:`survey_cells` of a file in the layout of anndata >= 0.7, or None when its
+    matrix or var is not plain to see (then read whole)."""
+    element, var_path = _element_paths(root, source, layer, use_raw)
+    return _shape_and_ids(root, element, var_path, source.owner, bound)
+
+
+def _shape_and_ids(
+    root: Any, element: str, var_path: str, owner: str, bound: int
+) -> tuple[int, pd.Index] | None:
+    """The rows of the matrix at ``element`` and the index of the var at ``var_path``, or
+    None when either is not plain to see."""
+    import pandas as pd
+
+    shape = matrix_shape(root[element], f"{element} of {owner}")
+    var = root[var_path]
+    name = var.attrs.get("_index") if hasattr(var, "keys") and not hasattr(var, "dtype") else None
+    if shape is None or not isinstance(name, str) or name not in var:
+        return None
+    check_frame(var, shape[1], bound, f"{var_path} of {owner}")
+    return shape[0], pd.Index(_read_frame(var[name]))
+
+
+def _element_paths(root: Any, source: Source, layer: str | None, use_raw: bool) -> tuple[str, str]:
+    """Where the matrix and its var are (each checked to be there)."""
     _check_anndata(root, source)
     element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
     var_path = "raw/var" if use_raw else "var"
     for needed in (element, "obs", var_path):
         if needed not in root:
             raise _missing_element(root, needed, source)
+    return element, var_path
+
+
+def _anndata_parts(
+    root: Any,
+    path: str | os.PathLike[str],
+    source: Source,
+    layer: str | None,
+    use_raw: bool,
+    bound: int,
+) -> tuple[Any, pd.DataFrame, pd.DataFrame, Source]:
+    """Matrix, obs, var and their names, from a file in the layout of anndata >= 0.7
+    whose file or store holds ``bound`` bytes."""
+    element, var_path = _element_paths(root, source, layer, use_raw)
     matrix = _matrix(root, element, Path(path), source.owner)
     try:
-        bound = _stored_bytes(Path(path))
         n_obs, n_vars = (int(n) for n in matrix.shape)
         check_frame(root["obs"], n_obs, bound, f"obs of {source.owner}")
         check_frame(root[var_path], n_vars, bound, f"{var_path} of {source.owner}")
@@ -209,15 +262,9 @@ def _local_folder(array: Any) -> Path | None:
     return None if root is None else Path(root) / str(getattr(store_path, "path", ""))
 
 
-def _stored_bytes(path: Path) -> int:
-    """The bytes of a file, or of every file of a store."""
-    if not path.is_dir():
-        return path.stat().st_size
-    return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
-
-
-def _read_frame(element: Any) -> pd.DataFrame:
-    """obs or var, read by anndata (files of anndata 0.7 warn of their old categories)."""
+def _read_frame(element: Any) -> Any:
+    """obs or var (or one of their columns), read by anndata (files of anndata 0.7 warn of
+    their old categories)."""
     import warnings
 
     import anndata as ad
@@ -292,9 +339,9 @@ def open_modalities(
 ) -> Iterator[tuple[pd.DataFrame, dict[str, Modality]]]:
     """Open an ``.h5mu`` file or MuData ``.zarr`` store read-only: global obs, modalities."""
     path = Path(path)
-    with _open_store(path) as root:
+    with _open_store(path) as (root, bound):
         with damaged(path):
-            everyone, modalities = _modality_parts(root, path)
+            everyone, modalities = _modality_parts(root, path, bound)
         try:
             yield everyone, modalities
         finally:
@@ -302,29 +349,15 @@ def open_modalities(
                 _close(modality.matrix)
 
 
-def _modality_parts(root: Any, path: Path) -> tuple[pd.DataFrame, dict[str, Modality]]:
-    """The global obs and the modalities of an opened MuData file."""
-    if "mod" not in root:
-        msg = (
-            f"{path} is not a MuData file (it has no 'mod' group): {_words.option('not_modality')}"
-        )
-        raise InputError(msg)
-    if "obs" not in root:
-        msg = f"{path} has no element 'obs' (the global obs of a MuData)"
-        raise UnknownIdError(msg)
+def _modality_parts(root: Any, path: Path, bound: int) -> tuple[pd.DataFrame, dict[str, Modality]]:
+    """The global obs and the modalities of an opened MuData file of ``bound`` bytes."""
     modalities = {}
-    for name in _modality_order(root["mod"]):
-        where = f"mod/{name}"
-        for needed in ("X", "obs", "var"):
-            if f"{where}/{needed}" not in root:
-                msg = f"{path} has no element {where}/{needed}"
-                raise UnknownIdError(msg)
+    for name, where, owner in _modality_places(root, path):
         group = root[where]
-        owner = f"modality {name!r} of {os.fspath(path)}"
         matrix = _matrix(root, f"{where}/X", path, owner)
         n_obs, n_vars = (int(n) for n in matrix.shape)
-        check_frame(group["obs"], n_obs, _stored_bytes(path), f"obs of {owner}")
-        check_frame(group["var"], n_vars, _stored_bytes(path), f"var of {owner}")
+        check_frame(group["obs"], n_obs, bound, f"obs of {owner}")
+        check_frame(group["var"], n_vars, bound, f"var of {owner}")
         modalities[name] = Modality(
             matrix,
             _read_frame(group["obs"]),
@@ -334,6 +367,45 @@ def _modality_parts(root: Any, path: Path) -> tuple[pd.DataFrame, dict[str, Moda
     return _read_frame(root["obs"]), modalities
 
 
+def survey_modalities(path: str | os.PathLike[str]) -> dict[str, tuple[int, pd.Index]]:
+    """The number of cells and the feature ids of each modality of an ``.h5mu`` file or
+    MuData ``.zarr`` store, in MuData's order, read as :func:`survey_cells` reads them."""
+    path = Path(path)
+    with _open_store(path) as (root, bound), damaged(path):
+        found = {}
+        for name, where, owner in _modality_places(root, path):
+            one = _shape_and_ids(root, f"{where}/X", f"{where}/var", owner, bound)
+            if one is None:
+                break
+            found[name] = one
+        else:
+            return found
+    with open_modalities(path) as (_, modalities):
+        return {name: (int(m.matrix.shape[0]), m.var.index) for name, m in modalities.items()}
+
+
+def _modality_places(root: Any, path: Path) -> list[tuple[str, str, str]]:
+    """Each modality of an opened MuData file: its name, its group and how messages name it
+    (each checked to hold X, obs and var)."""
+    if "mod" not in root:
+        msg = (
+            f"{path} is not a MuData file (it has no 'mod' group): {_words.option('not_modality')}"
+        )
+        raise InputError(msg)
+    if "obs" not in root:
+        msg = f"{path} has no element 'obs' (the global obs of a MuData)"
+        raise UnknownIdError(msg)
+    places = []
+    for name in _modality_order(root["mod"]):
+        where = f"mod/{name}"
+        for needed in ("X", "obs", "var"):
+            if f"{where}/{needed}" not in root:
+                msg = f"{path} has no element {where}/{needed}"
+                raise UnknownIdError(msg)
+        places.append((name, where, f"modality {name!r} of {os.fspath(path)}"))
+    return places
+
+
 def _modality_order(mod: Any) -> list[str]:
     """The modality names in MuData's order (attribute ``mod-order``), else as stored."""
     names = [str(name) for name in mod.attrs.get("mod-order", [])]
@@ -341,14 +413,16 @@ def _modality_order(mod: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def _open_store(path: Path) -> Iterator[Any]:
+def _open_store(path: Path) -> Iterator[tuple[Any, int]]:
+    """The opened file (h5py File) or store (zarr Group) at ``path`` and the bytes it holds
+    (every file of a store, each checked to be a regular file)."""
     if not path.exists():
         msg = f"no such file or store: {path}"
         raise FileNotFoundError(msg)
     if path.is_dir():
         import zarr
 
-        _check_store_files(path)
+        bound = _store_bytes(path)
         try:
             group = zarr.open_group(path, mode="r")
         except Exception as error:
@@ -358,7 +432,7 @@ def _open_store(path: Path) -> Iterator[Any]:
                 raise FormatError(msg) from error
             msg = f"{path} is not an AnnData zarr store: it holds no Zarr group"
             raise InputError(msg) from error
-        yield group
+        yield group, bound
         return
     import h5py
 
@@ -373,7 +447,7 @@ def _open_store(path: Path) -> Iterator[Any]:
     with file:
         with damaged(path):
             check_global_heaps(file, path)
-        yield file
+        yield file, path.stat().st_size
 
 
 def _matrix(root: Any, element: str, path: Path, owner: str) -> Any:
@@ -388,15 +462,21 @@ def _close(matrix: Any) -> None:
         matrix.close()
 
 
-def _check_store_files(path: Path) -> None:
-    """Every entry of a store is a regular file or a directory (a FIFO would block a read)."""
-    for folder, directories, files in os.walk(path):
-        for name in files:
-            entry = Path(folder) / name
-            if not entry.is_file():
-                msg = f"{entry} in the store {path} is not a regular file"
-                raise FormatError(msg)
-        del directories
+def _store_bytes(path: Path) -> int:
+    """The bytes of every file of the store at ``path``, each checked to be a regular file (a
+    FIFO would block a read), in one walk."""
+    total, folders = 0, [path]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir():  # one a link points to is not walked, as by os.walk
+                    folders += [] if entry.is_symlink() else [Path(entry.path)]
+                elif entry.is_file():
+                    total += entry.stat().st_size
+                else:
+                    msg = f"{entry.path} in the store {path} is not a regular file"
+                    raise FormatError(msg)
+    return total
 
 
 def _on_disk_matrix(element: Any) -> Any:
