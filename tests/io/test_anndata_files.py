@@ -289,6 +289,32 @@ def test_csc_file_names_the_cell_and_feature_of_a_bad_value(
         from_anndata(path, **KEYS)
 
 
+@pytest.mark.parametrize("storage", ["h5ad", "zarr-v2", "zarr-v3"])
+def test_obs_is_read_without_its_names_until_a_message_names_a_cell(
+    tmp_path: Path, storage: str
+) -> None:
+    """The names of the cells stay in the file (obs's columns are read, rows numbered): a
+    message that names a cell reads them then."""
+    adata = cells()
+    adata.obs.index = [f"cell-{i}" for i in range(N_CELLS)]
+    adata.obs["sample"] = adata.obs["sample"].cat.add_categories(["s4"])
+    adata.obs.loc["cell-3", "sample"] = np.nan
+    path = write(adata, tmp_path / "cells", storage)
+    with readers.open_cells(path, layer=None, use_raw=False) as (_, obs, _, source):
+        pd.testing.assert_frame_equal(obs, adata.obs.reset_index(drop=True))
+        assert source.cells.names is None
+        assert source.cells[299] == "cell-299"
+    with pytest.raises(InputError, match=r"has 1 missing labels, e\.g\. in row 'cell-3'"):
+        from_anndata(path, **KEYS)
+    adata.obs["sample"] = adata.obs["sample"].fillna("s1")
+    first = adata.X.indptr[5]
+    adata.X.data[first] = -1.0
+    place = rf"row 5 \(cell 'cell-5'\), column {adata.X.indices[first]} \(feature 'g\d+'\)"
+    path = write(adata, tmp_path / "negative", storage)
+    with pytest.raises(InputError, match=place):
+        from_anndata(path, **KEYS)
+
+
 @pytest.mark.parametrize(("chunk", "sizes"), [(7, {7}), (30, {5}), (None, {5})])
 def test_dense_blocks_hold_whole_chunks(tmp_path: Path, chunk: int | None, sizes: set[int]) -> None:
     """Blocks of 800 bytes (5 rows of 40 float32) grow to whole chunks of rows where a chunk

@@ -490,8 +490,8 @@ def _pool(
 ) -> Cube:
     """Pool ``matrix`` by the labels in ``obs``; ``options``: layers, allow_float, progress."""
     labels = [
-        label_codes(obs, sample_key, "sample_key", source.obs),
-        label_codes(obs, group_key, "group_key", source.obs),
+        label_codes(obs, sample_key, "sample_key", source.obs, source.cells),
+        label_codes(obs, group_key, "group_key", source.obs, source.cells),
     ]
     *tables, covariates = axis_tables(
         obs,
@@ -552,7 +552,8 @@ def _pool_with_tables(
             allow_float=allow_float,
         )
 
-    names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": obs.index}
+    cells = obs.index if source.cells is None else source.cells
+    names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": cells}
     names["features"] = feature_table.index
     with _words.speaking(**names), contextlib.ExitStack() as stack:
         if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead

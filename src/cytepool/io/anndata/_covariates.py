@@ -21,12 +21,12 @@ Covariates = Sequence[str] | None
 
 
 def label_codes(
-    obs: pd.DataFrame, key: str, role: str, obs_name: str
+    obs: pd.DataFrame, key: str, role: str, obs_name: str, cells: Any = None
 ) -> tuple[np.ndarray, list[str]]:
     """Codes per row and the ids: the ``str`` of the labels, sorted (as from_cells does).
 
     ``role`` is the argument that names ``key`` (``"sample_key"``); ``obs_name`` names
-    ``obs`` in messages (``"adata.obs"``).
+    ``obs`` in messages (``"adata.obs"``), ``cells`` its rows (None: by obs's index).
     """
     if key not in obs.columns:
         msg = (
@@ -38,7 +38,7 @@ def label_codes(
     what = f"column {key!r} of {obs_name} ({_words.option(role)})"
     missing = column.isna().to_numpy()
     if missing.any():
-        first = obs.index[int(np.argmax(missing))]
+        first = (obs.index if cells is None else cells)[int(np.argmax(missing))]
         msg = (
             f"{what} has {int(missing.sum())} missing labels, e.g. in row {str(first)!r}: "
             f"drop those rows or fill them in"
