@@ -210,6 +210,31 @@ def test_corpus_mudata_pools_by_path_as_in_memory(name: str, blocks: list[tuple[
         assert_sums(cube, obs, *counts_of(mdata.mod[modality], {}))
 
 
+def test_a_failing_modality_closes_what_was_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The matrices of the modalities opened before one that fails (a damaged var), and its
+    own, are closed (the files their arrays hold), not left to the garbage collector."""
+    import shutil
+
+    import h5py
+
+    from cytepool.errors import FormatError
+    from cytepool.io.anndata import _direct
+
+    closed: list[str] = []
+    for kind in (_direct.SparseMatrix, _direct.DenseMatrix):
+        monkeypatch.setattr(kind, "close", lambda self: closed.append(self.format))
+    path = tmp_path / "damaged.h5mu"
+    shutil.copy(CORPUS / MUDATA_FILES[-1], path)
+    with h5py.File(path, "r+") as file:
+        names = [str(name) for name in file["mod"].attrs["mod-order"]]  # the order opened
+        del file[f"mod/{names[-1]}/var/_index"]  # the last one's var lacks its index
+    with pytest.raises(FormatError, match=r"damaged\.h5mu cannot be read as AnnData"):
+        from_mudata_cells(path, **KEYS)
+    assert len(closed) == len(names) == 2
+
+
 def _mudata_writes_zarr() -> bool:
     """mudata 0.4 (0.4.1) stores an int64 attribute in write_zarr, which zarr-python refuses."""
     try:

@@ -394,20 +394,31 @@ def open_modalities(
 
 def _modality_parts(root: Any, path: Path, bound: int) -> tuple[pd.DataFrame, dict[str, Modality]]:
     """The global obs and the modalities of an opened MuData file of ``bound`` bytes."""
-    modalities = {}
-    for name, where, owner in _modality_places(root, path):
-        group = root[where]
-        matrix = _matrix(root, f"{where}/X", path, owner)
+    modalities: dict[str, Modality] = {}
+    try:
+        for name, where, owner in _modality_places(root, path):
+            modalities[name] = _modality(root, where, owner, path, bound)
+        return _read_frame(root["obs"]), modalities
+    except BaseException:  # what was opened is closed (the files its arrays hold)
+        for modality in modalities.values():
+            _close(modality.matrix)
+        raise
+
+
+def _modality(root: Any, where: str, owner: str, path: Path, bound: int) -> Modality:
+    """The modality at ``where`` of an opened MuData file (its matrix closed if its obs or
+    var fails)."""
+    group = root[where]
+    matrix = _matrix(root, f"{where}/X", path, owner)
+    try:
         n_obs, n_vars = (int(n) for n in matrix.shape)
         check_frame(group["obs"], n_obs, bound, f"obs of {owner}")
         check_frame(group["var"], n_vars, bound, f"var of {owner}")
-        modalities[name] = Modality(
-            matrix,
-            _read_frame(group["obs"]),
-            _read_frame(group["var"]),
-            Source(owner, "X", path=True, modality=True),
-        )
-    return _read_frame(root["obs"]), modalities
+        obs, var = _read_frame(group["obs"]), _read_frame(group["var"])
+    except BaseException:
+        _close(matrix)
+        raise
+    return Modality(matrix, obs, var, Source(owner, "X", path=True, modality=True))
 
 
 def survey_modalities(path: str | os.PathLike[str]) -> dict[str, tuple[int, pd.Index]]:
