@@ -25,6 +25,7 @@ def test_pool_many_files_benchmark_small(
     assert module.main(argv) == 0
     out = capsys.readouterr().out
     assert "3 files x 2,000 cells x 500 genes" in out
+    assert "| bound with jobs=2's own CPU: wall of jobs=1 / (CPU of jobs=2 / " in out
     for case in ("cytepool jobs=1", "cytepool jobs=2"):
         line = next(row for row in out.splitlines() if row.startswith(f"| {case} |"))
         assert line.endswith("| equal |"), line
