@@ -491,12 +491,12 @@ class _Sums:
             integers = self.totals.dtype.kind in "iu"
             sums = (self.totals, self.detected, self.squares, self.bound)
             status = _run_tasks(kernel, (*args, sums, resume, integers), tasks, self.threads)
-            for task, code in zip(tasks, status, strict=True):
+            codes = dict(zip(tasks, status, strict=True))
+            for task, code in codes.items():
                 if code == kernels.OVERFLOW:
                     raise _pool_sums.Overflow(self.overflowed())
                 if code not in (kernels.DONE, kernels.NOT_INTEGER, kernels.FULL):
                     _raise_invalid(*line(task))
-            codes = dict(zip(tasks, status, strict=True))
             fractions = [task for task in tasks if codes[task] == kernels.NOT_INTEGER]
             if kernels.FULL in status:
                 self._widen()

@@ -85,7 +85,7 @@ def open_cells(
 ) -> Iterator[tuple[Any, pd.DataFrame, pd.DataFrame, Source]]:
     """Open an ``.h5ad`` file or AnnData ``.zarr`` store read-only: matrix, obs, var."""
     _check_either(layer, use_raw)
-    source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
+    source = _path_source(path, layer, use_raw)
     with _open_store(Path(path)) as (root, bound):
         with damaged(path):
             legacy = _is_legacy(root)
@@ -110,22 +110,21 @@ def survey_cells(
     store: what planning to pool many files takes, read without obs, the matrix or var's
     other columns where the file allows (else as :func:`open_cells` reads them)."""
     _check_either(layer, use_raw)
-    source = Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
+    source = _path_source(path, layer, use_raw)
+    found = None
     with _open_store(Path(path)) as (root, bound), damaged(path):
-        found = None if _is_legacy(root) else _surveyed(root, source, layer, use_raw, bound)
+        if not _is_legacy(root):
+            element, var_path = _element_paths(root, source, layer, use_raw)
+            found = _shape_and_ids(root, element, var_path, source.owner, bound)
     if found is not None:
         return found
     with open_cells(path, layer=layer, use_raw=use_raw) as (matrix, _, var, _):
         return int(matrix.shape[0]), var.index
 
 
-def _surveyed(
-    root: Any, source: Source, layer: str | None, use_raw: bool, bound: int
-) -> tuple[int, pd.Index] | None:
-    """:func:`survey_cells` of a file in the layout of anndata >= 0.7, or None when its
-    matrix or var is not plain to see (then read whole)."""
-    element, var_path = _element_paths(root, source, layer, use_raw)
-    return _shape_and_ids(root, element, var_path, source.owner, bound)
+def _path_source(path: str | os.PathLike[str], layer: str | None, use_raw: bool) -> Source:
+    """How messages name the matrix of the file at ``path``."""
+    return Source(os.fspath(path), "raw.X" if use_raw else _layer_name(layer), path=True)
 
 
 def _shape_and_ids(
@@ -137,8 +136,8 @@ def _shape_and_ids(
 
     shape = matrix_shape(root[element], f"{element} of {owner}")
     var = root[var_path]
-    name = var.attrs.get("_index") if hasattr(var, "keys") and not hasattr(var, "dtype") else None
-    if shape is None or not isinstance(name, str) or name not in var:
+    name = _index_key(var)
+    if shape is None or name is None:
         return None
     check_frame(var, shape[1], bound, f"{var_path} of {owner}")
     return shape[0], pd.Index(_read_frame(var[name]))
@@ -228,7 +227,7 @@ def check_frame(group: Any, n_rows: int, bound: int, where: str) -> None:
     categories) at most ``max(n_rows, bound)``, ``bound`` being the bytes the file or store
     holds. Else a :class:`FormatError` names the array: its metadata lies.
     """
-    if not hasattr(group, "keys") or hasattr(group, "dtype"):  # a legacy compound dataset
+    if not _is_group(group):  # a legacy compound dataset
         return
     for name in group:
         node = group[name]
@@ -276,14 +275,26 @@ def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellN
     import pandas as pd
 
     attrs = element.attrs
-    index = attrs.get("_index")
+    index = _index_key(element)
     plain = (attrs.get("encoding-type"), attrs.get("encoding-version")) == ("dataframe", "0.2.0")
-    if not plain or not isinstance(index, str) or index not in element:
+    if not plain or index is None:
         return _read_frame(element), None
     order = [_text(name) for name in np.atleast_1d(attrs.get("column-order", []))]
     columns = {name: _read_frame(element[name]) for name in order}
     frame = pd.DataFrame(columns, index=pd.RangeIndex(n_obs), columns=order or None)
     return frame, CellNames(path, f"{element.name.strip('/')}/{index}")
+
+
+def _is_group(node: Any) -> bool:
+    """Whether ``node`` is a group (h5py or zarr), not an array or dataset."""
+    return hasattr(node, "keys") and not hasattr(node, "dtype")
+
+
+def _index_key(frame: Any) -> str | None:
+    """The member of the dataframe group ``frame`` that holds its index (anndata's attribute
+    ``_index``), or None if ``frame`` is no group or names none it holds."""
+    key = frame.attrs.get("_index") if _is_group(frame) else None
+    return key if isinstance(key, str) and key in frame else None
 
 
 def _text(name: Any) -> str:

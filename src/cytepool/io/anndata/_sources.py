@@ -312,6 +312,8 @@ class ZarrV2Source:
     chunk of the wrong length are a FormatError naming the chunk.
     """
 
+    into = True
+
     def __init__(
         self,
         path: Path,
@@ -336,8 +338,6 @@ class ZarrV2Source:
         self._kept: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
         self._keep: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
         self._lock = threading.Lock()
-
-    into = True
 
     def read(
         self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
