@@ -77,3 +77,12 @@ def test_size_runs_finds_long_runs_only() -> None:
     assert size_runs(np.array([3] * 64 + [4] * 63)) is None  # fewer than 64 per run
     assert size_runs(np.array([7, 7])) == [(0, 2)]  # one run, however short
     assert size_runs(np.array([1, 2]), least=1) == [(0, 1), (1, 2)]
+
+
+def test_a_single_part_that_owns_its_bytes_is_taken_over_and_a_view_is_copied() -> None:
+    sizes, body = np.array([1, 2]), np.frombuffer(b"abc", dtype=np.uint8).copy()
+    assert Utf8Buffer.from_parts([(sizes, body)]).data is body
+    whole = np.frombuffer(b"--abc", dtype=np.uint8).copy()
+    joined = Utf8Buffer.from_parts([(sizes, whole[2:])])  # a view: copied, whole is let go
+    assert joined.data.base is None
+    assert joined.to_list() == [b"a", b"bc"]

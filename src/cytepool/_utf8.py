@@ -133,11 +133,13 @@ class Utf8Buffer:
         cls, parts: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
     ) -> Utf8Buffer:
         """The buffer of pieces ``(sizes, data)`` in order; ``parts`` is emptied as the
-        pieces are copied, so that each is freed once copied."""
+        pieces are copied, so that each is freed once copied (the data of a single piece, a
+        uint8 array that owns its bytes, is taken over, not copied)."""
         n = sum(len(sizes) for sizes, _ in parts)
         size = sum(len(body) for _, body in parts)
         offsets = np.empty(n + 1, dtype=np.int32 if size <= INT32_MAX else np.int64)
-        data = np.empty(size, dtype=np.uint8)
+        single = len(parts) == 1 and _is_bytes(parts[0][1])
+        data = parts[0][1] if single else np.empty(size, dtype=np.uint8)
         offsets[0] = row = position = 0
         parts.reverse()
         while parts:
@@ -146,7 +148,8 @@ class Utf8Buffer:
             segment = offsets[row + 1 : stop + 1]
             np.cumsum(sizes, out=segment)
             np.add(segment, position, out=segment)
-            data[position : position + len(body)] = body
+            if not single:
+                data[position : position + len(body)] = body
             row, position = stop, position + len(body)
         return cls(offsets, data)
 
@@ -248,3 +251,9 @@ def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, i
     if len(cuts) + 1 > max(1, n // least):
         return None
     return list(pairwise([0, *cuts.tolist(), n]))
+
+
+def _is_bytes(array: np.ndarray[Any, Any]) -> bool:
+    """Whether ``array`` is a 1-D uint8 array that owns its bytes (kept as a buffer's data: a
+    view of a larger array would keep all of it alive)."""
+    return array.dtype == np.uint8 and array.ndim == 1 and array.base is None

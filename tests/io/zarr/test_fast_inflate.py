@@ -434,3 +434,44 @@ def test_unzstd_stated_takes_the_content_size_up_to_a_bound() -> None:
     assert unzstd_stated(_streamed(PAYLOAD), 10**7, 2**23) is None  # no content size
     assert unzstd_stated(STRING_MEMBER, 10**7, 2**23) is None  # not zstd
     assert unzstd_stated(STRING_FRAME[:5], 10**7, 2**23) is None  # a header cut short
+
+
+def test_unzstd_stated_decodes_into_the_buffer_it_is_given() -> None:
+    if fast_zstd() is None:
+        pytest.skip("zstandard is not installed: the streaming decoder reads zstd")
+    scratch = np.full(len(PAYLOAD) + 10, 7, dtype=np.uint8)
+    asked: list[int] = []
+
+    def buffer(size: int) -> np.ndarray:
+        asked.append(size)
+        return scratch[:size]
+
+    out = unzstd_stated(STRING_FRAME, len(PAYLOAD), 2**23, buffer)
+    assert asked == [len(PAYLOAD)]
+    assert out.base is scratch
+    assert out.tobytes() == PAYLOAD
+    assert (scratch[len(PAYLOAD) :] == 7).all()  # nothing written past the stated size
+
+
+@pytest.mark.parametrize("codec", ["zstd", "gzip"])
+def test_strings_decoded_in_the_threads_buffer_are_not_changed_by_later_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str
+) -> None:
+    """A string chunk is decoded into the thread's chunk buffer, which the next chunk reuses:
+    what the first read gave must not change."""
+    monkeypatch.setenv(ENV_FAST, "1")
+    monkeypatch.setenv("CYTEPOOL_ZARR_THREADS", "1")  # every chunk on one thread
+    first = tmp_path / "first"
+    write_array(first, STRINGS, chunks=(1000,), compression=codec, level=3)
+    numbers = tmp_path / "numbers"
+    write_array(numbers, np.arange(50_000, dtype=np.int64), chunks=(20_000,), compression=codec)
+    other = np.array([f"other-{i:06d}" for i in range(len(STRINGS))], dtype=object)
+    second = tmp_path / "second"
+    write_array(second, other, chunks=(1500,), compression=codec, level=3)
+    buffers = read_strings(open_array(first))
+    strings = open_array(first)[...]
+    np.testing.assert_array_equal(open_array(numbers)[...], np.arange(50_000))
+    assert read_strings(open_array(second)).to_str() == other.tolist()
+    assert open_array(second)[...].tolist() == other.tolist()
+    assert buffers.to_str() == STRINGS.tolist()
+    assert strings.tolist() == STRINGS.tolist()

@@ -46,6 +46,7 @@ import functools
 import os
 import threading
 import types
+from collections.abc import Callable
 from typing import Any
 
 from cytepool.errors import InputError
@@ -276,10 +277,15 @@ def unzstd_into(data: Any, out: Any, max_window: int) -> bool:
     return bool(done)
 
 
-def unzstd_stated(data: Any, most: int, max_window: int) -> bytearray | None:
+def unzstd_stated(
+    data: Any, most: int, max_window: int, buffer: Callable[[int], Any] = bytearray
+) -> Any:
     """What the one zstd frame ``data`` decodes to, of the content size its header states, if
     that is at most ``most`` (a chunk whose decoded size is not known in advance: vlen-utf8
     strings), or None: decode with the streaming decoder (see :func:`unzstd_into`).
+
+    The bytes are decoded into ``buffer(size)``, a new bytearray unless the caller gives a
+    buffer it reuses (a thread's scratch bytes, which saves faulting in fresh pages).
 
     Examples
     --------
@@ -299,7 +305,7 @@ def unzstd_stated(data: Any, most: int, max_window: int) -> bytearray | None:
         return None
     if not 0 < size <= most:
         return None
-    out = bytearray(size)
+    out = buffer(size)
     return out if unzstd_into(data, out, max_window) else None
 
 

@@ -532,15 +532,17 @@ class Reader:
             decoder.feed(out)
         return decoder
 
-    def _decoded_whole(self, source: _Source) -> bytearray | None:
+    def _decoded_whole(self, source: _Source) -> Any:
         """A string chunk of one piece decoded in one step by a fast decoder, if its gzip
         trailer or zstd frame header states a size of at most the larger of ``_STATED_BYTES``
         and ``_STATED_RATIO`` times its own; else None: streamed (a decompression bomb, say, is
-        refused within a piece of its last valid byte)."""
+        refused within a piece of its last valid byte). zstd decodes into the thread's chunk
+        buffer: the decoder that takes the bytes over is done with them before this thread
+        decodes another chunk."""
         if source.size > PIECE_BYTES:  # more pieces: the stream's pieces would differ
             return None
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
-        return self.chain.decode_stated(source.data, most, self.nbytes)
+        return self.chain.decode_stated(source.data, most, self.nbytes, _thread_buffer)
 
 
 def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:

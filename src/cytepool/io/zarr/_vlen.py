@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Generator
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -29,6 +29,9 @@ _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
 _OFFSETS = np.arange(4)
 _BATCH_BYTES = 256 * 1024
+
+_Decoded: TypeAlias = "bytes | bytearray | np.ndarray[Any, Any]"
+"""Decoded bytes: a bytes object, a bytearray or a uint8 array (a thread's chunk buffer)."""
 
 
 def _corrupt(where: str, problem: str) -> FormatError:
@@ -149,7 +152,7 @@ class Decoder:
 
     def __init__(self, count: int, where: str):
         self.count, self.where = count, where
-        self.data: bytes | bytearray = bytearray()
+        self.data: _Decoded = bytearray()
         self.items, self.pos = 0, 4  # items whose length is known; the next length field
         self.parts: list[np.ndarray[Any, Any]] = []
         self.pending: list[int] = []
@@ -168,10 +171,11 @@ class Decoder:
             self.data += piece
         self._check(had, len(self.data))
 
-    def feed_whole(self, whole: bytes | bytearray, piece: int) -> None:
-        """Take over ``whole`` (not copied, not changed), the stream decoded in one step, and
-        check it as :meth:`feed` would check it fed in pieces of ``piece`` bytes: the same
-        results, the same errors at the same points. Feed nothing before it."""
+    def feed_whole(self, whole: _Decoded, piece: int) -> None:
+        """Take over ``whole`` (not copied, not changed), the stream decoded in one step (bytes,
+        or a uint8 array), and check it as :meth:`feed` would check it fed in pieces of
+        ``piece`` bytes: the same results, the same errors at the same points. Feed nothing
+        before it."""
         self.data = whole
         had = 0
         for end in range(min(piece, len(whole)), len(whole) + piece, piece):
@@ -281,7 +285,7 @@ class Decoder:
 
 
 def _batches(
-    data: bytes | bytearray, lengths: np.ndarray[Any, Any]
+    data: _Decoded, lengths: np.ndarray[Any, Any]
 ) -> Generator[tuple[int, int, np.ndarray[Any, Any], np.ndarray[Any, Any]], None, None]:
     """Items ``a:b`` of at most _BATCH_BYTES together (or one larger item alone).
 
@@ -289,7 +293,8 @@ def _batches(
     ``data``) and where each item's length field starts in them.
     """
     buffer = np.frombuffer(data, dtype=np.uint8)
-    ends = np.cumsum(lengths + 4)  # where each item ends, after the item count
+    ends = lengths + 4
+    np.cumsum(ends, out=ends)  # where each item ends, after the item count
     n, a = len(lengths), 0
     while a < n:
         base = int(ends[a - 1]) if a else 0
@@ -304,9 +309,11 @@ def _compact(
     fields: np.ndarray[Any, Any],
     lengths: np.ndarray[Any, Any],
     separator: int | None,
+    out: np.ndarray[Any, Any] | None = None,
 ) -> np.ndarray[Any, Any]:
-    """The items of a span back to back (a new uint8 array), each after ``separator`` if one is
-    given (where the last byte of its length field was; ``span`` is not changed).
+    """The items of a span back to back (in ``out``, of their size, if given: else a new uint8
+    array), each after ``separator`` if one is given (where the last byte of its length field
+    was; ``span`` is not changed).
 
     Items in runs of one length (fixed-width ids, ids numbered in order) are copied a run at a
     time, each item (with the byte before it, where a separator goes) as one numpy void
@@ -315,8 +322,9 @@ def _compact(
     n = len(lengths)
     keep = 0 if separator is None else 1
     runs = size_runs(lengths)
-    if runs is not None:
+    if out is None:
         out = np.empty(int(lengths.sum()) + keep * n, dtype=np.uint8)
+    if runs is not None:
         at = 0
         for start, stop in runs:
             width, count = int(lengths[start]) + keep, stop - start
@@ -335,14 +343,14 @@ def _compact(
         return out
     mask = np.ones(len(span), dtype=bool)
     mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
-    joined = span[mask]
+    np.compress(mask, span, out=out)
     if separator is not None:  # each kept byte moved back by the 3 dropped before it
-        joined[fields - 3 * np.arange(n)] = separator
-    return joined
+        out[fields - 3 * np.arange(n)] = separator
+    return out
 
 
 def _split(
-    chunk: list[bytes | bytearray],
+    chunk: list[_Decoded],
     lengths: np.ndarray[Any, Any],
     where: str,
     out: np.ndarray[Any, Any],
@@ -388,17 +396,15 @@ def _split_on_unused(
     return [_utf8(raw[a : a + k], where) for a, k in zip(starts, lengths.tolist(), strict=True)]
 
 
-def _join(
-    data: bytes | bytearray, lengths: np.ndarray[Any, Any], where: str
-) -> np.ndarray[Any, Any]:
+def _join(data: _Decoded, lengths: np.ndarray[Any, Any], where: str) -> np.ndarray[Any, Any]:
     """The items' bytes back to back (uint8), each checked to be valid UTF-8 on its own."""
     body = np.empty(int(lengths.sum()), dtype=np.uint8)
     position = 0
     for a, b, span, fields in _batches(data, lengths):
-        part = _compact(span, fields, lengths[a:b], None)
-        body[position : position + len(part)] = part
-        position += len(part)
-        if len(part) and part.max() >= 0x80:  # not ASCII: decode with a NUL between the items
+        size = int(lengths[a:b].sum())
+        part = _compact(span, fields, lengths[a:b], None, body[position : position + size])
+        position += size
+        if size and part.max() >= 0x80:  # not ASCII: decode with a NUL between the items
             _utf8(_compact(span, fields, lengths[a:b], 0).data, where)
     return body
 

@@ -501,17 +501,20 @@ class CodecChain:
             return _fast.gunzip(data, size)
         return None
 
-    def decode_stated(self, data: Bytes, most: int, limit: int) -> bytearray | None:
-        """What ``data`` decodes to, of the size its single compressor states (a gzip trailer,
-        a zstd frame header), if at most ``most`` bytes, through the fast decoders, or None:
-        decode with :meth:`decode_stream` and ``limit`` (chunks whose decoded size is not known
-        in advance: strings)."""
+    def decode_stated(
+        self, data: Bytes, most: int, limit: int, buffer: Callable[[int], Any] = bytearray
+    ) -> Any:
+        """What ``data`` decodes to (bytes), of the size its single compressor states (a gzip
+        trailer, a zstd frame header), if at most ``most`` bytes, through the fast decoders, or
+        None: decode with :meth:`decode_stream` and ``limit`` (chunks whose decoded size is not
+        known in advance: strings). zstd decodes into ``buffer(size)`` (see
+        :func:`~cytepool.io.zarr._fast.unzstd_stated`)."""
         if len(self.compressors) != 1:
             return None
         if isinstance(self.compressors[0], GzipCodec):
             return _fast.gunzip_stated(data, most)
         if isinstance(self.compressors[0], ZstdCodec):
-            return _fast.unzstd_stated(data, most, 2 ** _window_log(limit))
+            return _fast.unzstd_stated(data, most, 2 ** _window_log(limit), buffer)
         return None
 
     def decode_into(self, data: Bytes, out: np.ndarray[Any, Any]) -> bool:
