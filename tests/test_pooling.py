@@ -259,6 +259,40 @@ def test_a_non_main_thread_gives_the_same_cube() -> None:
     assert results[0].fingerprint == from_cells(x, sample_labels=s, group_labels=g).fingerprint
 
 
+def test_the_kernel_keeps_its_threads_for_the_blocks_that_follow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blocks pooled by numba's kernels on several threads give the cube pooled at once, and
+    the threads are started once, not for each block."""
+    import numba
+
+    from cytepool import _pool_sums
+
+    monkeypatch.setattr(_pool_sums, "SMALL_VALUES", 0)  # every block through the kernels
+    monkeypatch.setattr(_pool_sums, "FIRST_VALUES", 0)
+    rng = np.random.default_rng(11)
+    x = sp.csr_matrix(random_counts(rng, n_cells=400))
+    s, g = labels(rng, x.shape[0])
+    expected = from_cells(x.toarray(), sample_labels=s, group_labels=g).fingerprint
+
+    from cytepool import _pool_kernels
+
+    ran_on: list[threading.Thread] = []  # the threads themselves: an ident can be reused
+    scatter = _pool_kernels.scatter
+
+    def recorded(*args: object) -> object:
+        ran_on.append(threading.current_thread())
+        return scatter(*args)
+
+    monkeypatch.setattr(_pool_kernels, "scatter", recorded)
+    for _ in range(3):
+        blocks = (x[i : i + 40] for i in range(0, x.shape[0], 40))
+        assert from_cells(blocks, sample_labels=s, group_labels=g).fingerprint == expected
+    assert len(ran_on) >= 30  # every group of each of the 30 blocks
+    others = {id(thread) for thread in ran_on if thread is not threading.main_thread()}
+    assert len(others) <= numba.get_num_threads()  # not two new threads for every block
+
+
 def test_the_order_of_cells_does_not_change_the_cube() -> None:
     rng = np.random.default_rng(5)
     x = random_counts(rng)
