@@ -31,6 +31,7 @@ LAYERS = [
         "cytepool._words",
         "cytepool._ids",
         "cytepool._exact",
+        "cytepool._kept_pools",
     ],
     ["cytepool.io.zarr"],
     ["cytepool.io.tables", "cytepool.io._atomic"],

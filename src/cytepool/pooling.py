@@ -20,13 +20,13 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from cytepool import _pool_sums, _words
 from cytepool._assemble import from_parts, provenance_record
+from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
@@ -596,31 +596,12 @@ def _run_tasks(
     threads = numba.get_num_threads() if threads is None else threads
     if min(threads, len(tasks)) <= 1 or threading.current_thread() is not threading.main_thread():
         return [kernel(*args, task) for task in tasks]
-    return list(_kernel_threads(threads).map(lambda task: kernel(*args, task), tasks))
+    return list(_KERNEL_THREADS.get(threads).map(lambda task: kernel(*args, task), tasks))
 
 
-_kept_threads: dict[int, ThreadPoolExecutor] = {}
-_kept_lock = threading.Lock()
-
-
-def _kernel_threads(threads: int) -> ThreadPoolExecutor:
-    """``threads`` threads for the kernel, kept for the blocks that follow: starting and
-    joining two threads for each block took 0.5 ms, handing a kept pool its tasks 0.15 ms."""
-    with _kept_lock:
-        if threads not in _kept_threads:
-            name = "cytepool-kernel"
-            _kept_threads[threads] = ThreadPoolExecutor(threads, thread_name_prefix=name)
-        return _kept_threads[threads]
-
-
-def _forget_kernel_threads() -> None:
-    """A forked child has none of the parent's threads: it starts its own when needed."""
-    global _kept_lock
-    _kept_threads.clear()
-    _kept_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_kernel_threads)
+_KERNEL_THREADS = KeptPools("cytepool-kernel")
+"""The kernel's threads, kept for the blocks that follow: starting and joining two threads for
+each block took 0.5 ms, handing a kept pool its tasks 0.15 ms."""
 
 
 def _raise_invalid(block: Block, line: int, at: tuple[int, int], by_row: bool) -> None:

@@ -16,9 +16,9 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from cytepool._kept_pools import KeptPools
 from cytepool.errors import InputError
 
 __all__ = ["ENV_THREADS", "MAX_THREADS", "for_each", "threads"]
@@ -31,8 +31,7 @@ _MOST_THREADS = 64
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
-_pools: dict[int, ThreadPoolExecutor] = {}
+_pools = KeptPools("cytepool-zarr")
 
 
 def _cpus() -> int:
@@ -61,23 +60,6 @@ def threads() -> int:
     return int(value)
 
 
-def _executor(workers: int) -> ThreadPoolExecutor:
-    with _lock:
-        if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="cytepool-zarr")
-        return _pools[workers]
-
-
-def _forget_pools() -> None:
-    """A forked child has none of the parent's threads: start fresh pools when needed."""
-    global _lock
-    _pools.clear()
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pools)
-
-
 def for_each(function: Callable[[T], object], items: Iterable[T]) -> None:
     """Call ``function`` on every item: the calling thread and ``threads() - 1`` pool threads
     take the items in order, one at a time each. A single item (a small array of one chunk)
@@ -94,7 +76,7 @@ def for_each(function: Callable[[T], object], items: Iterable[T]) -> None:
             function(item)
         return
     shared = _Shared(function, itertools.chain(ahead, iterator))
-    helpers = [_executor(workers - 1).submit(shared.work) for _ in range(workers - 1)]
+    helpers = [_pools.get(workers - 1).submit(shared.work) for _ in range(workers - 1)]
     try:
         shared.work()
     finally:
