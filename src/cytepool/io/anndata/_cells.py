@@ -489,9 +489,10 @@ def _pool(
     **options: Any,
 ) -> Cube:
     """Pool ``matrix`` by the labels in ``obs``; ``options``: layers, allow_float, progress."""
+    cells = source.names_of_cells(obs)
     labels = [
-        label_codes(obs, sample_key, "sample_key", source.obs, source.cells),
-        label_codes(obs, group_key, "group_key", source.obs, source.cells),
+        label_codes(obs, sample_key, "sample_key", source.obs, cells),
+        label_codes(obs, group_key, "group_key", source.obs, cells),
     ]
     *tables, covariates = axis_tables(
         obs,
@@ -552,8 +553,8 @@ def _pool_with_tables(
             allow_float=allow_float,
         )
 
-    cells = obs.index if source.cells is None else source.cells
-    names = {"matrix": source.matrix, "pick": source.pick_counts(), "cells": cells}
+    names = {"matrix": source.matrix, "pick": source.pick_counts()}
+    names["cells"] = source.names_of_cells(obs)
     names["features"] = feature_table.index
     with _words.speaking(**names), contextlib.ExitStack() as stack:
         if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead

@@ -143,6 +143,14 @@ def _shape_and_ids(
     return shape[0], pd.Index(_read_frame(var[name]))
 
 
+def _check_frames(matrix: Any, obs: Any, var: Any, bound: int, owner: str, var_name: str) -> None:
+    """Check the ``obs`` and ``var`` groups of ``matrix`` against its shape
+    (:func:`check_frame`)."""
+    n_obs, n_vars = (int(n) for n in matrix.shape)
+    check_frame(obs, n_obs, bound, f"obs of {owner}")
+    check_frame(var, n_vars, bound, f"{var_name} of {owner}")
+
+
 def _element_paths(root: Any, source: Source, layer: str | None, use_raw: bool) -> tuple[str, str]:
     """Where the matrix and its var are (each checked to be there)."""
     _check_anndata(root, source)
@@ -167,10 +175,8 @@ def _anndata_parts(
     element, var_path = _element_paths(root, source, layer, use_raw)
     matrix = _matrix(root, element, Path(path), source.owner)
     try:
-        n_obs, n_vars = (int(n) for n in matrix.shape)
-        check_frame(root["obs"], n_obs, bound, f"obs of {source.owner}")
-        check_frame(root[var_path], n_vars, bound, f"{var_path} of {source.owner}")
-        obs, names = _read_obs(root["obs"], n_obs, Path(path))
+        _check_frames(matrix, root["obs"], root[var_path], bound, source.owner, var_path)
+        obs, names = _read_obs(root["obs"], int(matrix.shape[0]), Path(path))
         source = source if names is None else dataclasses.replace(source, cells=names)
         return matrix, obs, _read_frame(root[var_path]), source
     except BaseException:
@@ -422,9 +428,7 @@ def _modality(root: Any, where: str, owner: str, path: Path, bound: int) -> Moda
     group = root[where]
     matrix = _matrix(root, f"{where}/X", path, owner)
     try:
-        n_obs, n_vars = (int(n) for n in matrix.shape)
-        check_frame(group["obs"], n_obs, bound, f"obs of {owner}")
-        check_frame(group["var"], n_vars, bound, f"var of {owner}")
+        _check_frames(matrix, group["obs"], group["var"], bound, owner, "var")
         obs, var = _read_frame(group["obs"]), _read_frame(group["var"])
     except BaseException:
         _close(matrix)
@@ -645,6 +649,10 @@ class Source:
 
     def part(self, name: str) -> str:
         return f"{name} of {self.owner}" if self.path else f"{self.owner}.{name}"
+
+    def names_of_cells(self, obs: pd.DataFrame) -> Any:
+        """The names of the rows of ``obs`` (the cells), for messages."""
+        return obs.index if self.cells is None else self.cells
 
     @property
     def matrix(self) -> str:
