@@ -194,17 +194,143 @@ def attribute_string(path: Path, name: str, attribute: str) -> int:
     )
 
 
-def test_attribute_string_of_no_heap_object_is_an_error_not_a_crash(tmp_path: Path) -> None:
+def test_attribute_string_of_no_heap_object_is_a_format_error(tmp_path: Path) -> None:
     """An attribute's string naming an object its global heap collection does not hold (the
     fuzz run: one changed byte of the object index): libhdf5 1.14.2 (h5py 3.11) read past the
-    collection's list of objects and crashed the process; h5py >= 3.12.1 raises an OSError."""
+    collection's list of objects and crashed the process; the descriptor is checked first."""
     path = written(tmp_path)
     at = attribute_string(path, "obs/_index", "encoding-type")
     index = int.from_bytes(path.read_bytes()[at + 12 : at + 16], "little")
     patched(path, at + 12, (index | 0xEA000000).to_bytes(4, "little"))
     kind, message = pooled_in_child(path)
-    assert kind == "OSError", message
-    assert re.search(r"bad heap index", message), message
+    assert kind == "FormatError", message
+    expected = r"c\.h5ad: attribute 'encoding-type' of '/obs/_index' lists a value of \d+ bytes"
+    assert re.search(expected + r" as object \d+ of the global heap .*, which holds none", message)
+
+
+def written_with(tmp_path: Path, libver: str, track_order: bool) -> Path:
+    """cells() written by anndata into an HDF5 file of object headers of version 1
+    (``libver="earliest"``) or 2 (``"latest"``; ``track_order``: attribute creation order
+    kept, a field more per message)."""
+    path = tmp_path / "c.h5ad"
+    options = {"libver": libver, "track_order": track_order}
+    with warnings.catch_warnings(), h5py.File(path, "w", **options) as file:
+        warnings.simplefilter("ignore")
+        ad.io.write_elem(file, "/", cells())
+    return path
+
+
+HEADERS = pytest.mark.parametrize(
+    ("libver", "track_order"),
+    [("earliest", False), ("latest", False), ("latest", True)],
+    ids=["header-v1", "header-v2", "header-v2-ordered"],
+)
+
+
+@HEADERS
+def test_attribute_string_length_that_lies_allocates_nothing(
+    tmp_path: Path, libver: str, track_order: bool
+) -> None:
+    """An attribute's string claiming 3.6 GiB (the fuzz run: one changed byte of its length):
+    libhdf5 allocated and filled 3.9 GiB, for 9 s, before it failed. In a header of version 1
+    cytepool finds it; a header of version 2 has a checksum, which libhdf5 checks first."""
+    path = written_with(tmp_path, libver, track_order)
+    at = attribute_string(path, "obs", "encoding-version")  # "0.2.0" (5 bytes), from obs on
+    patched(path, at + 3, bytes([0xE7]))
+    where = r"c\.h5ad: attribute 'encoding-version' of '/obs[^']*'"
+    message = rf"{where} lists a value of \d{{10}} bytes as object \d+ .* holds one of 5 bytes"
+    if libver != "earliest":
+        message = r"c\.h5ad cannot be read as AnnData, it is damaged: .*incorrect metadata checksum"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+@HEADERS
+def test_every_string_attribute_is_found_in_its_object_header(
+    tmp_path: Path, libver: str, track_order: bool
+) -> None:
+    """What the header reader finds is, for every object of an anndata file, its
+    variable-length string attributes (name and stored length of each string); nothing in a
+    header of version 2, which libhdf5 checks against its checksum."""
+    from cytepool.io.anndata._hdf5_headers import string_attributes
+
+    path = written_with(tmp_path, libver, track_order)
+    data = path.read_bytes()
+    nodes: list[Any] = []
+    seen = 0
+    with h5py.File(path, "r") as file:
+        file.visititems(lambda _, node: nodes.append(node))
+        sizes = file.id.get_create_plist().get_sizes()
+        for node in [file, *nodes]:
+            expected = {}
+            for name in node.attrs:
+                kind = h5py.h5a.open(node.id, name.encode()).get_type()
+                if isinstance(kind, h5py.h5t.TypeStringID) and kind.is_variable_str():
+                    values = np.atleast_1d(node.attrs[name])
+                    expected[name] = [len(str(v).encode()) for v in values]
+            expected = expected if libver == "earliest" else {}
+            header = h5py.h5o.get_info(node.id).addr
+            found = string_attributes(data, header, sizes)
+            lengths = {
+                name: np.frombuffer(raw, [("n", "<u4"), ("at", "<u8"), ("i", "<u4")])["n"].tolist()
+                for name, raw in found
+            }
+            assert lengths == expected, node.name
+            seen += len(found)
+    assert seen > 20 if libver == "earliest" else seen == 0
+
+
+@given(changes=st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_the_header_reader_stays_in_bounds_on_damaged_headers(
+    tmp_path_factory: pytest.TempPathFactory, changes: list[tuple[int, int]]
+) -> None:
+    """Any bytes of a header changed: the reader gives strings of at most the message they are
+    in, or none; it raises nothing and reads nothing past the file."""
+    from cytepool.io.anndata._hdf5_headers import string_attributes
+
+    path = written_with(tmp_path_factory.mktemp("h"), "earliest", False)
+    with h5py.File(path, "r") as file:
+        header = h5py.h5o.get_info(file["obs"].id).addr
+    data = bytearray(path.read_bytes())
+    for offset, value in changes:
+        data[(header + offset) % len(data)] = value
+    for name, raw in string_attributes(bytes(data), header, (8, 8)):
+        assert isinstance(name, str)
+        assert len(raw) % 16 == 0
+        assert len(raw) <= 1 << 16
+
+
+def test_attribute_of_variable_length_sequences_is_a_format_error(tmp_path: Path) -> None:
+    """An attribute whose datatype became a variable-length sequence (the fuzz run: one
+    changed byte of an encoding-type's datatype) crashed the process in h5py."""
+    path = written(tmp_path)
+    with h5py.File(path, "a") as file:
+        kind = h5py.vlen_dtype(np.dtype("int32"))
+        sequences = np.empty(1, dtype=kind)
+        sequences[0] = np.arange(3, dtype=np.int32)
+        file["obs/cell_type"].attrs.create("odd", sequences, dtype=kind)
+    where = r"c\.h5ad: attribute 'odd' of '/obs/cell_type'"
+    with pytest.raises(FormatError, match=rf"{where} is a variable-length sequence"):
+        from_anndata(path, **KEYS)
+
+
+def test_chunk_libhdf5_cannot_decode_is_a_format_error_naming_the_file(tmp_path: Path) -> None:
+    """A gzip chunk of obs that libhdf5 cannot inflate: h5py's OSError ("filter returned
+    failure during read") named no file; it becomes a FormatError naming it."""
+    path = tmp_path / "c.h5ad"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cells().write_h5ad(path, compression="gzip")
+    with h5py.File(path, "r") as file:
+        node = file["obs/cell_type"]
+        codes = node["codes"] if isinstance(node, h5py.Group) else node
+        chunk = codes.id.get_chunk_info(0)
+    patched(path, chunk.byte_offset, bytes(range(7, 7 + min(chunk.size, 64))))
+    where = r"c\.h5ad cannot be read as AnnData, it is damaged: "
+    with pytest.raises(FormatError, match=where + r".*filter returned failure") as caught:
+        from_anndata(path, **KEYS)
+    assert isinstance(caught.value.__cause__, OSError)
 
 
 def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:

@@ -20,11 +20,17 @@ collection whose walk would not end inside it, or a descriptor whose collection 
 not exist or whose length is not that of its object, is a
 :class:`~cytepool.errors.FormatError` naming the file and the byte or the dataset.
 
-What it cannot check: the descriptors of attributes (they live in object headers, which
-cytepool does not parse; a damaged one can make libhdf5 allocate up to 4 GiB once, then fail),
-string datasets stored with a filter cytepool does not decode, strings inside compound records
-(the obs and var of files of anndata < 0.7), and a collection inside the
-range a damaged chunk index claims for a large numeric dataset.
+It also checks the attributes of every object cytepool may read (all but those under ``uns``,
+``obsm``, ``varm``, ``obsp`` and ``varp``): each must open, must not be a variable-length
+sequence (h5py crashes reading a damaged one), and the descriptors of its strings, read from the
+object's header (:mod:`cytepool.io.anndata._hdf5_headers`), must match the heap as a dataset's
+do.
+
+What it cannot check: the strings of attributes in headers of version 2 (libhdf5 checks those
+headers' checksums itself), of densely stored attributes or with a shared datatype, string
+datasets stored with a filter cytepool does not decode, strings inside compound records (the obs
+and var of files of anndata < 0.7), and a collection inside the range a damaged chunk index
+claims for a large numeric dataset.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ _SIGNATURE = b"GCOL"
 _SEARCHED = 1 << 20  # numeric datasets storing more bytes than this are not searched
 _ALIGN = 8  # heap objects are padded to multiples of 8 bytes
 PYTHON_WALK_BYTES = 1 << 20  # collections of this many bytes in all are walked in Python
+_UNREAD = frozenset({"uns", "obsm", "varm", "obsp", "varp"})  # never read when pooling
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class _Datasets:
 
     numbers: list[tuple[int, int]]  # (byte offset, size) of large numeric datasets' values
     strings: list[h5py.Dataset]  # datasets of variable-length values
+    attributed: list[h5py.Group | h5py.Dataset]  # objects whose attributes cytepool reads
 
 
 def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
@@ -66,7 +74,8 @@ def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
     Raises
     ------
     FormatError
-        A damaged collection, or a string dataset whose descriptors do not match the heap.
+        A damaged collection, a string dataset or attribute whose descriptors do not match
+        the heap, or an attribute that does not open or is a variable-length sequence.
     """
     path = Path(path)
     check_regular(path)
@@ -83,6 +92,12 @@ def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
         heaps = _collections(view, gaps, lengths, path)
         for dataset in datasets.strings:
             _check_descriptors(dataset, view, heaps, (addresses, base), path)
+        strings = [
+            found
+            for node in [file, *datasets.attributed]
+            for found in _attributes(node, view, (addresses, lengths, base), path)
+        ]
+        _check_attribute_strings(strings, heaps, (addresses, base))
 
 
 class _FileBytes:
@@ -134,9 +149,11 @@ def _datasets(file: h5py.File) -> _Datasets:
 
     numbers: list[tuple[int, int]] = []
     strings: list[h5py.Dataset] = []
+    attributed: list[Any] = []
 
     def visit(name: str, node: Any) -> None:
-        del name
+        if _UNREAD.isdisjoint(name.split("/")):
+            attributed.append(node)
         if not isinstance(node, h5py.Dataset):
             return
         if h5py.check_vlen_dtype(node.dtype) is not None:
@@ -145,7 +162,62 @@ def _datasets(file: h5py.File) -> _Datasets:
             numbers.extend(_stored_ranges(node))
 
     file.visititems(visit)
-    return _Datasets(numbers, strings)
+    return _Datasets(numbers, strings, attributed)
+
+
+def _attributes(
+    node: Any, view: _FileBytes, addressing: tuple[int, int, int], path: Path
+) -> list[tuple[str, bytes]]:
+    """Check that the attributes of ``node`` (an h5py group or dataset) open and are of kinds
+    h5py reads safely; the stored descriptors of its string attributes, each with how
+    messages name it. ``addressing``: the file's sizes of offsets and lengths, and its user
+    block's size."""
+    import h5py
+
+    from cytepool.io.anndata._hdf5_headers import string_attributes
+
+    count = h5py.h5a.get_num_attrs(node.id)
+    for index in range(count):
+        try:
+            attribute = h5py.h5a.open(node.id, index=index)
+        except (OSError, KeyError, ValueError, RuntimeError) as error:  # libhdf5 refuses it
+            msg = f"{path}: attribute {index} of {node.name!r} cannot be opened: {error}"
+            raise FormatError(msg) from error
+        if isinstance(attribute.get_type(), h5py.h5t.TypeVlenID):  # strings are TypeStringID
+            name = attribute.get_name().decode("utf-8", "replace")
+            msg = (
+                f"{path}: attribute {name!r} of {node.name!r} is a variable-length sequence, "
+                "which no AnnData writer stores (h5py crashes reading a damaged one): the file "
+                "is damaged"
+            )
+            raise FormatError(msg)
+    addresses, lengths, base = addressing
+    if not count:
+        return []
+    header = int(h5py.h5o.get_info(node.id).addr) + base
+    found = string_attributes(view, header, (addresses, lengths))
+    return [(f"{path}: attribute {name!r} of {node.name!r}", raw) for name, raw in found]
+
+
+def _check_attribute_strings(
+    strings: list[tuple[str, bytes]],
+    heaps: dict[int, np.ndarray[Any, Any]],
+    addressing: tuple[int, int],
+) -> None:
+    """Each stored string descriptor of ``strings`` (how messages name its attribute, its
+    descriptors) names an object of its length in ``heaps``: all checked at once, and
+    attribute by attribute only to name the first that does not."""
+    addresses, base = addressing
+    if not strings or addresses not in (4, 8):
+        return
+    descriptor = np.dtype([("n", "<u4"), ("heap", f"<u{addresses}"), ("index", "<u4")])
+    joined = np.frombuffer(b"".join(raw for _, raw in strings), descriptor)
+    try:
+        _check_against_heaps(joined, 1, heaps, base, "")
+    except FormatError:
+        for where, raw in strings:
+            _check_against_heaps(np.frombuffer(raw, descriptor), 1, heaps, base, where)
+        raise
 
 
 def _stored_ranges(dataset: h5py.Dataset) -> list[tuple[int, int]]:

@@ -187,14 +187,22 @@ def _anndata_parts(
 @contextlib.contextmanager
 def damaged(path: str | os.PathLike[str]) -> Iterator[None]:
     """Errors of h5py, zarr-python or anndata met while reading a file's structure (its
-    groups, obs, var) become a FormatError naming the file: the file is damaged.
+    groups, obs, var) become a FormatError naming the file: the file is damaged. So do
+    h5py's OSErrors, which carry no error number (libhdf5 refusing what it read: "filter
+    returned failure during read", "ran off end of input buffer while decoding").
 
-    cytepool's own errors and the OSError family (a file that cannot be read) pass.
+    cytepool's own errors and the OSError family of the system (a file that cannot be read,
+    with its error number) pass.
     """
     try:
         yield
-    except (CytepoolError, OSError):
+    except CytepoolError:
         raise
+    except OSError as error:
+        if error.errno is not None or type(error) is not OSError:
+            raise
+        msg = f"{os.fspath(path)} cannot be read as AnnData, it is damaged: {error}"
+        raise FormatError(msg) from error
     except Exception as error:
         problem = f"{type(error).__name__}: {error}"
         msg = f"{os.fspath(path)} cannot be read as AnnData, it is damaged: {problem}"
