@@ -23,10 +23,13 @@ def test_cube_io_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
         ):
             assert f"| {codec} | {operation} |" in out
     lines = out.splitlines()
-    header = next(i for i, line in enumerate(lines) if "| floor with opening |" in line)
+    header = next(i for i, line in enumerate(lines) if "| floor, no opening |" in line)
     parts = lines[header + 2 : header + 4]  # what verification adds, one row per codec
     assert [line[:10] for line in parts] == ["| gzip 4 |", "| zstd 3 |"]
-    assert all(line.count(" | ") == 8 for line in parts)
+    assert all(line.count(" | ") == 9 for line in parts)
+    for line in parts:  # lower bound <= floor without opening <= floor with opening
+        bound, checked, floor = (float(cell) for cell in line.split(" | ")[5:8])
+        assert bound <= checked <= floor
     opening = [line for line in lines if "| open + select + read |" in line]
     assert all(line.endswith("| 1 | 1 |") for line in opening)  # chunk files opened, needed
     assert list(tmp_path.iterdir()) == []  # the stores are removed
