@@ -33,14 +33,17 @@ _MOST_MESSAGES = 4096  # messages read per object
 _MOST_BLOCK_BYTES = 1 << 20  # bytes read per header block (a message holds at most 64 KiB)
 
 
-def string_attributes(view: Any, address: int, sizes: tuple[int, int]) -> list[tuple[str, bytes]]:
-    """The variable-length string attributes stored in the object header at byte ``address``
-    of the file ``view`` (``len`` and byte slices), each as its name and its descriptors as
-    stored (``4 + offsets + 4`` bytes per string); ``sizes``: the file's sizes of offsets and
-    lengths. Empty for a header this reader does not follow (see the module's text)."""
+def string_attributes(
+    view: Any, address: int, sizes: tuple[int, int], base: int = 0
+) -> list[tuple[str, bytes]]:
+    """The variable-length string attributes stored in the object header at address
+    ``address`` of the file ``view`` (``len`` and byte slices), each as its name and its
+    descriptors as stored (``4 + offsets + 4`` bytes per string); ``sizes``: the file's sizes
+    of offsets and lengths; ``base``: the size of its user block, from whose end addresses
+    count. Empty for a header this reader does not follow (see the module's text)."""
     found = []
     try:
-        for kind, message in _messages(view, address, sizes):
+        for kind, message in _messages(view, (address, base), sizes):
             attribute = _string_attribute(message, sizes) if kind == _ATTRIBUTE else None
             if attribute is not None:
                 found.append(attribute)
@@ -53,19 +56,24 @@ class _Unread(Exception):
     """The header cannot be followed here: libhdf5 is left to read it."""
 
 
-def _messages(view: Any, address: int, sizes: tuple[int, int]) -> Iterator[tuple[int, bytes]]:
-    """The type and data of every message of the version 1 header at ``address``, continuation
-    blocks included, each block read once (raises _Unread where it cannot be followed)."""
-    prefix = _bytes(view, address, 12)  # version, reserved, messages, references, size
+def _messages(
+    view: Any, where: tuple[int, int], sizes: tuple[int, int]
+) -> Iterator[tuple[int, bytes]]:
+    """The type and data of every message of the version 1 header at ``where`` (its address
+    and the user block's size), continuation blocks included, each block read once (raises
+    _Unread where the header cannot be followed)."""
+    address, base = where
+    prefix = _bytes(view, base + address, 12)  # version, reserved, messages, references, size
     if prefix[0] != 1:
         raise _Unread  # a version 2 header ("OHDR"): checked by libhdf5 (see the module's text)
-    blocks = [(address + 16, int.from_bytes(prefix[8:12], "little"))]  # prefix padded to 16
+    blocks = [(base + address + 16, int.from_bytes(prefix[8:12], "little"))]  # prefix: 16
     for start, size in blocks:
         if len(blocks) > _MOST_BLOCKS or size > _MOST_BLOCK_BYTES:
             raise _Unread
         for kind, message in _block_messages(_bytes(view, start, size)):
             if kind == _CONTINUATION:
-                blocks.append(_continuation(message, sizes))
+                start, length = _continuation(message, sizes)
+                blocks.append((base + start, length))
             else:
                 yield kind, message
 

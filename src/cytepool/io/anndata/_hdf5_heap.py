@@ -194,8 +194,8 @@ def _attributes(
     addresses, lengths, base = addressing
     if not count:
         return []
-    header = int(h5py.h5o.get_info(node.id).addr) + base
-    found = string_attributes(view, header, (addresses, lengths))
+    header = int(h5py.h5o.get_info(node.id).addr)
+    found = string_attributes(view, header, (addresses, lengths), base)
     return [(f"{path}: attribute {name!r} of {node.name!r}", raw) for name, raw in found]
 
 
