@@ -181,13 +181,16 @@ def test_the_python_and_numba_heap_walks_agree(tmp_path: Path) -> None:
 
 def attribute_string(path: Path, name: str, attribute: str) -> int:
     """The byte offset of the string descriptor (length, collection, object index) of the
-    variable-length string ``attribute`` of object ``name``, in its object header."""
+    variable-length string ``attribute`` of object ``name``, in its object header (addresses
+    count from the end of the file's user block)."""
     with h5py.File(path, "r") as file:
-        header = h5py.h5o.get_info(file[name].id).addr
+        base = file.id.get_create_plist().get_userblock()
+        header = base + h5py.h5o.get_info(file[name].id).addr
         value = str(file[name].attrs[attribute]).encode()
     data = path.read_bytes()
     descriptors = [
-        len(value).to_bytes(4, "little") + at.to_bytes(8, "little") for at in collections(data)
+        len(value).to_bytes(4, "little") + (at - base).to_bytes(8, "little")
+        for at in collections(data)
     ]
     return min(
         data.index(descriptor, header) for descriptor in descriptors if descriptor in data[header:]
@@ -356,6 +359,22 @@ def test_chunk_libhdf5_cannot_decode_is_a_format_error_naming_the_file(tmp_path:
     with pytest.raises(FormatError, match=where + libhdf5) as caught:
         from_anndata(path, **KEYS)
     assert isinstance(caught.value.__cause__, OSError)
+
+
+def test_attribute_string_that_lies_behind_a_user_block_is_found(tmp_path: Path) -> None:
+    """Addresses count from the end of a user block (MuData's .h5mu has one of 512 bytes): a
+    lying length of an attribute's string is found there too."""
+    path = tmp_path / "u.h5ad"
+    with h5py.File(path, "w", userblock_size=512):
+        pass
+    with warnings.catch_warnings(), h5py.File(path, "a") as file:
+        warnings.simplefilter("ignore")
+        ad.io.write_elem(file, "/", cells())
+    at = attribute_string(path, "obs", "encoding-version")
+    patched(path, at + 3, bytes([0xE7]))
+    message = r"u\.h5ad: attribute 'encoding-version' of '/obs[^']*' lists a value of \d{10} bytes"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
 
 
 def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:
