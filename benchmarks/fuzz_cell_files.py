@@ -1,11 +1,13 @@
 """Fuzz: pool mutated .h5ad files and AnnData Zarr stores; only documented errors may come out.
 
 Writes small cells files (CSR, CSC and dense X; .h5ad chunked and gzip, Zarr v2 blosc, Zarr v3
-sharded where anndata writes it), then makes ``--cases`` mutated copies: bytes flipped, zeroed
-or cut off, half of the time anywhere in an .h5ad and half of the time in the object headers or
-stored values of its X, obs or var; in a store, in one file of X, obs, var or the rest (a chunk,
-a ``.zarray``, ``zarr.json``, ``.zattrs``), numbers in metadata changed. Each copy is pooled with
-``from_anndata(path)`` in a worker process; the outcome must be a cube, a
+sharded where anndata writes it; an .h5mu of the CSR cells as one modality, behind MuData's user
+block), then makes ``--cases`` mutated copies: bytes flipped, zeroed or cut off, half of the
+time anywhere in an HDF5 file and half of the time in the object headers or stored values of its
+X, obs or var (a modality's); in a store, in one file of X, obs, var or the rest (a chunk, a
+``.zarray``, ``zarr.json``, ``.zattrs``), numbers in metadata changed. Each copy is pooled with
+``from_anndata(path)`` (``from_mudata_cells(path)``) in a worker process; the outcome must be a
+cube, a
 :class:`~cytepool.errors.CytepoolError` or an ``OSError``. A case that takes longer than
 ``--timeout`` seconds (a hang) or whose worker passes ``--memory`` GiB of resident memory is a
 failure too; the worker is then restarted (a worker pools an intact file before its first case,
@@ -36,6 +38,8 @@ from typing import Any
 import numpy as np
 
 KEYS = {"sample_key": "sample", "group_key": "cell_type"}
+MODALITY = "rna"
+"""The one modality of the .h5mu file."""
 
 
 def write_bases(folder: Path) -> list[Path]:
@@ -72,7 +76,17 @@ def write_bases(folder: Path) -> list[Path]:
                 with ad.settings.override(zarr_write_format=3, auto_shard_zarr_v3=True):
                     adata.write_zarr(folder / f"{layout}-v3.zarr")
                 bases.append(folder / f"{layout}-v3.zarr")
+            if layout == "csr":
+                bases.append(_write_h5mu(adata, folder / "csr.h5mu"))
     return bases
+
+
+def _write_h5mu(adata: Any, path: Path) -> Path:
+    """``adata`` as the one modality of a MuData file (which has a user block of 512 bytes)."""
+    import mudata
+
+    mudata.MuData({MODALITY: adata}).write_h5mu(path)
+    return path
 
 
 def _flip(data: bytearray, rng: random.Random, low: int, high: int) -> str:
@@ -156,13 +170,15 @@ def _h5_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
 
     regions: dict[str, list[tuple[int, int]]] = {element: [] for element in ELEMENTS}
     size = path.stat().st_size
+    prefix = f"mod/{MODALITY}/" if path.suffix == ".h5mu" else ""
     with h5py.File(path, "r") as file:
+        base = file.id.get_create_plist().get_userblock()  # addresses count from its end
         for element in ELEMENTS:
             found = regions[element]
 
             def visit(name: str, node: Any, found: list[tuple[int, int]] = found) -> None:
                 del name
-                start = h5py.h5o.get_info(node.id).addr
+                start = base + h5py.h5o.get_info(node.id).addr
                 found.append((start, min(size, start + 256)))
                 if isinstance(node, h5py.Dataset):
                     offset = node.id.get_offset()
@@ -173,9 +189,9 @@ def _h5_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
                             info = node.id.get_chunk_info(k)
                             found.append((info.byte_offset, info.byte_offset + info.size))
 
-            visit(element, file[element])
-            if isinstance(file[element], h5py.Group):
-                file[element].visititems(visit)
+            visit(element, file[prefix + element])
+            if isinstance(file[prefix + element], h5py.Group):
+                file[prefix + element].visititems(visit)
     _REGIONS[path] = {e: [(a, b) for a, b in r if a < b] for e, r in regions.items()}
     return _REGIONS[path]
 
@@ -196,13 +212,17 @@ def worker() -> None:
     import resource
 
     from cytepool.errors import CytepoolError
-    from cytepool.io.anndata import from_anndata
+    from cytepool.io.anndata import from_anndata, from_mudata_cells
 
+    layers = ("counts", "detected", "squares")
     for line in sys.stdin:
         path = Path(line.strip())
         faulthandler.dump_traceback_later(float(os.environ.get("FUZZ_DUMP_AFTER", "50")))
         try:
-            from_anndata(path, **KEYS, layers=("counts", "detected", "squares"), progress=False)
+            if path.suffix == ".h5mu":
+                from_mudata_cells(path, **KEYS, layers=layers, progress=False)
+            else:
+                from_anndata(path, **KEYS, layers=layers, progress=False)
             outcome, kind = "cube", ""
         except (CytepoolError, OSError) as error:
             outcome, kind = "documented error", type(error).__name__
@@ -307,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only and str(case) not in args.only.split(","):
                     shutil.rmtree(target) if target.is_dir() else target.unlink()
                     continue
-                kinds["Zarr" if base.is_dir() else ".h5ad"] += 1
+                kinds["Zarr" if base.is_dir() else base.suffix] += 1
                 elements[element] += 1
                 result = runner.run(target, args.timeout, args.memory)
                 first = result["kind"].splitlines()[0] if result["kind"] else ""
