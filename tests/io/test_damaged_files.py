@@ -361,15 +361,21 @@ def test_chunk_libhdf5_cannot_decode_is_a_format_error_naming_the_file(tmp_path:
     assert isinstance(caught.value.__cause__, OSError)
 
 
-def test_attribute_string_that_lies_behind_a_user_block_is_found(tmp_path: Path) -> None:
-    """Addresses count from the end of a user block (MuData's .h5mu has one of 512 bytes): a
-    lying length of an attribute's string is found there too."""
+def written_behind_a_user_block(tmp_path: Path) -> Path:
+    """cells() written by anndata into an HDF5 file with a user block of 512 bytes (as MuData's
+    .h5mu has one), from whose end the file's addresses count."""
     path = tmp_path / "u.h5ad"
     with h5py.File(path, "w", userblock_size=512):
         pass
     with warnings.catch_warnings(), h5py.File(path, "a") as file:
         warnings.simplefilter("ignore")
         ad.io.write_elem(file, "/", cells())
+    return path
+
+
+def test_attribute_string_that_lies_behind_a_user_block_is_found(tmp_path: Path) -> None:
+    """A lying length of an attribute's string is found behind a user block too."""
+    path = written_behind_a_user_block(tmp_path)
     at = attribute_string(path, "obs", "encoding-version")
     patched(path, at + 3, bytes([0xE7]))
     message = r"u\.h5ad: attribute 'encoding-version' of '/obs[^']*' lists a value of \d{10} bytes"
@@ -379,13 +385,7 @@ def test_attribute_string_that_lies_behind_a_user_block_is_found(tmp_path: Path)
 
 def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:
     """Heap addresses count from the end of a user block (as MuData's .h5mu has one)."""
-    path = tmp_path / "u.h5ad"
-    with h5py.File(path, "w", userblock_size=512):
-        pass
-    with warnings.catch_warnings(), h5py.File(path, "a") as file:
-        warnings.simplefilter("ignore")
-        ad.io.write_elem(file, "/", cells())
-    cube = from_anndata(path, **KEYS)
+    cube = from_anndata(written_behind_a_user_block(tmp_path), **KEYS)
     assert cube.cells.sum() == 50
 
 
