@@ -72,8 +72,8 @@ def _messages(
             raise _Unread
         for kind, message in _block_messages(_bytes(view, start, size)):
             if kind == _CONTINUATION:
-                start, length = _continuation(message, sizes)
-                blocks.append((base + start, length))
+                at, length = _continuation(message, sizes)
+                blocks.append((base + at, length))
             else:
                 yield kind, message
 
