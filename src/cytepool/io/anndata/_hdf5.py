@@ -10,8 +10,9 @@ shuffle, Fletcher-32 and LZF (see :mod:`._hdf5_filters`); a chunk that skipped a
 filter mask) is decoded without it; a chunk never written reads as the fill value; big-endian
 values are swapped to the native order. Anything else (another filter, such as blosc or zstd
 through hdf5plugin, szip, n-bit or scale-offset; a compact, virtual or external dataset; a
-type other than a plain integer or float; a file with a user block) makes :meth:`DirectDataset.open`
-return None, and the caller reads the dataset with h5py as before.
+type other than a plain integer or float; a file with a user block whose offsets, as h5py gives
+them, are not found to count from the file's start) makes :meth:`DirectDataset.open` return
+None, and the caller reads the dataset with h5py as before.
 
 Nothing read from the file is trusted: every chunk's offset must lie on the chunk grid inside
 the dataset's shape, every stored range inside the file, every stored size within what the
@@ -487,8 +488,7 @@ def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
         msg = f"{path}: not a readable HDF5 file ({error})"
         raise FormatError(msg) from error
     with file:
-        if file.id.get_create_plist().get_userblock():
-            return "the file has a user block (chunk addresses would be ambiguous)"
+        base = file.id.get_create_plist().get_userblock()
         try:
             node = file.get(name)
         except (KeyError, OSError, RuntimeError) as error:
@@ -500,7 +500,10 @@ def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
             raise FormatError(msg)
         where = f"{path}: dataset {name!r}"
         try:
-            return _dataset_layout(node, where, file_size)
+            layout = _dataset_layout(node, where, file_size)
+            if base and isinstance(layout, _Layout):
+                return _past_user_block(node, layout, fd, base) or layout
+            return layout
         except FormatError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError) as error:  # HDF5 found it corrupt
@@ -508,6 +511,35 @@ def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
                 raise
             msg = f"{where}: its layout or chunk index cannot be read ({error})"
             raise FormatError(msg) from error
+
+
+def _past_user_block(dataset: h5py.Dataset, layout: _Layout, fd: int, base: int) -> str | None:
+    """Why the byte offsets h5py gives for ``dataset`` of a file with a user block of ``base``
+    bytes (MuData's ``.h5mu`` has one of 512) cannot be trusted, or None when they can.
+
+    libhdf5 counts a file's addresses from the end of its user block. The offsets of chunks
+    (``H5Dget_chunk_info``, ``H5Dchunk_iter``) and of contiguous values (``H5Dget_offset``)
+    count from the start of the file in HDF5 1.14.4 and 2.0, but have not in every version: the
+    first stored chunk as libhdf5 reads it (or the first values) must be found at its offset,
+    and not ``base`` bytes further on, or the dataset is read through h5py."""
+    index = layout.index
+    if layout.chunks is not None and index.cells.size:
+        grid = _grid(layout.shape, layout.chunks)
+        first = np.unravel_index(int(index.cells[0]), grid)
+        origin = tuple(int(k) * n for k, n in zip(first, layout.chunks, strict=True))
+        expected = bytes(dataset.id.read_direct_chunk(origin)[1])
+        offset = int(index.offsets[0])
+    elif layout.chunks is None and layout.contiguous is not None and all(layout.shape):
+        count = min(layout.shape[-1], 4096 // layout.stored.itemsize or 1)
+        values = dataset[(0,) * (len(layout.shape) - 1) + (slice(0, count),)]
+        expected = np.asarray(values, dtype=layout.stored).tobytes()
+        offset = layout.contiguous
+    else:
+        return None  # nothing stored is read from the file
+    found, beyond = (os.pread(fd, len(expected), at) for at in (offset, offset + base))
+    if found == expected != beyond:
+        return None
+    return "a user block, from whose end h5py's offsets of this dataset may count"
 
 
 def _dataset_layout(dataset: h5py.Dataset, where: str, file_size: int) -> _Layout | str:
