@@ -464,6 +464,13 @@ def _open_regular(path: Path) -> int:
     return fd
 
 
+def system_error(error: BaseException) -> bool:
+    """Whether ``error`` is an OSError of the system (a file that cannot be read: it has an
+    error number, or is a subclass such as FileNotFoundError), which passes as it is; h5py's
+    plain OSErrors carry none (libhdf5 refusing what it read, a damaged file)."""
+    return isinstance(error, OSError) and (error.errno is not None or type(error) is not OSError)
+
+
 def _check_regular(path: Path, info: os.stat_result) -> None:
     if not stat.S_ISREG(info.st_mode):
         kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
@@ -483,7 +490,7 @@ def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
     try:
         file = h5py.File(same if same.exists() else path, "r")
     except OSError as error:
-        if error.errno is not None:  # FileNotFoundError, PermissionError, ...
+        if system_error(error):  # FileNotFoundError, PermissionError, ...
             raise
         msg = f"{path}: not a readable HDF5 file ({error})"
         raise FormatError(msg) from error
@@ -507,7 +514,7 @@ def _read_layout(path: Path, name: str, fd: int) -> _Layout | str:
         except FormatError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError) as error:  # HDF5 found it corrupt
-            if isinstance(error, OSError) and error.errno is not None:
+            if system_error(error):
                 raise
             msg = f"{where}: its layout or chunk index cannot be read ({error})"
             raise FormatError(msg) from error

@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool.errors import FormatError
-from cytepool.io.anndata._hdf5 import check_regular, stored_chunks
+from cytepool.io.anndata._hdf5 import check_regular, stored_chunks, system_error
 from cytepool.io.anndata._hdf5_filters import Pipeline
+from cytepool.io.anndata._hdf5_headers import string_attributes
 
 if TYPE_CHECKING:
     import h5py
@@ -61,7 +62,7 @@ _UNREAD = frozenset({"uns", "obsm", "varm", "obsp", "varp"})  # never read when 
 
 @dataclass(frozen=True)
 class _Datasets:
-    """What :func:`check_global_heaps` needs of a file's datasets."""
+    """What :func:`check_global_heaps` needs of a file's objects."""
 
     numbers: list[tuple[int, int]]  # (byte offset, size) of large numeric datasets' values
     strings: list[h5py.Dataset]  # datasets of variable-length values
@@ -174,13 +175,13 @@ def _attributes(
     block's size."""
     import h5py
 
-    from cytepool.io.anndata._hdf5_headers import string_attributes
-
     count = h5py.h5a.get_num_attrs(node.id)
     for index in range(count):
         try:
             attribute = h5py.h5a.open(node.id, index=index)
         except (OSError, KeyError, ValueError, RuntimeError) as error:  # libhdf5 refuses it
+            if system_error(error):
+                raise
             msg = f"{path}: attribute {index} of {node.name!r} cannot be opened: {error}"
             raise FormatError(msg) from error
         if isinstance(attribute.get_type(), h5py.h5t.TypeVlenID):  # strings are TypeStringID
@@ -208,9 +209,9 @@ def _check_attribute_strings(
     descriptors) names an object of its length in ``heaps``: all checked at once, and
     attribute by attribute only to name the first that does not."""
     addresses, base = addressing
-    if not strings or addresses not in (4, 8):
+    descriptor = _descriptor(addresses)
+    if not strings or descriptor is None:
         return
-    descriptor = np.dtype([("n", "<u4"), ("heap", f"<u{addresses}"), ("index", "<u4")])
     joined = np.frombuffer(b"".join(raw for _, raw in strings), descriptor)
     try:
         _check_against_heaps(joined, 1, heaps, base, "")
@@ -337,12 +338,21 @@ def _check_descriptors(
     base = h5py.check_vlen_dtype(dataset.dtype)
     itemsize = 1 if base in (str, bytes) else np.dtype(base).itemsize
     addresses, base = addressing
-    if addresses not in (4, 8):
+    descriptor = _descriptor(addresses)
+    if descriptor is None:
         return
-    descriptor = np.dtype([("n", "<u4"), ("heap", f"<u{addresses}"), ("index", "<u4")])
     where = f"{path}: dataset {dataset.name!r}"
     for raw in _stored_descriptors(dataset, view, descriptor.itemsize, where):
         _check_against_heaps(np.frombuffer(raw, descriptor), itemsize, heaps, base, where)
+
+
+def _descriptor(addresses: int) -> np.dtype[Any] | None:
+    """The stored descriptor of a variable-length value (its length, the address of its heap
+    collection, its index there) in a file of addresses of ``addresses`` bytes; None for sizes
+    other than 4 and 8 (not checked)."""
+    if addresses not in (4, 8):
+        return None
+    return np.dtype([("n", "<u4"), ("heap", f"<u{addresses}"), ("index", "<u4")])
 
 
 def _check_against_heaps(

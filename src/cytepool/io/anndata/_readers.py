@@ -22,6 +22,7 @@ from cytepool.errors import (
     UnknownIdError,
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, matrix_shape, open_matrix
+from cytepool.io.anndata._hdf5 import system_error
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
 from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
 
@@ -196,15 +197,10 @@ def damaged(path: str | os.PathLike[str]) -> Iterator[None]:
     """
     try:
         yield
-    except CytepoolError:
-        raise
-    except OSError as error:
-        if error.errno is not None or type(error) is not OSError:
-            raise
-        msg = f"{os.fspath(path)} cannot be read as AnnData, it is damaged: {error}"
-        raise FormatError(msg) from error
     except Exception as error:
-        problem = f"{type(error).__name__}: {error}"
+        if isinstance(error, CytepoolError) or system_error(error):
+            raise
+        problem = str(error) if type(error) is OSError else f"{type(error).__name__}: {error}"
         msg = f"{os.fspath(path)} cannot be read as AnnData, it is damaged: {problem}"
         raise FormatError(msg) from error
 
