@@ -2,7 +2,9 @@
 
 A cube of 12 groups x 48 samples x 30,000 features with int32 "counts" (negative-binomial)
 and "detected" layers, for gzip level 4 and zstd level 3 (contenders alternating, wall-clock
-and CPU time, the CPU summed over the process's threads):
+and CPU time, the CPU summed over the process's threads). Its features table holds ids of one
+width and gene symbols of 2 to 10 characters (their lengths change from row to row, as real
+symbols' do: a reader cannot take them in runs of one length):
 
 * write: ``write_cube`` (tables, cells, both layers, digests of every group, atomic rename)
   vs zarr-python writing the two layers with the same chunks and codec;
@@ -59,6 +61,14 @@ VERIFIED_VS_UNVERIFIED = 1.15  # issue 16: verification that costs almost nothin
 OPEN_SELECT_VS_ZARR = 1.0  # issue 16: opening is cheap
 
 
+def gene_symbols(n: int, seed: int = 0) -> list[str]:
+    """Gene symbols as they come: letters and digits, 2 to 10 characters, the length changing
+    from one to the next (a string column whose items are not in runs of one length)."""
+    rng = np.random.default_rng(seed + 1)
+    letters = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"))
+    return ["".join(rng.choice(letters, int(k))) for k in rng.integers(2, 11, n)]
+
+
 def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
     """A cube with negative-binomial int32 counts and a detected layer."""
     import pandas as pd
@@ -87,7 +97,7 @@ def make_cube(shape: tuple[int, int, int], seed: int = 0) -> Any:
         features=pd.DataFrame(
             {
                 "feature_id": [f"ENSG{i:011d}" for i in range(n_features)],
-                "symbol": [f"GENE{i}" for i in range(n_features)],
+                "symbol": gene_symbols(n_features, seed),
             }
         ),
         cells=cells,

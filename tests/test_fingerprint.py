@@ -843,3 +843,21 @@ def test_string_columns_encode_each_row_as_its_size_then_its_bytes(kind: str, n:
     column = CanonicalColumn("c", "string", np.zeros(n, dtype=bool), Utf8Buffer.from_str(values))
     rows = b"".join(struct.pack("<Q", len(v.encode())) + v.encode() for v in values)
     assert column.encode().endswith(struct.pack("<Q", len(rows)) + rows)
+
+
+@pytest.mark.parametrize("n_sizes", [1, 3, 12, 40])  # runs, sizes a few at a time, a mask
+@pytest.mark.parametrize("sorted_sizes", [False, True])
+def test_length_prefixed_rows_are_each_size_then_bytes(n_sizes: int, sorted_sizes: bool) -> None:
+    from cytepool.fingerprint import _length_prefixed
+
+    rng = np.random.default_rng(n_sizes)
+    sizes = rng.integers(0, n_sizes, 5000)
+    if sorted_sizes:
+        sizes.sort()
+    data = rng.integers(0, 256, int(sizes.sum()), dtype=np.uint8)
+    ends = np.cumsum(sizes)
+    expected = b"".join(
+        int(size).to_bytes(8, "little") + data[end - size : end].tobytes()
+        for size, end in zip(sizes.tolist(), ends.tolist(), strict=True)
+    )
+    assert _length_prefixed(data, sizes).tobytes() == expected

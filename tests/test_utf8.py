@@ -86,3 +86,33 @@ def test_a_single_part_that_owns_its_bytes_is_taken_over_and_a_view_is_copied() 
     joined = Utf8Buffer.from_parts([(sizes, whole[2:])])  # a view: copied, whole is let go
     assert joined.data.base is None
     assert joined.to_list() == [b"a", b"bc"]
+
+
+@pytest.mark.parametrize("n_sizes", [1, 2, 9, 32])
+def test_move_by_size_copies_each_item_to_its_place(n_sizes: int) -> None:
+    from cytepool._utf8 import move_by_size
+
+    rng = np.random.default_rng(n_sizes)
+    sizes = rng.integers(0, n_sizes, 3000)
+    gaps = rng.integers(0, 3, 3000)
+    source = rng.integers(0, 256, int(sizes.sum() + gaps.sum()), dtype=np.uint8)
+    starts = np.cumsum(sizes + gaps) - sizes  # each item after its gap
+    places = np.cumsum(sizes + 1) - sizes  # one byte left between items in the copy
+    out = np.zeros(int(sizes.sum()) + len(sizes), dtype=np.uint8)
+    assert move_by_size(source, starts, sizes, out, places)
+    expected = np.zeros_like(out)
+    for start, size, place in zip(starts.tolist(), sizes.tolist(), places.tolist(), strict=True):
+        expected[place : place + size] = source[start : start + size]
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_move_by_size_leaves_items_of_many_sizes_to_the_caller() -> None:
+    from cytepool._utf8 import move_by_size
+
+    sizes = np.arange(34)  # 33 sizes but the empty one: more than are moved a size at a time
+    source = np.ones(int(sizes.sum()), dtype=np.uint8)
+    out = np.zeros_like(source)
+    starts = np.cumsum(sizes) - sizes
+    assert not move_by_size(source, starts, sizes, out, starts)
+    assert not out.any()
+    assert move_by_size(np.zeros(0, np.uint8), starts[:0], sizes[:0], out[:0], starts[:0])

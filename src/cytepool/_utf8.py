@@ -26,7 +26,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode", "size_runs"]
+__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode", "move_by_size", "size_runs"]
 
 INT32_MAX = np.iinfo(np.int32).max
 Piece: TypeAlias = "tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]"
@@ -251,6 +251,46 @@ def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, i
     if len(cuts) + 1 > max(1, n // least):
         return None
     return list(pairwise([0, *cuts.tolist(), n]))
+
+
+_MOST_SIZES = 32  # beyond as many distinct item sizes, a caller places the items with a mask
+
+
+def move_by_size(
+    source: np.ndarray[Any, Any],
+    starts: np.ndarray[Any, Any],
+    sizes: np.ndarray[Any, Any],
+    out: np.ndarray[Any, Any],
+    places: np.ndarray[Any, Any],
+) -> bool:
+    """Copy item ``i`` (``sizes[i]`` bytes of the uint8 array ``source`` from ``starts[i]``) to
+    ``out`` at ``places[i]``, the items of each size at once, each as one numpy void element
+    of byte-strided views; False (nothing copied) if the items have more than ``_MOST_SIZES``
+    sizes. Items of sizes that change from one to the next (gene symbols) are copied so far
+    faster than bytes picked by a mask.
+
+    Examples
+    --------
+    >>> source = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    >>> out = np.zeros(10, dtype=np.uint8)
+    >>> move_by_size(source, np.array([0, 2, 5]), np.array([2, 3, 3]), out, np.array([0, 3, 7]))
+    True
+    >>> out.tobytes()
+    b'ab\\x00cde\\x00fgh'
+    """
+    counted = np.bincount(sizes) if len(sizes) else sizes
+    found = np.flatnonzero(counted)
+    if len(found) > _MOST_SIZES:
+        return False
+    for size in found.tolist():
+        if not size:
+            continue
+        rows = np.flatnonzero(sizes == size) if len(found) > 1 else slice(None)
+        items = f"V{size}"
+        read = np.ndarray((len(source) - size + 1,), dtype=items, buffer=source, strides=(1,))
+        write = np.ndarray((len(out) - size + 1,), dtype=items, buffer=out, strides=(1,))
+        write[places[rows]] = read[starts[rows]]
+    return True
 
 
 def _is_bytes(array: np.ndarray[Any, Any]) -> bool:

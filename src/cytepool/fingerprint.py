@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._records import HEX
-from cytepool._utf8 import Utf8Buffer, encode, size_runs
+from cytepool._utf8 import Utf8Buffer, encode, move_by_size, size_runs
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -283,7 +283,8 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     Rows in runs of one size (fixed-width ids, ids numbered in order) are written a run at a
     time as the records of a structured array (a size field, then the bytes as one field: numpy
     copies a record field as one piece, far faster than a narrow 2-D block); rows of sizes that
-    change often are placed with a mask."""
+    change often are moved a size at a time (:func:`~cytepool._utf8.move_by_size`), or, of
+    many sizes, placed with a mask."""
     n = len(sizes)
     runs = size_runs(sizes)
     if runs is not None:
@@ -300,12 +301,16 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
                 block.view("<u8")[:] = 0
             at, source = at + block.size, source + count * size
         return out
+    out = np.empty(8 * n + len(data), dtype=np.uint8)
+    places = 8 * np.arange(1, n + 1) + np.cumsum(sizes) - sizes  # of each row's bytes
+    if move_by_size(data, places - 8 * np.arange(1, n + 1), sizes, out, places):
+        np.ndarray((len(out) - 7,), dtype="<u8", buffer=out, strides=(1,))[places - 8] = sizes
+        return out
     prefixes = sizes.astype("<u8").view(np.uint8)
     counts = np.empty(2 * n, dtype=np.int64)
     counts[0::2] = 8
     counts[1::2] = sizes
     is_prefix = np.repeat(np.tile([True, False], n), counts)
-    out = np.empty(is_prefix.size, dtype=np.uint8)
     out[is_prefix] = prefixes
     out[~is_prefix] = data
     return out

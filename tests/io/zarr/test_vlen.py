@@ -227,3 +227,85 @@ def test_a_stream_decoded_whole_is_checked_as_its_pieces_would_be(
         return decoder
 
     assert _outcome(whole) == _outcome(in_pieces)
+
+
+def _symbols(n: int, rng: np.random.Generator, odd: list[str] | None = None) -> list[str]:
+    """Items of lengths that change from one to the next (gene symbols), with ``odd`` items
+    (NULs, empty items, lengths of 256 bytes, ...) put among them."""
+    letters = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-é"))
+    values = ["".join(rng.choice(letters, int(k))) for k in rng.integers(1, 12, n)]
+    for value, at in zip(odd or [], rng.integers(0, n, len(odd or [])), strict=True):
+        values[int(at)] = value
+    return values
+
+
+ODD_ITEMS = {
+    "plain": [],
+    "NULs": ["a\x00b", "\x00", "\x00\x00\x00"],
+    "empty items": ["", "", "x"] * 20,
+    "lengths of 256 and 512 bytes": ["a" * 256, "b" * 512, "c" * 255, "d" * 257],
+    "a long item": ["z" * 70_000],  # longer than one leap looks at
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_ITEMS), ids=list(ODD_ITEMS))
+@pytest.mark.parametrize("piece", [None, 7, 1000, 65_539])
+def test_items_of_changing_lengths_are_taken_by_leaps(
+    odd: str, piece: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = _symbols(30_000, np.random.default_rng(len(odd)), ODD_ITEMS[odd])
+    taken: list[int] = []
+    leap = _vlen.Decoder._leap
+
+    def counted(self: _vlen.Decoder, end: int) -> int:
+        taken.append(leap(self, end))
+        return taken[-1]
+
+    monkeypatch.setattr(_vlen.Decoder, "_leap", counted)
+    data = reference(values)
+    items = [value.encode() for value in values]
+    assert decode_buffers(data, len(values), piece) == ([len(i) for i in items], b"".join(items))
+    if piece != 7:  # pieces of a few bytes hold an item or two: taken one by one
+        assert sum(taken) > 0.6 * len(values)  # the leaps took most items
+    decoder = _vlen.Decoder(len(values), "c/0")
+    decoder.feed_whole(data, piece or len(data))
+    assert decoder.finish(objects=True).tolist() == values
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text("ab\x00é", max_size=6), st.just("x" * 256)), min_size=33, max_size=300
+    ),
+    st.integers(-1, 1),
+    st.sampled_from(["whole", "truncated", "trailing", "long length", "last length"]),
+    st.sampled_from([1, 5, 64, 1 << 20]),
+)
+def test_leaps_take_what_one_by_one_would(
+    values: list[str], count_delta: int, damage: str, piece: int
+) -> None:
+    data = bytearray(reference(values))
+    if damage == "truncated":
+        del data[len(data) * 2 // 3 :]
+    elif damage == "trailing":
+        data += b"\x00\x00\x00\x01"
+    elif damage == "long length":  # an item past the first leap claims more than remains
+        at = 4 + sum(4 + len(value.encode()) for value in values[:40])
+        data[at : at + 4] = (1 << 16).to_bytes(4, "little")
+    elif damage == "last length":
+        last = len(data) - 4 - len(values[-1].encode())
+        data[last : last + 4] = (len(values[-1].encode()) + 1).to_bytes(4, "little")
+    count = max(0, len(values) + count_delta)
+
+    def in_pieces(leaps: bool) -> _vlen.Decoder:
+        decoder = _vlen.Decoder(count, "c/0")
+        if not leaps:
+            decoder._leap = lambda end: 0  # type: ignore[method-assign]
+        for start in range(0, len(data), piece):
+            decoder.feed(bytes(data[start : start + piece]))
+        return decoder
+
+    expected = _outcome(lambda: in_pieces(False))
+    assert _outcome(lambda: in_pieces(True)) == expected
+    if damage == "whole" and count_delta == 0:
+        assert expected == ("ok", values)

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from cytepool._utf8 import encode as encode_utf8
-from cytepool._utf8 import size_runs
+from cytepool._utf8 import move_by_size, size_runs
 from cytepool.errors import FormatError, InputError
 
 __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
@@ -144,11 +144,16 @@ class Decoder:
     The item count is checked as soon as it arrives, and every length field as soon as it is
     complete, so a stream that holds more bytes than its items (a decompression bomb of
     padding, say) fails within one piece of the last valid byte. Runs of items of equal
-    length are checked with numpy, other items one by one.
+    length are checked with numpy, and so are items of lengths that change from one to the
+    next (gene symbols), where their length fields can be told from their bytes
+    (:meth:`_leap`); other items are taken one by one.
     """
 
     _RUN = 16  # equal lengths in a row before trying a vectorised run
     _FLUSH = 4096  # lengths kept as Python integers (after a piece) before an array takes them
+    _LEAP_BYTES = 64 * 1024  # the bytes one leap looks at: its work is bounded
+    _LEAP_FEWEST = 16  # a leap that takes fewer items than this is not tried again ...
+    _LEAP_WAIT = 256  # ... before as many items were taken one by one
 
     def __init__(self, count: int, where: str):
         self.count, self.where = count, where
@@ -201,8 +206,17 @@ class Decoder:
     def _advance(self, end: int) -> None:
         data, unpack, append = self.data, _U32.unpack_from, self.pending.append
         count, items, pos = self.count, self.items, self.pos
-        streak, previous = 0, -1
+        streak, previous, wait = 0, -1, 2 * self._RUN  # a run of one length, if any, first
         while items < count and pos + 4 <= end:
+            if wait <= 0:
+                self.items, self.pos = items, pos
+                taken = self._leap(end)
+                items, pos = self.items, self.pos
+                wait = 2 * self._RUN if taken >= self._LEAP_FEWEST else self._LEAP_WAIT
+                if taken:
+                    streak, previous = 0, -1
+                    continue
+            wait -= 1
             (length,) = unpack(data, pos)
             append(length)
             items += 1
@@ -214,7 +228,7 @@ class Decoder:
             if streak >= self._RUN:
                 self.items, self.pos = items, pos
                 self._run(length, end)
-                items, pos, streak = self.items, self.pos, 0
+                items, pos, streak, wait = self.items, self.pos, 0, 2 * self._RUN
         self.items, self.pos = items, pos
         if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
             self._flush()
@@ -235,6 +249,38 @@ class Decoder:
             self.parts.append(np.full(run, length))
             self.items += run
             self.pos += run * step
+
+    def _leap(self, end: int) -> int:
+        """Take the items whose length fields a vectorised pass proves, in the next
+        ``_LEAP_BYTES`` bytes (up to ``end``); return how many it took.
+
+        A length field below 2**24 ends with a zero byte, and when no item holds a NUL, every
+        run of zero bytes ends a length field: the ends of the runs give where the fields may
+        start. The guesses are kept only as far as they chain from the next field, each
+        field starting where the item before it ends (its length read from its own four
+        bytes), so what is taken is exactly what reading the fields one by one would take;
+        where a guess is wrong (a NUL in an item, a length of 256 bytes) the chain stops and
+        the items after it are taken one by one.
+        """
+        pos, stop = self.pos, min(end, self.pos + self._LEAP_BYTES)
+        region = np.frombuffer(self.data, dtype=np.uint8, count=stop - pos, offset=pos)
+        zero = region == 0
+        starts = np.flatnonzero(zero[:-1] > zero[1:]) - 3  # a run ending inside the region
+        if not len(starts) or starts[0] != 0:
+            del region  # release the buffer, which grows with the next piece
+            return 0
+        lengths = region.take(starts).astype(np.int64)  # the fourth byte is the run's last 0
+        lengths += region.take(starts + 1).astype(np.int64) << 8
+        lengths += region.take(starts + 2).astype(np.int64) << 16
+        del region
+        ends = starts + 4 + lengths
+        chained = np.append(starts[1:] == ends[:-1], False)
+        taken = min(int(np.argmin(chained)) + 1, self.count - self.items)
+        self._flush()
+        self.parts.append(lengths[:taken])
+        self.items += taken
+        self.pos += int(ends[taken - 1])
+        return taken
 
     def _flush(self) -> None:
         self.parts.append(np.array(self.pending, dtype=np.int64))
@@ -318,7 +364,8 @@ def _compact(
     Items in runs of one length (fixed-width ids, ids numbered in order) are copied a run at a
     time, each item (with the byte before it, where a separator goes) as one numpy void
     element of a strided view of ``span``, which numpy copies far faster than the rows of a
-    narrow 2-D block; items of lengths that change often are picked with a mask."""
+    narrow 2-D block; items of lengths that change often are moved a length at a time
+    (:func:`~cytepool._utf8.move_by_size`), or, of many lengths, picked with a mask."""
     n = len(lengths)
     keep = 0 if separator is None else 1
     runs = size_runs(lengths)
@@ -341,8 +388,14 @@ def _compact(
         if separator is not None:
             out[np.cumsum(lengths + 1) - lengths - 1] = separator
         return out
+    places = np.cumsum(lengths + keep) - lengths  # of each item's bytes in ``out``
+    if move_by_size(span, fields + 4, lengths, out, places):
+        if separator is not None:
+            out[places - 1] = separator
+        return out
     mask = np.ones(len(span), dtype=bool)
-    mask[(fields[:, None] + _OFFSETS[: 4 - keep]).reshape(-1)] = False
+    for byte in range(4 - keep):  # cheaper than one index of every field's bytes
+        mask[fields + byte] = False
     np.compress(mask, span, out=out)
     if separator is not None:  # each kept byte moved back by the 3 dropped before it
         out[fields - 3 * np.arange(n)] = separator
