@@ -1,9 +1,9 @@
 """Fuzz the store layer with 5,000 and more mutated stores, and tabulate what each read did.
 
 Runs ``test_mutated_store_raises_only_documented_errors`` of ``tests/io/zarr/test_fuzz.py``
-with ``--examples`` mutated stores for each of its 16 stores (11 Zarr arrays, 4 of them sharded
+with ``--examples`` mutated stores for each of its 17 stores (12 Zarr arrays, 4 of them sharded
 or written by zarr-python; 3 tables, one written by anndata; 2 cube files), 320 by default:
-5,120 in all. The test fails if a read raises anything but FormatError (UnsupportedFeatureError
+5,440 in all. The test fails if a read raises anything but FormatError (UnsupportedFeatureError
 and StoredTypeError included), FileNotFoundError or StoreChangedError, or peaks above 256 MiB of
 Python allocations (tracemalloc). The report file the test appends to (``CYTEPOOL_FUZZ_REPORT``)
 gives the table printed here, with the time of each read; this script fails if one took a
@@ -11,7 +11,7 @@ second or more (run it on an idle machine).
 
 Usage::
 
-    .venv/bin/python benchmarks/fuzz_stores.py                 # 320 per store: 5,120 cases
+    .venv/bin/python benchmarks/fuzz_stores.py                 # 320 per store: 5,440 cases
     .venv/bin/python benchmarks/fuzz_stores.py --examples 40   # what the test suite runs
 """
 

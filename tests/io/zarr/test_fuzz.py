@@ -11,12 +11,13 @@ Exactly these classes: any other exception fails the test, and so does a peak ab
 Python's allocations (tracemalloc). Each case has a deadline of five seconds, which catches a
 hang; the target of one second per read is checked by ``benchmarks/fuzz_stores.py``.
 
-The stores cover gzip, zstd and uncompressed chunks, strings (vlen-utf8), datetimes, sharded
+The stores cover gzip, zstd and uncompressed chunks, strings (vlen-utf8; of lengths that change
+from one item to the next, uncompressed, in "symbols"), datetimes, sharded
 stores written by zarr-python (index at the end and at the start), tables of every column
 encoding (written by cytepool and by anndata) and cube files with and without a normalization.
 
-The suite runs CYTEPOOL_FUZZ_EXAMPLES (40 by default) mutated stores for each of its 16 stores;
-``benchmarks/fuzz_stores.py`` runs 320 of each (5,120 in all) and tabulates the outcomes from the
+The suite runs CYTEPOOL_FUZZ_EXAMPLES (40 by default) mutated stores for each of its 17 stores;
+``benchmarks/fuzz_stores.py`` runs 320 of each (5,440 in all) and tabulates the outcomes from the
 report file that CYTEPOOL_FUZZ_REPORT names.
 """
 
@@ -77,6 +78,12 @@ def _write_cytepool_stores(root: Path) -> None:
     write_array(root / "bool", _numeric((9,), "bool", 4), chunks=(4,), compression=None)
     strings = np.array(["", "a", "é€😀", "long" * 5, "x", "", "ß", "z"], dtype=object)
     write_array(root / "strings", strings.reshape(2, 4), chunks=(2, 3), compression="zstd")
+    rng = np.random.default_rng(8)
+    symbols = ["".join(rng.choice(list("ABCDEFGHé0123"), k)) for k in rng.integers(0, 12, 300)]
+    symbols[100], symbols[250] = "x" * 256, "a\x00b"  # a length's low byte 0; a NUL
+    write_array(  # uncompressed: a mutation lands in the length fields the decoder leaps over
+        root / "symbols", np.array(symbols, dtype=object), chunks=(180,), compression=None
+    )
     write_array(root / "scalar", np.float64(2.5), chunks=(), compression="gzip")
     dates = np.array(["2020-01-01", "NaT", "1970-01-01", "2262-04-11"], dtype="M8[s]")
     write_array(root / "datetime", dates, chunks=(3,), compression="gzip")
@@ -198,7 +205,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-CYTEPOOL_STORES = ["gzip", "zstd", "none", "bool", "strings", "scalar", "datetime"]
+CYTEPOOL_STORES = ["gzip", "zstd", "none", "bool", "strings", "symbols", "scalar", "datetime"]
 ZARR_PYTHON_STORES = [
     pytest.param(name, marks=pytest.mark.interop)
     for name in ["sharded", "sharded_start", "sharded_strings", "zarr_python_v2_keys"]
