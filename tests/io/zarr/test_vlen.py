@@ -257,8 +257,8 @@ def test_items_of_changing_lengths_are_taken_by_leaps(
     taken: list[int] = []
     leap = _vlen.Decoder._leap
 
-    def counted(self: _vlen.Decoder, end: int) -> int:
-        taken.append(leap(self, end))
+    def counted(self: _vlen.Decoder, end: int, window: int) -> int:
+        taken.append(leap(self, end, window))
         return taken[-1]
 
     monkeypatch.setattr(_vlen.Decoder, "_leap", counted)
@@ -300,7 +300,7 @@ def test_leaps_take_what_one_by_one_would(
     def in_pieces(leaps: bool) -> _vlen.Decoder:
         decoder = _vlen.Decoder(count, "c/0")
         if not leaps:
-            decoder._leap = lambda end: 0  # type: ignore[method-assign]
+            decoder._leap = lambda end, window: 0  # type: ignore[method-assign]
         for start in range(0, len(data), piece):
             decoder.feed(bytes(data[start : start + piece]))
         return decoder
@@ -309,3 +309,24 @@ def test_leaps_take_what_one_by_one_would(
     assert _outcome(lambda: in_pieces(True)) == expected
     if damage == "whole" and count_delta == 0:
         assert expected == ("ok", values)
+
+
+@pytest.mark.parametrize("every", [2, 17, 40, 300])
+def test_the_work_of_leaps_is_linear_whatever_breaks_their_chains(
+    every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Items that break the guessed chain every few items (a NUL) make leaps take little:
+    the bytes the leaps look at stay within a few times the stream's."""
+    values = _symbols(20_000, np.random.default_rng(every))
+    values[::every] = ["a\x00b"] * len(values[::every])
+    looked: list[int] = []
+    leap = _vlen.Decoder._leap
+
+    def counted(self: _vlen.Decoder, end: int, window: int) -> int:
+        looked.append(min(window, end - self.pos))
+        return leap(self, end, window)
+
+    monkeypatch.setattr(_vlen.Decoder, "_leap", counted)
+    data = reference(values)
+    assert _vlen.decode(data, len(values), "c/0", objects=True).tolist() == values
+    assert sum(looked) <= 4 * len(data) + 4096 * (len(values) // 64 + 1)

@@ -151,9 +151,6 @@ class Decoder:
 
     _RUN = 16  # equal lengths in a row before trying a vectorised run
     _FLUSH = 4096  # lengths kept as Python integers (after a piece) before an array takes them
-    _LEAP_BYTES = 64 * 1024  # the bytes one leap looks at: its work is bounded
-    _LEAP_FEWEST = 16  # a leap that takes fewer items than this is not tried again ...
-    _LEAP_WAIT = 256  # ... before as many items were taken one by one
 
     def __init__(self, count: int, where: str):
         self.count, self.where = count, where
@@ -206,13 +203,15 @@ class Decoder:
     def _advance(self, end: int) -> None:
         data, unpack, append = self.data, _U32.unpack_from, self.pending.append
         count, items, pos = self.count, self.items, self.pos
-        streak, previous, wait = 0, -1, 2 * self._RUN  # a run of one length, if any, first
+        streak, previous = 0, -1
+        pace = _Pace()
+        wait = _Pace.WAIT  # items to take one by one before the next leap
         while items < count and pos + 4 <= end:
             if wait <= 0:
                 self.items, self.pos = items, pos
-                taken = self._leap(end)
+                taken = self._leap(end, pace.window)
+                wait = pace.leapt(taken, self.pos - pos)
                 items, pos = self.items, self.pos
-                wait = 2 * self._RUN if taken >= self._LEAP_FEWEST else self._LEAP_WAIT
                 if taken:
                     streak, previous = 0, -1
                     continue
@@ -228,7 +227,7 @@ class Decoder:
             if streak >= self._RUN:
                 self.items, self.pos = items, pos
                 self._run(length, end)
-                items, pos, streak, wait = self.items, self.pos, 0, 2 * self._RUN
+                items, pos, streak, wait = self.items, self.pos, 0, _Pace.WAIT
         self.items, self.pos = items, pos
         if len(self.pending) >= self._FLUSH:  # 8 bytes per length, not a Python int
             self._flush()
@@ -250,9 +249,9 @@ class Decoder:
             self.items += run
             self.pos += run * step
 
-    def _leap(self, end: int) -> int:
-        """Take the items whose length fields a vectorised pass proves, in the next
-        ``_LEAP_BYTES`` bytes (up to ``end``); return how many it took.
+    def _leap(self, end: int, window: int) -> int:
+        """Take the items whose length fields a vectorised pass proves, in the next ``window``
+        bytes (up to ``end``); return how many it took.
 
         A length field below 2**24 ends with a zero byte, and when no item holds a NUL, every
         run of zero bytes ends a length field: the ends of the runs give where the fields may
@@ -262,7 +261,7 @@ class Decoder:
         where a guess is wrong (a NUL in an item, a length of 256 bytes) the chain stops and
         the items after it are taken one by one.
         """
-        pos, stop = self.pos, min(end, self.pos + self._LEAP_BYTES)
+        pos, stop = self.pos, min(end, self.pos + window)
         region = np.frombuffer(self.data, dtype=np.uint8, count=stop - pos, offset=pos)
         zero = region == 0
         starts = np.flatnonzero(zero[:-1] > zero[1:]) - 3  # a run ending inside the region
@@ -328,6 +327,36 @@ class Decoder:
             problem = f"the vlen-utf8 data is truncated in the length of item {self.items}"
             raise _corrupt(self.where, problem)
         return lengths
+
+
+class _Pace:
+    """When a vlen-utf8 decoder leaps (:meth:`Decoder._leap`), and how far it looks.
+
+    A leap looks at a window of bytes: 4 KiB first, then four times what the last leap took
+    (4 to 64 KiB). After a leap, 32 items are taken one by one (past what stopped it); after
+    one that took fewer than 64 items, where leaping costs more than it saves, 256, twice as
+    many after each such leap in a row (up to 8,192). So a leap looks at no more than 4 KiB,
+    or four times the bytes the last one took, and follows 32 items at least: linear in the
+    stream whatever the items (a NUL in every other item, say) make of the guesses, and never
+    much slower than taking every item one by one.
+    """
+
+    FIRST, MOST = 4 * 1024, 64 * 1024  # bytes a leap looks at
+    FEWEST = 64  # items a leap takes for it to be worth the next one soon
+    WAIT, PATIENCE, LONGEST = 32, 256, 8192  # items taken one by one between leaps
+
+    def __init__(self) -> None:
+        self.window, self.patience = self.FIRST, self.PATIENCE
+
+    def leapt(self, taken: int, moved: int) -> int:
+        """Note a leap that took ``taken`` items of ``moved`` bytes; the items to take one by
+        one before the next."""
+        self.window = min(max(4 * moved, self.FIRST), self.MOST)
+        if taken >= self.FEWEST:
+            self.patience = self.PATIENCE
+            return self.WAIT
+        wait, self.patience = self.patience, min(2 * self.patience, self.LONGEST)
+        return wait
 
 
 def _batches(
