@@ -1,10 +1,11 @@
 """Benchmark: writing and reading a table with cytepool, anndata and zarrwhals.
 
-A frame of ``--rows`` rows (default 1,000,000) with int64, float64, bool, unique strings, a
-20-level categorical and a nullable integer with 10 % missing values is written and read back
-by each contender, with the same compression (zstd level 3 by default, or gzip level 4). The
-pandas frame is indexed by unique cell names (strings); the polars frame has no index, so
-cytepool stores row numbers as strings for it (and reads them only for pandas).
+A frame of ``--rows`` rows (default 1,000,000) with int64, float64, bool, unique strings,
+strings of changing lengths, a 20-level categorical and a nullable integer with 10 % missing
+values is written and read back by each contender, with the same compression (zstd level 3 by
+default, or gzip level 4). The pandas frame is indexed by unique cell names (strings); the
+polars frame has no index, so cytepool stores row numbers as strings for it (and reads them
+only for pandas).
 
 The contenders run round-robin for ``--repeats`` rounds; in each round each contender runs in
 a fresh process, once to measure memory and once to time, so that a busy moment of a shared
@@ -49,6 +50,16 @@ LABELS = {
 }
 
 
+def labels(rows: int, rng: Any) -> Any:
+    """Strings of 2 to 10 letters and digits, their length changing from row to row (as gene
+    symbols' and free text's do), drawn from 5,000 of them."""
+    import numpy as np
+
+    letters = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"))
+    pool = np.array(["".join(rng.choice(letters, k)) for k in rng.integers(2, 11, 5000)])
+    return pool.astype(object)[rng.integers(0, len(pool), rows)]
+
+
 def make_pandas(rows: int) -> Any:
     import numpy as np
     import pandas as pd
@@ -61,6 +72,7 @@ def make_pandas(rows: int) -> Any:
             "float64": rng.random(rows),
             "bool": rng.random(rows) < 0.5,
             "string": np.array([f"cell-{i:08d}" for i in range(rows)], dtype=object),
+            "label": labels(rows, rng),
             "category": pd.Categorical.from_codes(
                 rng.integers(0, 20, rows), [f"type_{k:02d}" for k in range(20)]
             ),

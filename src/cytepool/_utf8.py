@@ -209,8 +209,9 @@ class Utf8Buffer:
         joined[keep] = data
         return str(joined.data, "utf-8").split("\0")[1:]
 
-    def to_arrow(self, mask: np.ndarray[Any, Any] | None = None) -> Any:
-        """A pyarrow ``string`` array (``large_string`` beyond 2 GiB), null where ``mask``."""
+    def to_arrow(self, mask: np.ndarray[Any, Any] | None = None, *, large: bool = False) -> Any:
+        """A pyarrow ``string`` array (``large_string`` beyond 2 GiB, or if ``large``: what
+        pandas keeps its strings in), null where ``mask``."""
         import pyarrow as pa
 
         n = len(self)
@@ -218,7 +219,7 @@ class Utf8Buffer:
         end = int(self.offsets[-1]) if n else 0
         data = self.data[base:end]
         offsets = self.offsets - base if base else self.offsets
-        if end - base > INT32_MAX:
+        if large or end - base > INT32_MAX:
             kind, offsets = pa.large_string(), offsets.astype(np.int64, copy=False)
         else:
             kind, offsets = pa.string(), offsets.astype(np.int32, copy=False)

@@ -360,6 +360,24 @@ def test_object_strings_with_missing_values_become_nullable_strings(tmp_path: Pa
     assert result["s"].isna().tolist() == [False, True, True, False]
 
 
+@pytest.mark.parametrize("na_value", [pd.NA, np.nan])
+def test_nullable_strings_read_as_pandas_would_build_them_from_str(
+    tmp_path: Path, na_value: Any
+) -> None:
+    """Where pandas keeps strings in pyarrow, a nullable string column is made from its UTF-8
+    buffers: the same array pandas makes from the ``str`` (and elsewhere, made from them)."""
+    values = ["a", None, "", "é€😀", "x" * 300, None, "CD4"] * 50
+    dtype = pd.StringDtype(na_value=na_value)
+    frame = pd.DataFrame({"s": pd.array(values, dtype=dtype)}, index=[f"c{i}" for i in range(350)])
+    write_table(frame, tmp_path / "t")
+    result = read_table(tmp_path / "t")["s"]
+    expected = pd.array([na_value if v is None else v for v in values], dtype=dtype)
+    assert result.dtype == dtype
+    pd.testing.assert_extension_array_equal(result.array, expected)
+    if dtype.storage == "pyarrow":
+        assert result.array._pa_array.type == expected._pa_array.type
+
+
 def test_narwhals_frame_is_accepted(tmp_path: Path) -> None:
     import narwhals as nw
 

@@ -555,14 +555,11 @@ def _to_pandas(column: Column, pd: Any) -> Any:
         return pd.Categorical.from_codes(
             column.codes, categories=categories, ordered=column.ordered
         )
+    if column.kind == "nullable-string":
+        return _pandas_strings(column, pd)
     kind, values, mask = column.kind, column.array, column.mask
     if kind == "string":
         return values.astype(object, copy=False)
-    if kind == "nullable-string":
-        objects = values.astype(object)  # a copy: missing values are set below
-        na_value = pd.NA if column.na_value == "NA" else np.nan
-        objects[mask] = na_value
-        return pd.array(objects, dtype=pd.StringDtype(na_value=na_value))  # as anndata 0.13
     if kind == "nullable-integer":
         return pd.arrays.IntegerArray(values, mask)
     if kind == "nullable-boolean":
@@ -575,6 +572,28 @@ def _to_pandas(column: Column, pd: Any) -> Any:
             array = array.tz_localize("UTC").tz_convert(column.time_zone)
         return array
     return values
+
+
+def pandas_strings_in_arrow() -> bool:
+    """Whether pandas' default string arrays keep their strings in pyarrow (pandas 3 with
+    pyarrow installed): a string column is then made from its UTF-8 buffers, no ``str`` per
+    row."""
+    import pandas as pd
+
+    return bool(pd.StringDtype().storage == "pyarrow")
+
+
+def _pandas_strings(column: Dense, pd: Any) -> Any:
+    """A ``nullable-string-array`` column as pandas' string array, as anndata 0.13 reads it:
+    of pandas' default storage, made from the UTF-8 buffers (no ``str`` per row) when that is
+    pyarrow."""
+    na_value = pd.NA if column.na_value == "NA" else np.nan
+    dtype = pd.StringDtype(na_value=na_value)
+    if dtype.storage == "pyarrow" and isinstance(column.values, _s.Utf8Strings):
+        return pd.array(column.values.to_arrow(column.mask, large=True), dtype=dtype)
+    objects = column.array.astype(object)  # a copy: missing values are set below
+    objects[column.mask] = na_value
+    return pd.array(objects, dtype=dtype)
 
 
 def _polars_with_nulls(series: Any, mask: np.ndarray | None) -> Any:

@@ -270,7 +270,9 @@ def read_table_at(
     """
     _b.import_backend(backend)
     try:
-        selected = _read_dataframe(root, columns, backend == "pandas", rows)
+        pandas = backend == "pandas"  # strings compact where pandas keeps them in pyarrow
+        objects = pandas and not _b.pandas_strings_in_arrow()
+        selected = _read_dataframe(root, columns, pandas, rows, objects=objects)
         index_name, index, n_rows, stored = selected
         name = None if index_name == _b.INDEX else index_name
         return _b.build_frame(backend, name, index, n_rows, stored)

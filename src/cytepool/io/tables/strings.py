@@ -80,9 +80,10 @@ class Utf8Strings(StringRows):
         """The byte length of each row in ``[start, stop)`` and their UTF-8 joined."""
         return self.buffer.utf8(start, stop)
 
-    def to_arrow(self, mask: np.ndarray | None = None) -> Any:
-        """A pyarrow ``string`` array (``large_string`` beyond 2 GiB), null where ``mask``."""
-        return self.buffer.to_arrow(mask)
+    def to_arrow(self, mask: np.ndarray | None = None, *, large: bool = False) -> Any:
+        """A pyarrow ``string`` array (``large_string`` beyond 2 GiB, or if ``large``), null
+        where ``mask``."""
+        return self.buffer.to_arrow(mask, large=large)
 
 
 class RowNumbers(StringRows):
