@@ -302,8 +302,9 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
             at, source = at + block.size, source + count * size
         return out
     out = np.empty(8 * n + len(data), dtype=np.uint8)
-    places = 8 * np.arange(1, n + 1) + np.cumsum(sizes) - sizes  # of each row's bytes
-    if move_by_size(data, places - 8 * np.arange(1, n + 1), sizes, out, places):
+    starts = np.cumsum(sizes) - sizes  # of each row's bytes in data
+    places = starts + 8 * np.arange(1, n + 1)  # and in out, after its size
+    if move_by_size(data, starts, sizes, out, places):
         np.ndarray((len(out) - 7,), dtype="<u8", buffer=out, strides=(1,))[places - 8] = sizes
         return out
     prefixes = sizes.astype("<u8").view(np.uint8)
