@@ -378,6 +378,32 @@ def test_nullable_strings_read_as_pandas_would_build_them_from_str(
         assert result.array._pa_array.type == expected._pa_array.type
 
 
+def test_nullable_strings_alone_can_be_read_as_buffers(tmp_path: Path) -> None:
+    """pandas 3 gets nullable strings as UTF-8 buffers (made into its pyarrow strings) and a
+    ``string-array`` as ``str`` objects (an object column, as anndata reads it)."""
+    from cytepool.io.tables import registry
+    from cytepool.io.tables.strings import Utf8Strings
+    from cytepool.io.zarr._store import open_local
+    from cytepool.io.zarr.store import StorePath
+
+    frame = pd.DataFrame(
+        {
+            "plain": pd.Series(["a", "bc"], dtype=object),
+            "nullable": pd.array(["a", None], dtype=pd.StringDtype()),
+        }
+    )
+    write_table(frame, tmp_path / "t")
+    root = StorePath(open_local(tmp_path / "t"))
+    plain = registry.read_element(root / "plain", objects=True, nullable_objects=False)
+    nullable = registry.read_element(root / "nullable", objects=True, nullable_objects=False)
+    if plain.kind == "string":  # pandas 2 stores an object column of str as a string-array
+        assert plain.values.dtype == object
+    assert nullable.kind == "nullable-string"
+    assert isinstance(nullable.values, Utf8Strings)
+    both = registry.read_element(root / "nullable", objects=True)
+    assert both.values.dtype == object
+
+
 def test_narwhals_frame_is_accepted(tmp_path: Path) -> None:
     import narwhals as nw
 

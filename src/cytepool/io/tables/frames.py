@@ -270,9 +270,9 @@ def read_table_at(
     """
     _b.import_backend(backend)
     try:
-        pandas = backend == "pandas"  # strings compact where pandas keeps them in pyarrow
-        objects = pandas and not _b.pandas_strings_in_arrow()
-        selected = _read_dataframe(root, columns, pandas, rows, objects=objects)
+        pandas = backend == "pandas"  # nullable strings compact where pandas keeps them in pyarrow
+        nullable = pandas and not _b.pandas_strings_in_arrow()
+        selected = _read_dataframe(root, columns, pandas, rows, nullable_objects=nullable)
         index_name, index, n_rows, stored = selected
         name = None if index_name == _b.INDEX else index_name
         return _b.build_frame(backend, name, index, n_rows, stored)
@@ -333,12 +333,14 @@ def _read_dataframe(
     rows: int | None,
     *,
     objects: bool | None = None,
+    nullable_objects: bool | None = None,
 ) -> tuple[str, Column | None, int, dict[str, Column]]:
     """Read the index and the selected columns.
 
     pandas gets every index and strings as ``str`` objects (what it stores); polars and
-    pyarrow get strings as compact StringDType arrays, and of an unnamed index only its length.
-    ``objects`` False reads strings compact for pandas too (converted when the frame is built).
+    pyarrow get strings as UTF-8 buffers, and of an unnamed index only its length.
+    ``objects`` False reads strings compact for pandas too (converted when the frame is built);
+    ``nullable_objects`` says it of the values of nullable strings alone (None: ``objects``).
     Every length is checked from the metadata before any value is read.
     """
     attributes = _zarr.read_group_attributes(root)
@@ -375,9 +377,10 @@ def _read_dataframe(
     n_rows = _r.check_lengths(root, [index_name, *selection], rows)
     index: Column | None = None
     objects = for_pandas if objects is None else objects
+    nullable = nullable_objects  # passed on as is
     node = _r.read_node(root / index_name)
     if for_pandas or index_name != _b.INDEX or node.array is None:
-        index = _r.read_element(root / index_name, objects=objects)
+        index = _r.read_element(root / index_name, objects=objects, nullable_objects=nullable)
         n_rows = len(index)
     # else: an unnamed index that is not returned: only its length is needed
     stored: dict[str, Column] = {}
@@ -385,7 +388,7 @@ def _read_dataframe(
         if name == index_name and index is not None:
             column: Column = index  # an index shared with a column is one node, read once
         else:
-            column = _r.read_element(root / name, objects=objects)
+            column = _r.read_element(root / name, objects=objects, nullable_objects=nullable)
         if len(column) != n_rows:
             msg = f"{root}: column {name!r} has {len(column)} rows but the index has {n_rows}"
             raise FormatError(msg)

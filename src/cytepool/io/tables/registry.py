@@ -204,10 +204,14 @@ def read_node(path: StorePath, *, objects: bool = True) -> _c.Node:
     return _c.Node(path, _zarr.read_group_attributes(path), None, objects)
 
 
-def read_element(path: StorePath, *, objects: bool = True) -> _c.Column:
+def read_element(
+    path: StorePath, *, objects: bool = True, nullable_objects: bool | None = None
+) -> _c.Column:
     """Read the column stored at ``path`` with the reader of its encoding.
 
-    ``objects`` reads strings as object arrays of ``str``, else as StringDType arrays.
+    ``objects`` reads strings as object arrays of ``str``, else as UTF-8 buffers;
+    ``nullable_objects`` (None: ``objects``) does so for the values of a
+    ``nullable-string-array`` (pandas 3 keeps those in pyarrow, made from the buffers).
     """
     try:
         node = read_node(path, objects=objects)
@@ -225,6 +229,8 @@ def read_element(path: StorePath, *, objects: bool = True) -> _c.Column:
         if spec.encoding_type == "" and node.array is None:
             msg = f"{path}: a group without encoding attributes is not a table column"
             raise FormatError(msg)
+        if spec.encoding_type == "nullable-string-array" and nullable_objects is not None:
+            objects = nullable_objects
         return reader(node, partial(read_element, objects=objects))
     except Exception as error:
         add_path_note(error, "reading", str(path))
