@@ -10,7 +10,7 @@ asks for them.
 Examples
 --------
 >>> import numpy as np
->>> from cytepool._utf8 import Utf8Buffer
+>>> from cytepool._utf8 import Utf8Buffer, windows
 >>> ids = BufferIds(Utf8Buffer.from_str(["CD4", "CD8A", "", "MS4A1"]))
 >>> ids.find(["MS4A1", "CD4", "nope", ""]).tolist()
 [3, 0, -1, 2]
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool._utf8 import Utf8Buffer
+from cytepool._utf8 import Utf8Buffer, windows
 
 __all__ = ["BufferIds"]
 
@@ -72,11 +72,8 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
         if len(lengths) == 1:  # one length: the bytes are the items already
             out = _word_hashes(data[first : first + length * len(sizes)].view(f"V{length}"))
             continue
-        rows = np.flatnonzero(sizes == length)
-        windows = np.ndarray(  # every run of ``length`` bytes: the items are some of them
-            (len(data) - length + 1,), dtype=f"V{length}", buffer=data, strides=(1,)
-        )
-        out[rows] = _word_hashes(windows[starts[rows]])
+        rows = np.flatnonzero(sizes == length)  # their items start at some of the windows
+        out[rows] = _word_hashes(windows(data, f"V{length}")[starts[rows]])
     return _finished(out, sizes)
 
 

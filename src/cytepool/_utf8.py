@@ -26,7 +26,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode", "move_by_size", "size_runs"]
+__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode", "move_by_size", "size_runs", "windows"]
 
 INT32_MAX = np.iinfo(np.int32).max
 Piece: TypeAlias = "tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]"
@@ -254,6 +254,21 @@ def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, i
     return list(pairwise([0, *cuts.tolist(), n]))
 
 
+def windows(data: np.ndarray[Any, Any], dtype: Any) -> np.ndarray[Any, Any]:
+    """Every run of ``dtype``'s size in bytes of the uint8 array ``data``, as one element each
+    (a byte-strided view: items of that size anywhere in ``data`` are read or written by their
+    start).
+
+    Examples
+    --------
+    >>> windows(np.frombuffer(b"abcd", dtype=np.uint8), "V2")[[0, 2]].tolist()
+    [b'ab', b'cd']
+    """
+    dtype = np.dtype(dtype)
+    shape = (max(len(data) - dtype.itemsize + 1, 0),)
+    return np.ndarray(shape, dtype=dtype, buffer=data, strides=(1,))
+
+
 _MOST_SIZES = 32  # beyond as many distinct item sizes, a caller places the items with a mask
 
 
@@ -287,10 +302,7 @@ def move_by_size(
         if not size:
             continue
         rows = np.flatnonzero(sizes == size) if len(found) > 1 else slice(None)
-        items = f"V{size}"
-        read = np.ndarray((len(source) - size + 1,), dtype=items, buffer=source, strides=(1,))
-        write = np.ndarray((len(out) - size + 1,), dtype=items, buffer=out, strides=(1,))
-        write[places[rows]] = read[starts[rows]]
+        windows(out, f"V{size}")[places[rows]] = windows(source, f"V{size}")[starts[rows]]
     return True
 
 

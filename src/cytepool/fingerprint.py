@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._records import HEX
-from cytepool._utf8 import Utf8Buffer, encode, move_by_size, size_runs
+from cytepool._utf8 import Utf8Buffer, encode, move_by_size, size_runs, windows
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     starts = np.cumsum(sizes) - sizes  # of each row's bytes in data
     places = starts + 8 * np.arange(1, n + 1)  # and in out, after its size
     if move_by_size(data, starts, sizes, out, places):
-        np.ndarray((len(out) - 7,), dtype="<u8", buffer=out, strides=(1,))[places - 8] = sizes
+        windows(out, "<u8")[places - 8] = sizes
         return out
     prefixes = sizes.astype("<u8").view(np.uint8)
     counts = np.empty(2 * n, dtype=np.int64)

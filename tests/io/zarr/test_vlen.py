@@ -239,6 +239,20 @@ def _symbols(n: int, rng: np.random.Generator, odd: list[str] | None = None) -> 
     return values
 
 
+def _recorded_leaps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The decoders' leaps from now on, each as the bytes it looked at and the items it took."""
+    leaps: list[tuple[int, int]] = []
+    leap = _vlen.Decoder._leap
+
+    def recorded(self: _vlen.Decoder, end: int, window: int) -> int:
+        looked = min(window, end - self.pos)
+        leaps.append((looked, leap(self, end, window)))
+        return leaps[-1][1]
+
+    monkeypatch.setattr(_vlen.Decoder, "_leap", recorded)
+    return leaps
+
+
 ODD_ITEMS = {
     "plain": [],
     "NULs": ["a\x00b", "\x00", "\x00\x00\x00"],
@@ -254,19 +268,12 @@ def test_items_of_changing_lengths_are_taken_by_leaps(
     odd: str, piece: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     values = _symbols(30_000, np.random.default_rng(len(odd)), ODD_ITEMS[odd])
-    taken: list[int] = []
-    leap = _vlen.Decoder._leap
-
-    def counted(self: _vlen.Decoder, end: int, window: int) -> int:
-        taken.append(leap(self, end, window))
-        return taken[-1]
-
-    monkeypatch.setattr(_vlen.Decoder, "_leap", counted)
+    leaps = _recorded_leaps(monkeypatch)
     data = reference(values)
     items = [value.encode() for value in values]
     assert decode_buffers(data, len(values), piece) == ([len(i) for i in items], b"".join(items))
     if piece != 7:  # pieces of a few bytes hold an item or two: taken one by one
-        assert sum(taken) > 0.6 * len(values)  # the leaps took most items
+        assert sum(taken for _, taken in leaps) > 0.6 * len(values)  # most items
     decoder = _vlen.Decoder(len(values), "c/0")
     decoder.feed_whole(data, piece or len(data))
     assert decoder.finish(objects=True).tolist() == values
@@ -319,14 +326,8 @@ def test_the_work_of_leaps_is_linear_whatever_breaks_their_chains(
     the bytes the leaps look at stay within a few times the stream's."""
     values = _symbols(20_000, np.random.default_rng(every))
     values[::every] = ["a\x00b"] * len(values[::every])
-    looked: list[int] = []
-    leap = _vlen.Decoder._leap
-
-    def counted(self: _vlen.Decoder, end: int, window: int) -> int:
-        looked.append(min(window, end - self.pos))
-        return leap(self, end, window)
-
-    monkeypatch.setattr(_vlen.Decoder, "_leap", counted)
+    leaps = _recorded_leaps(monkeypatch)
     data = reference(values)
     assert _vlen.decode(data, len(values), "c/0", objects=True).tolist() == values
-    assert sum(looked) <= 4 * len(data) + 4096 * (len(values) // 64 + 1)
+    looked = sum(window for window, _ in leaps)
+    assert looked <= 4 * len(data) + 4096 * (len(values) // 64 + 1)

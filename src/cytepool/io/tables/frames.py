@@ -377,10 +377,10 @@ def _read_dataframe(
     n_rows = _r.check_lengths(root, [index_name, *selection], rows)
     index: Column | None = None
     objects = for_pandas if objects is None else objects
-    nullable = nullable_objects  # passed on as is
+    read = functools.partial(_r.read_element, objects=objects, nullable_objects=nullable_objects)
     node = _r.read_node(root / index_name)
     if for_pandas or index_name != _b.INDEX or node.array is None:
-        index = _r.read_element(root / index_name, objects=objects, nullable_objects=nullable)
+        index = read(root / index_name)
         n_rows = len(index)
     # else: an unnamed index that is not returned: only its length is needed
     stored: dict[str, Column] = {}
@@ -388,7 +388,7 @@ def _read_dataframe(
         if name == index_name and index is not None:
             column: Column = index  # an index shared with a column is one node, read once
         else:
-            column = _r.read_element(root / name, objects=objects, nullable_objects=nullable)
+            column = read(root / name)
         if len(column) != n_rows:
             msg = f"{root}: column {name!r} has {len(column)} rows but the index has {n_rows}"
             raise FormatError(msg)
