@@ -22,6 +22,7 @@ from cytepool.errors import (
     UnknownIdError,
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, matrix_shape, open_matrix
+from cytepool.io.anndata._frames import read_element
 from cytepool.io.anndata._hdf5 import system_error
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
 from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
@@ -141,7 +142,7 @@ def _shape_and_ids(
     if shape is None or name is None:
         return None
     check_frame(var, shape[1], bound, f"{var_path} of {owner}")
-    return shape[0], pd.Index(_read_frame(var[name]))
+    return shape[0], pd.Index(read_element(var[name]))
 
 
 def _check_frames(matrix: Any, obs: Any, var: Any, bound: int, owner: str, var_name: str) -> None:
@@ -179,7 +180,7 @@ def _anndata_parts(
         _check_frames(matrix, root["obs"], root[var_path], bound, source.owner, var_path)
         obs, names = _read_obs(root["obs"], int(matrix.shape[0]), Path(path))
         source = source if names is None else dataclasses.replace(source, cells=names)
-        return matrix, obs, _read_frame(root[var_path]), source
+        return matrix, obs, read_element(root[var_path]), source
     except BaseException:
         _close(matrix)
         raise
@@ -288,9 +289,9 @@ def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellN
     index = _index_key(element)
     plain = (attrs.get("encoding-type"), attrs.get("encoding-version")) == ("dataframe", "0.2.0")
     if not plain or index is None:
-        return _read_frame(element), None
+        return read_element(element), None
     order = [_text(name) for name in np.atleast_1d(attrs.get("column-order", []))]
-    columns = {name: _read_frame(element[name]) for name in order}
+    columns = {name: read_element(element[name]) for name in order}
     frame = pd.DataFrame(columns, index=pd.RangeIndex(n_obs), columns=order or None)
     return frame, CellNames(path, f"{element.name.strip('/')}/{index}")
 
@@ -322,21 +323,8 @@ class CellNames:
     def __getitem__(self, row: int) -> Any:
         if self.names is None:
             with _open_store(self.path) as (root, _), damaged(self.path):
-                self.names = _read_frame(root[self.key])
+                self.names = read_element(root[self.key])
         return self.names[row]
-
-
-def _read_frame(element: Any) -> Any:
-    """obs or var (or one of their columns), read by anndata (files of anndata 0.7 warn of
-    their old categories)."""
-    import warnings
-
-    import anndata as ad
-    from anndata.io import read_elem
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ad.OldFormatWarning)
-        return read_elem(element)
 
 
 def _is_legacy(root: Any) -> bool:
@@ -419,7 +407,7 @@ def _modality_parts(root: Any, path: Path, bound: int) -> tuple[pd.DataFrame, di
     try:
         for name, where, owner in _modality_places(root, path):
             modalities[name] = _modality(root, where, owner, path, bound)
-        return _read_frame(root["obs"]), modalities
+        return read_element(root["obs"]), modalities
     except BaseException:  # what was opened is closed (the files its arrays hold)
         for modality in modalities.values():
             _close(modality.matrix)
@@ -433,7 +421,7 @@ def _modality(root: Any, where: str, owner: str, path: Path, bound: int) -> Moda
     matrix = _matrix(root, f"{where}/X", path, owner)
     try:
         _check_frames(matrix, group["obs"], group["var"], bound, owner, "var")
-        obs, var = _read_frame(group["obs"]), _read_frame(group["var"])
+        obs, var = read_element(group["obs"]), read_element(group["var"])
     except BaseException:
         _close(matrix)
         raise
