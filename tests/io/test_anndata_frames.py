@@ -196,20 +196,23 @@ def test_attributes_of_other_types_are_left_to_anndata(tmp_path: Path, asked: li
     assert asked == ["/obs/category"]
 
 
-def test_pooling_a_file_does_not_import_anndata(tmp_path: Path) -> None:
-    """``from_anndata(path)`` on files of anndata >= 0.7 reads obs and var here, and so
-    never pays anndata's import (0.2–0.6 s); a legacy file is read by anndata."""
+def test_pooling_a_file_does_not_import_anndata() -> None:
+    """``from_anndata(path)`` and ``from_mudata_cells(path)`` on files of anndata >= 0.7 read
+    obs and var here, and so never pay anndata's import (0.2–0.6 s); a legacy file is read by
+    anndata."""
     script = (
         "import json, sys\n"
-        "from cytepool.io.anndata import from_anndata\n"
+        "from cytepool.io.anndata import from_anndata, from_mudata_cells\n"
         "seen = {}\n"
         "for path in sys.argv[1:]:\n"
-        "    from_anndata(path, sample_key='sample', group_key='cell_type')\n"
-        "    seen[path] = 'anndata' in sys.modules\n"
+        "    pool = from_mudata_cells if path.endswith('.h5mu') else from_anndata\n"
+        "    pool(path, sample_key='sample', group_key='cell_type')\n"
+        "    seen[path] = sorted({'anndata', 'mudata'} & set(sys.modules))\n"
         "print(json.dumps(seen))\n"
     )
-    modern = [CORPUS / "anndata-0.12.19.h5ad", CORPUS / "anndata-0.8.0.zarr"]
+    modern = [CORPUS / name for name in ("anndata-0.13.4.h5ad", "anndata-0.8.0.zarr")]
+    modern.append(CORPUS / "anndata-0.13.4.h5mu")
     legacy = CORPUS / "anndata-0.6.22.post1.h5ad"
     args = [sys.executable, "-W", "ignore", "-c", script, *map(str, [*modern, legacy])]
     seen = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
-    assert seen == {str(modern[0]): False, str(modern[1]): False, str(legacy): True}
+    assert seen == {**{str(path): [] for path in modern}, str(legacy): ["anndata"]}
