@@ -88,6 +88,17 @@ def test_corpus_frames_read_as_anndata_reads_them(name: str, element: str) -> No
             assert_same(frames.read_element(group[column]), by_anndata(group[column]))
 
 
+def test_scanpys_bundled_frames_read_as_anndata_reads_them() -> None:
+    """scanpy's pbmc68k (legacy layout up to scanpy 1.11, anndata's current one since 1.12)."""
+    scanpy = pytest.importorskip("scanpy")
+    path = Path(scanpy.__file__).parent / "datasets" / "10x_pbmc68k_reduced.h5ad"
+    root = open_root(path)
+    elements = list(dataframes(root))
+    assert elements
+    for element in elements:
+        assert_same(frames.read_element(root[element]), by_anndata(root[element]))
+
+
 def every_kind() -> ad.AnnData:
     """Cells with a column of each kind anndata writes into obs, and a var indexed by a
     named index with no columns."""
