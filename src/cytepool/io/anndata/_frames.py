@@ -2,7 +2,7 @@
 
 Pooling a file needs its obs and var as pandas. Importing anndata to read them took 0.2 s on
 the oldest supported stack and 0.6 s on the newest (it imports zarr-python, and dask when it
-is installed): a third of what ``cytepool pool`` took on a file of 20,000 cells. The
+is installed): a fifth of what ``cytepool pool`` took on a file of 20,000 cells. The
 elements of anndata's dataframe encoding that obs and var are made of — ``dataframe`` 0.2.0,
 ``categorical`` 0.2.0, ``array`` and ``string-array`` 0.2.0, ``nullable-integer``,
 ``nullable-boolean`` and ``nullable-string-array`` 0.1.0 — are read here with the calls that
@@ -16,17 +16,16 @@ than anndata writes, a group where an array belongs), anndata reads the element 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["read_element"]
+__all__ = ["is_group", "read_element"]
 
 
 def read_element(element: Any) -> Any:
     """The element (an h5py or zarr-python group or array) as anndata's ``read_elem`` reads it."""
-    reader = _READERS.get((_is_group(element), *_encoding(element)))
+    reader = _READERS.get((is_group(element), *_encoding(element)))
     if reader is None or _anndata_release() not in _KNOWN:
         return _by_anndata(element)
     return reader(element)
@@ -40,23 +39,25 @@ _KNOWN = ((0, 12), (0, 13))
 def _anndata_release() -> tuple[int, ...]:
     """The installed anndata's (major, minor), read from its metadata, not by importing it;
     () if it is not installed (then anndata's import says what is missing)."""
+    from importlib.metadata import PackageNotFoundError, version  # only when a file is read
+
     try:
-        version = importlib.metadata.version("anndata")
-    except importlib.metadata.PackageNotFoundError:
+        release = version("anndata")
+    except PackageNotFoundError:
         return ()
-    parts = version.split(".")[:2]
+    parts = release.split(".")[:2]
     return tuple(int(part) for part in parts) if all(p.isdigit() for p in parts) else ()
 
 
-def _is_group(node: Any) -> bool:
+def is_group(node: Any) -> bool:
+    """Whether ``node`` is a group (h5py or zarr-python), not an array or dataset."""
     return hasattr(node, "keys") and not hasattr(node, "dtype")
 
 
-def _encoding(node: Any) -> tuple[Any, Any]:
-    """The element's ``encoding-type`` and ``encoding-version`` (any attribute not a str
-    makes the pair unknown, so that anndata reads the element)."""
-    attrs = node.attrs
-    return attrs.get("encoding-type", ""), attrs.get("encoding-version", "")
+def _encoding(node: Any) -> tuple[str | None, str | None]:
+    """The element's ``encoding-type`` and ``encoding-version`` (None for an attribute that
+    is not a str: no reader here takes it, anndata reads the element)."""
+    return _text_attribute(node, "encoding-type", ""), _text_attribute(node, "encoding-version", "")
 
 
 def _by_anndata(element: Any) -> Any:
@@ -69,9 +70,10 @@ def _by_anndata(element: Any) -> Any:
         return read_elem(element)
 
 
-def _text_attribute(element: Any, name: str) -> Any:
-    """An attribute that anndata reads as it is stored when it is a str: else None."""
-    value = element.attrs.get(name)
+def _text_attribute(element: Any, name: str, default: str | None = None) -> str | None:
+    """An attribute (``default`` if missing) if it is a str, which anndata reads as it is
+    stored; else None (h5py gives fixed-length strings as bytes, which anndata decodes)."""
+    value = element.attrs.get(name, default)
     return value if isinstance(value, str) else None
 
 
@@ -144,8 +146,8 @@ def _nullable_strings(group: Any) -> Any:
     import numpy as np
     import pandas as pd
 
-    na_value = group.attrs.get("na-value", "NA")
-    if not isinstance(na_value, str):
+    na_value = _text_attribute(group, "na-value", "NA")
+    if na_value is None:
         return _by_anndata(group)
     values, mask = read_element(group["values"]), read_element(group["mask"])
     if _anndata_release() >= (0, 13):
@@ -158,7 +160,7 @@ def _nullable_strings(group: Any) -> Any:
     return array
 
 
-_READERS: dict[tuple[bool, Any, Any], Callable[[Any], Any]] = {
+_READERS: dict[tuple[bool, str | None, str | None], Callable[[Any], Any]] = {
     (True, "dataframe", "0.2.0"): _dataframe,
     (True, "categorical", "0.2.0"): _categorical,
     (False, "array", "0.2.0"): _array,
@@ -167,5 +169,4 @@ _READERS: dict[tuple[bool, Any, Any], Callable[[Any], Any]] = {
     (True, "nullable-boolean", "0.1.0"): _masked("BooleanArray"),
     (True, "nullable-string-array", "0.1.0"): _nullable_strings,
 }
-"""(is a group, encoding-type, encoding-version) → reader; attributes that are not str never
-match a key (h5py gives fixed-length strings as bytes, which anndata decodes itself)."""
+"""(is a group, encoding-type, encoding-version) → reader."""

@@ -22,7 +22,7 @@ from cytepool.errors import (
     UnknownIdError,
 )
 from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, matrix_shape, open_matrix
-from cytepool.io.anndata._frames import read_element
+from cytepool.io.anndata._frames import is_group, read_element
 from cytepool.io.anndata._hdf5 import system_error
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
 from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
@@ -238,7 +238,7 @@ def check_frame(group: Any, n_rows: int, bound: int, where: str) -> None:
     categories) at most ``max(n_rows, bound)``, ``bound`` being the bytes the file or store
     holds. Else a :class:`FormatError` names the array: its metadata lies.
     """
-    if not _is_group(group):  # a legacy compound dataset
+    if not is_group(group):  # a legacy compound dataset
         return
     for name in group:
         node = group[name]
@@ -296,15 +296,10 @@ def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellN
     return frame, CellNames(path, f"{element.name.strip('/')}/{index}")
 
 
-def _is_group(node: Any) -> bool:
-    """Whether ``node`` is a group (h5py or zarr), not an array or dataset."""
-    return hasattr(node, "keys") and not hasattr(node, "dtype")
-
-
 def _index_key(frame: Any) -> str | None:
     """The member of the dataframe group ``frame`` that holds its index (anndata's attribute
     ``_index``), or None if ``frame`` is no group or names none it holds."""
-    key = frame.attrs.get("_index") if _is_group(frame) else None
+    key = frame.attrs.get("_index") if is_group(frame) else None
     return key if isinstance(key, str) and key in frame else None
 
 
