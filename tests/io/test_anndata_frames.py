@@ -8,6 +8,7 @@ Pooling a file of anndata >= 0.7 then never imports anndata.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -33,8 +34,14 @@ FRAME_GROUPS = ("obs", "var", "raw/var")
 N = 9
 
 
-def open_root(path: Path) -> Any:
-    return zarr.open_group(path, mode="r") if path.is_dir() else h5py.File(path, "r")
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[Any]:
+    """The store (zarr-python) or file (h5py, closed after) at ``path``, as cytepool opens it."""
+    if path.is_dir():
+        yield zarr.open_group(path, mode="r")
+        return
+    with h5py.File(path, "r") as file:
+        yield file
 
 
 def dataframes(root: Any) -> Iterator[str]:
@@ -71,32 +78,34 @@ def assert_same(ours: Any, theirs: Any) -> None:
         pd.testing.assert_extension_array_equal(ours, theirs, check_exact=True)
 
 
-CORPUS_FRAMES = [
-    (name, element)
-    for name in sorted(path.name for path in CORPUS.iterdir() if path.suffix != ".json")
-    for element in dataframes(open_root(CORPUS / name))
-]
+def corpus_frames() -> list[tuple[str, str]]:
+    """(file, dataframe) of every dataframe pooling reads in the corpus."""
+    found = []
+    for name in sorted(path.name for path in CORPUS.iterdir() if path.suffix != ".json"):
+        with opened(CORPUS / name) as root:
+            found += [(name, element) for element in dataframes(root)]
+    return found
 
 
-@pytest.mark.parametrize(("name", "element"), CORPUS_FRAMES)
+@pytest.mark.parametrize(("name", "element"), corpus_frames())
 def test_corpus_frames_read_as_anndata_reads_them(name: str, element: str) -> None:
-    root = open_root(CORPUS / name)
-    group = root[element]
-    assert_same(frames.read_element(group), by_anndata(group))
-    if hasattr(group, "keys"):
-        for column in group:
-            assert_same(frames.read_element(group[column]), by_anndata(group[column]))
+    with opened(CORPUS / name) as root:
+        group = root[element]
+        assert_same(frames.read_element(group), by_anndata(group))
+        if frames.is_group(group):
+            for column in group:
+                assert_same(frames.read_element(group[column]), by_anndata(group[column]))
 
 
 def test_scanpys_bundled_frames_read_as_anndata_reads_them() -> None:
     """scanpy's pbmc68k (legacy layout up to scanpy 1.11, anndata's current one since 1.12)."""
     scanpy = pytest.importorskip("scanpy")
     path = Path(scanpy.__file__).parent / "datasets" / "10x_pbmc68k_reduced.h5ad"
-    root = open_root(path)
-    elements = list(dataframes(root))
-    assert elements
-    for element in elements:
-        assert_same(frames.read_element(root[element]), by_anndata(root[element]))
+    with opened(path) as root:
+        elements = list(dataframes(root))
+        assert elements
+        for element in elements:
+            assert_same(frames.read_element(root[element]), by_anndata(root[element]))
 
 
 def every_kind() -> ad.AnnData:
@@ -127,7 +136,9 @@ def every_kind() -> ad.AnnData:
 
 
 @pytest.fixture(scope="module", params=["h5ad", "zarr-v2", "zarr-v3"])
-def written(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def written(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     """``every_kind`` as this stack's anndata writes it, opened as cytepool opens it."""
     layout = request.param
     path = tmp_path_factory.mktemp("frames") / ("cells.h5ad" if layout == "h5ad" else "cells.zarr")
@@ -140,7 +151,8 @@ def written(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         else:
             with ad.settings.override(zarr_write_format=int(layout[-1])):
                 adata.write_zarr(path)
-    return open_root(path)
+    with opened(path) as root:
+        yield root
 
 
 @pytest.mark.parametrize("element", ["obs", "var", "uns/frame"])

@@ -278,10 +278,11 @@ def _local_folder(array: Any) -> Path | None:
 def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellNames | None]:
     """obs, and the names of its rows when they were left in the file.
 
-    A dataframe of anndata's encoding 0.2.0 is read without its index (its columns read by
-    anndata, as anndata reads them; rows numbered from 0): nothing pooled needs the names of
-    the cells, whose strings took most of the time obs took (200,000 cells: 100 against 5 ms).
-    They are read when a message names a cell (:class:`CellNames`). Another obs is read whole.
+    A dataframe of anndata's encoding 0.2.0 is read without its index (its columns read as
+    anndata reads them, :func:`read_element`; rows numbered from 0): nothing pooled needs the
+    names of the cells, whose strings took most of the time obs took (200,000 cells: 100
+    against 5 ms). They are read when a message names a cell (:class:`CellNames`). Another
+    obs is read whole.
     """
     import pandas as pd
 
@@ -308,8 +309,9 @@ def _text(name: Any) -> str:
 
 
 class CellNames:
-    """The names of the cells of a file (its obs index), read by anndata from ``key`` of the
-    file at ``path`` when first asked for one (by an error message naming a cell)."""
+    """The names of the cells of a file (its obs index), read as anndata reads them from
+    ``key`` of the file at ``path`` when first asked for one (by an error message naming a
+    cell)."""
 
     def __init__(self, path: Path, key: str) -> None:
         self.path, self.key = path, key
