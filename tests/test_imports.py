@@ -179,6 +179,33 @@ def test_first_from_cells_does_not_start_numba(size: str) -> None:
     assert not loaded & {"numba", "llvmlite", "anndata", "polars"}, sorted(loaded)
 
 
+@pytest.mark.parametrize("layout", ["csr", "dense"])
+def test_first_pooling_of_a_small_file_does_not_start_numba(tmp_path: Any, layout: str) -> None:
+    """A file of at most FIRST_VALUES stored values, read in blocks above SMALL_VALUES, pools
+    with numpy while numba's kernels are not loaded, as an in-memory input does."""
+    ad = pytest.importorskip("anndata")
+    import numpy as np
+    import pandas as pd
+    import scipy.sparse as sp
+
+    n_cells, n_genes, _ = FIRST_INPUTS["larger"]  # 1.2 million values: above SMALL_VALUES
+    x = np.full((n_cells, n_genes), 2, dtype=np.float32)
+    obs = pd.DataFrame(
+        {"sample": [f"s{i % 3}" for i in range(n_cells)], "cell_type": ["T", "B"] * (n_cells // 2)},
+        index=[f"c{i}" for i in range(n_cells)],
+    )
+    path = tmp_path / "cells.h5ad"
+    ad.AnnData(sp.csr_matrix(x) if layout == "csr" else x, obs=obs).write_h5ad(path)
+    code = (
+        "from cytepool.io.anndata import from_anndata\n"
+        f"cube = from_anndata({str(path)!r}, sample_key='sample', group_key='cell_type')\n"
+        "print('sums', int(cube.to_numpy('counts').sum()))\n"
+    )
+    loaded, out = loaded_after(code)
+    assert f"sums {2 * n_cells * n_genes}" in out
+    assert not loaded & {"numba", "llvmlite", "anndata"}, sorted(loaded)
+
+
 def test_local_reads_never_import_the_remote_module(tmp_path: Any) -> None:
     """The store seam chooses a remote store for URLs only (issue 22, item 11): reading a cube,
     a table and an array from local paths loads neither the remote module nor asyncio."""

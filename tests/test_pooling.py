@@ -744,6 +744,28 @@ def test_many_first_inputs_spend_a_budget_then_start_numba(
     assert _pool_sums._spent == [250]
 
 
+@pytest.mark.parametrize("values", [None, 1200])
+def test_row_blocks_with_their_values_pool_as_the_whole_matrix(
+    monkeypatch: pytest.MonkeyPatch, values: int | None
+) -> None:
+    """RowBlocks hand the stored values of the whole matrix to small_values, which chooses
+    numpy or numba for every block as for the whole; the sums are those of the matrix."""
+    from cytepool import _pool_sums
+    from cytepool._blocks import RowBlocks
+
+    asked: list[int | None] = []
+    choose = _pool_sums.small_values
+    monkeypatch.setattr(_pool_sums, "small_values", lambda n: asked.append(n) or choose(n))
+    rng = np.random.default_rng(11)
+    x = sp.csr_matrix(random_counts(rng, n_cells=60, n_features=20))
+    s, g = labels(rng, x.shape[0])
+    blocks = RowBlocks((x[i : i + 25] for i in range(0, x.shape[0], 25)), values)
+    pooled = from_cells(blocks, sample_labels=s, group_labels=g)
+    whole = from_cells(x, sample_labels=s, group_labels=g)
+    assert asked[0] == values
+    np.testing.assert_array_equal(pooled.to_numpy("counts"), whole.to_numpy("counts"))
+
+
 # --------------------------------------------------------------------------- scanpy
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from cytepool import _pool_sums, _words
 from cytepool._assemble import from_parts, provenance_record
+from cytepool._blocks import ColumnBlocks, RowBlocks
 from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
@@ -245,33 +246,6 @@ def from_codes(
         provenance=(record,),
         digests=None,
     )
-
-
-class ColumnBlocks:
-    """A cells x features matrix handed over as blocks of its columns, pooled straight into
-    the columns of the sums each block covers (:func:`from_codes` takes it as ``counts``).
-
-    Parameters
-    ----------
-    shape
-        ``(n_cells, n_features)``.
-    blocks
-        ``(start, stop, block)`` in order, ``block`` a scipy.sparse CSC matrix of every cell
-        and the columns ``[start, stop)``; together they cover each column once.
-    values
-        The stored values of the whole matrix, if known (it chooses numpy or numba for the
-        blocks as for a whole matrix; see :func:`cytepool._pool_sums.small_values`).
-    """
-
-    def __init__(
-        self,
-        shape: tuple[int, int],
-        blocks: Iterable[tuple[int, int, Any]],
-        values: int | None = None,
-    ):
-        self.shape = shape
-        self.blocks = blocks
-        self.values = values
 
 
 def _warn_not_counts(row: int, column: int, value: float) -> None:
@@ -645,6 +619,9 @@ def _pool(
         kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
     elif isinstance(counts, ColumnBlocks):
         kind, arrays = "csc", _pool_columns(counts, profiles, n_groups, n_samples, extra).arrays()
+    elif isinstance(counts, RowBlocks):
+        sums = _pool_blocks(counts.blocks, profiles, n_groups, n_samples, extra, counts.values)
+        kind, arrays = "row blocks", sums.arrays()
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
         small = _pool_sums.small_values(counts.nnz if fmt else counts.size)
@@ -672,8 +649,15 @@ def _pool(
 
 
 def _pool_blocks(
-    blocks: Iterable[Any], profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
+    blocks: Iterable[Any],
+    profiles: Any,
+    n_groups: int,
+    n_samples: int,
+    extra: tuple[str, ...],
+    values: int | None = None,
 ) -> _Sums:
+    """The sums of row blocks, of ``values`` stored values in all if known."""
+    small = _pool_sums.small_values(values)
     sums: _Sums | None = None
     first = 0
     timed = Waits(blocks)
@@ -684,7 +668,8 @@ def _pool_blocks(
             msg += f"{type(block).__name__}{getattr(block, 'shape', '')}"
             raise InputTypeError(msg)
         if sums is None:
-            sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra, narrow=True)
+            shape = (n_groups, n_samples, block.shape[1])
+            sums = _Sums(profiles, *shape, extra, small_values=small, narrow=True)
         if block.shape[1] != sums.n_features:
             msg = f"{what}: expected {sums.n_features} columns like the first, found {block.shape}"
             raise InputError(msg)

@@ -13,6 +13,7 @@ import numpy as np
 
 from cytepool import _progress, _words
 from cytepool._assemble import from_parts
+from cytepool._blocks import ColumnBlocks, RowBlocks
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.io.anndata import _readers
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from cytepool.cube import Cube
-    from cytepool.pooling import ColumnBlocks
 from cytepool.io.anndata._covariates import (
     Covariates,
     axis_tables,
@@ -564,7 +564,8 @@ def _pool_with_tables(
                 counts: Any = _columns(blocks, matrix.shape, stored, options["progress"])
             else:
                 rows = (block for _, _, block in blocks)
-                counts = shown(rows, matrix.shape[0], options["progress"])
+                stored = _stored_values(matrix)
+                counts = RowBlocks(shown(rows, matrix.shape[0], options["progress"]), stored)
         elif is_sparse_dataset(matrix) and matrix.format == "csc":
             indptr = matrix.group["indptr"]
             bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
@@ -579,6 +580,14 @@ def _pool_with_tables(
             if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
                 counts = read_damaged(counts, source.owner)
         return pool(counts, feature_table, options["allow_float"])
+
+
+def _stored_values(matrix: SparseMatrix | DenseMatrix) -> int:
+    """The values a matrix read by cytepool stores (a CSR matrix's data, a dense one's every
+    entry): what chooses numpy or numba to pool it (:class:`~cytepool._blocks.RowBlocks`)."""
+    if isinstance(matrix, SparseMatrix):
+        return int(matrix.data.shape[0])
+    return int(matrix.shape[0]) * int(matrix.shape[1])
 
 
 def _coded(
@@ -598,7 +607,6 @@ def _columns(
     """A CSC matrix on disk as blocks of its columns, ``(start, stop, block)``, which the
     pooling adds straight into their columns of the sums (no cube per block, no join); with
     a progress bar of the features."""
-    from cytepool.pooling import ColumnBlocks
 
     def shown_columns() -> Iterator[tuple[int, int, Any]]:
         bar = _progress.Progress(shape[1], "pooling", "features", enabled=progress)
