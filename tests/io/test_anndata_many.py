@@ -474,3 +474,22 @@ def test_files_pooled_on_a_local_cluster(client: Any, files: list[str]) -> None:
     broken = [*paths[:2], str(Path(paths[0]).with_name("missing.h5ad"))]
     with pytest.raises(FileNotFoundError, match=r"missing\.h5ad"):
         from_anndata(broken, **KEYS, client=client)
+
+
+def test_one_file_hands_its_total_on_and_files_of_many_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file alone hands its stored values on with its row blocks, so a small one pools
+    with numpy before numba is started; a file of several does not (its worker pools the
+    others after it, and starts numba once: RowBlocks without a total)."""
+    from cytepool import _pool_sums
+
+    asked: list[int | None] = []
+    choose = _pool_sums.small_values
+    monkeypatch.setattr(_pool_sums, "small_values", lambda n: asked.append(n) or choose(n))
+    paths = [write(cells(i), tmp_path / f"c{i}.h5ad") for i in range(2)]
+    from_anndata(paths[0], **KEYS)
+    assert asked == [cells(0).X.nnz]
+    asked.clear()
+    from_anndata(paths, **KEYS, **HERE)
+    assert asked == [None, None]
