@@ -227,38 +227,37 @@ def pool_file(
 
     Returns the cube (a cube per modality), the obs its covariates come from and its name.
     """
-    token = _ONE_OF_MANY.set(True)
-    try:
-        return _pool_file(path, sample, options, mudata=mudata)
-    finally:
-        _ONE_OF_MANY.reset(token)
-
-
-def _pool_file(
-    path: str | os.PathLike[str],
-    sample: tuple[str, str] | None,
-    options: Mapping[str, Any],
-    *,
-    mudata: bool,
-) -> tuple[Cube | dict[str, Cube], pd.DataFrame, str]:
     keys = {name: options[name] for name in ("sample_key", "group_key", "samples", "groups")}
     keys |= {"layers": options["layers"], "allow_float": options["allow_float"], "progress": False}
     if sample is not None:
         keys["sample_key"] = sample[0]
     if not mudata:
-        with open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened:
+        with (
+            _as_one_of_many(),
+            open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened,
+        ):
             matrix, obs, var, source = opened
             obs = _with_sample(obs, sample)
             features = None if isinstance(options["features"], str) else options["features"]
             return _pool(matrix, obs, var, source, features=features, **keys), obs, source.obs
     wanted = _wanted_modalities(options["modalities"])
-    with open_modalities(path) as (everyone, found):
+    with _as_one_of_many(), open_modalities(path) as (everyone, found):
         everyone = _with_sample(everyone, sample)
         chosen = _chosen(found, wanted, os.fspath(path))
         pair = (keys["sample_key"], keys["group_key"])
         every = [_modality_obs(m.obs, everyone, name, pair) for name, m in chosen.items()]
         cubes = _pool_modalities(everyone, chosen, **keys)
         return cubes, concat_frames(every), f"the obs of the modalities of {os.fspath(path)}"
+
+
+@contextlib.contextmanager
+def _as_one_of_many() -> Iterator[None]:
+    """Pool as a file of several (see ``_ONE_OF_MANY``)."""
+    token = _ONE_OF_MANY.set(True)
+    try:
+        yield
+    finally:
+        _ONE_OF_MANY.reset(token)
 
 
 def _with_sample(obs: pd.DataFrame, sample: tuple[str, str] | None) -> pd.DataFrame:
