@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -208,13 +207,6 @@ def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in (*names, "allow_float", "progress")}
 
 
-# A file pooled as one of several (pool_file) hands its blocks on without their total, so
-# they go to numba's kernels as blocks of unknown size do: the worker that pools it pools
-# others after it, and numba's start, paid once, costs less than numpy's slower pooling of
-# each (8 files of 50 million values on 2 workers: 0.2-0.5 s more with numpy first).
-_ONE_OF_MANY = contextvars.ContextVar("one_of_many", default=False)
-
-
 def pool_file(
     path: str | os.PathLike[str],
     sample: tuple[str, str] | None,
@@ -229,35 +221,23 @@ def pool_file(
     """
     keys = {name: options[name] for name in ("sample_key", "group_key", "samples", "groups")}
     keys |= {"layers": options["layers"], "allow_float": options["allow_float"], "progress": False}
+    keys["alone"] = False  # its worker pools other files after it (see _pool_with_tables)
     if sample is not None:
         keys["sample_key"] = sample[0]
     if not mudata:
-        with (
-            _as_one_of_many(),
-            open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened,
-        ):
+        with open_cells(path, layer=options["layer"], use_raw=options["use_raw"]) as opened:
             matrix, obs, var, source = opened
             obs = _with_sample(obs, sample)
             features = None if isinstance(options["features"], str) else options["features"]
             return _pool(matrix, obs, var, source, features=features, **keys), obs, source.obs
     wanted = _wanted_modalities(options["modalities"])
-    with _as_one_of_many(), open_modalities(path) as (everyone, found):
+    with open_modalities(path) as (everyone, found):
         everyone = _with_sample(everyone, sample)
         chosen = _chosen(found, wanted, os.fspath(path))
         pair = (keys["sample_key"], keys["group_key"])
         every = [_modality_obs(m.obs, everyone, name, pair) for name, m in chosen.items()]
         cubes = _pool_modalities(everyone, chosen, **keys)
         return cubes, concat_frames(every), f"the obs of the modalities of {os.fspath(path)}"
-
-
-@contextlib.contextmanager
-def _as_one_of_many() -> Iterator[None]:
-    """Pool as a file of several (see ``_ONE_OF_MANY``)."""
-    token = _ONE_OF_MANY.set(True)
-    try:
-        yield
-    finally:
-        _ONE_OF_MANY.reset(token)
 
 
 def _with_sample(obs: pd.DataFrame, sample: tuple[str, str] | None) -> pd.DataFrame:
@@ -405,8 +385,10 @@ def _pool_modalities(
     layers: Sequence[str],
     allow_float: bool,
     progress: bool | None,
+    alone: bool = True,
 ) -> dict[str, Cube]:
-    """One cube per modality, on the samples and groups of all; ``everyone`` is the global obs."""
+    """One cube per modality, on the samples and groups of all; ``everyone`` is the global obs
+    (``alone``: as :func:`_pool_with_tables` takes it)."""
     keys = (sample_key, group_key)
     observations = {
         name: _modality_obs(modality.obs, everyone, name, keys)
@@ -433,6 +415,7 @@ def _pool_modalities(
         labels = [label_codes(obs, key, role, source.obs) for key, role in roles]
         tables = (sample_table.loc[labels[0][1]], group_table.loc[labels[1][1]])
         options = {"layers": layers, "allow_float": allow_float, "progress": progress}
+        options["alone"] = alone
         frames = (obs, modality.var)
         cube = _pool_with_tables(modality.matrix, frames, source, labels, tables, None, options)
         cube = _widened(cube, sample_table, group_table)
@@ -509,7 +492,8 @@ def _pool(
     features: Covariates,
     **options: Any,
 ) -> Cube:
-    """Pool ``matrix`` by the labels in ``obs``; ``options``: layers, allow_float, progress."""
+    """Pool ``matrix`` by the labels in ``obs``; ``options``: layers, allow_float, progress
+    (and alone, see :func:`_pool_with_tables`)."""
     cells = source.names_of_cells(obs)
     labels = [
         label_codes(obs, sample_key, "sample_key", source.obs, cells),
@@ -549,7 +533,11 @@ def _pool_with_tables(
 
     ``frames`` are its obs and var, ``tables`` the sample and group tables, ``features`` the
     var columns to keep; ``options``: ``layers``, ``allow_float`` and ``progress``, as
-    :func:`from_anndata` takes them.
+    :func:`from_anndata` takes them, and ``alone`` (default True): False for a file pooled as
+    one of several (``pool_file``), whose row blocks then go without their total, as blocks
+    of unknown size do, to numba's kernels: its worker pools other files after it, and numba's
+    start, paid once, costs less than numpy's slower pooling of each (8 files of 50 million
+    values on 2 workers: 0.2-0.5 s more with numpy first).
     """
     from cytepool.pooling import from_codes
 
@@ -580,12 +568,12 @@ def _pool_with_tables(
     with _words.speaking(**names), contextlib.ExitStack() as stack:
         if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
             blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
+            stored = _stored_values(matrix)
             if isinstance(matrix, SparseMatrix) and matrix.format == "csc":
-                stored = matrix.data.shape[0]
                 counts: Any = _columns(blocks, matrix.shape, stored, options["progress"])
             else:
                 rows = (block for _, _, block in blocks)
-                total = None if _ONE_OF_MANY.get() else _stored_values(matrix)
+                total = stored if options.get("alone", True) else None
                 counts = RowBlocks(shown(rows, matrix.shape[0], options["progress"]), total)
         elif is_sparse_dataset(matrix) and matrix.format == "csc":
             indptr = matrix.group["indptr"]
