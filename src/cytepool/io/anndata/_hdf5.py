@@ -394,6 +394,10 @@ def _chunk_tasks(
     stored = index.cells[found] == cells if index.cells.size else np.zeros(cells.size, bool)
     in_place = len(shape) == 1 or chunks[1] == shape[1]
     row_bytes = out.nbytes // (stop - start)
+    if in_place and not layout.pipeline.codes and stored.all():
+        return _direct(
+            dataset, out, _raw_runs(index.offsets[found], cells, start, stop, chunks[0], row_bytes)
+        )
     tasks: list[_Task] = []
     runs: list[list[int]] = []
     for cell, entry, present in zip(cells.tolist(), found.tolist(), stored.tolist(), strict=True):
@@ -415,6 +419,39 @@ def _chunk_tasks(
         else:
             tasks.append(_Decode(dataset, entry, target, selection, fast))
     return _direct(dataset, out, runs) + tasks
+
+
+def _raw_runs(
+    offsets: np.ndarray[Any, Any],
+    cells: np.ndarray[Any, Any],
+    start: int,
+    stop: int,
+    rows: int,
+    row_bytes: int,
+) -> list[list[int]]:
+    """The reads of rows ``[start, stop)`` from unfiltered chunks of ``rows`` whole rows each
+    (those at ``cells`` of the grid, stored at ``offsets``): :func:`_chunk_tasks`'s runs, found
+    with numpy. A block of a large matrix spans hundreds of small chunks (h5py's own chunk
+    shape for anndata's arrays holds 24,415 values), which a loop in Python took 5 us each
+    to list (80 ms of a 200,000-cell file's 0.6 s).
+
+    Examples
+    --------
+    Rows 5 to 25 of chunks of 10 rows of 4 bytes: the first two stored one after the other
+    (one read), the third elsewhere:
+
+    >>> _raw_runs(np.array([1000, 1040, 5000]), np.arange(3), 5, 25, 10, 4)
+    [[1020, 0, 60], [5000, 60, 20]]
+    """
+    firsts = cells * rows
+    lows, highs = np.maximum(firsts, start), np.minimum(firsts + rows, stop)
+    places = offsets + (lows - firsts) * row_bytes  # in the file
+    lengths = (highs - lows) * row_bytes  # each follows the one before in the result
+    breaks = np.flatnonzero(places[1:] != places[:-1] + lengths[:-1]) + 1
+    heads = np.concatenate([[0], breaks])
+    begins = (lows[heads] - start) * row_bytes
+    sizes = np.add.reduceat(lengths, heads) if heads.size else heads
+    return np.stack([places[heads], begins, sizes], axis=1).tolist()
 
 
 def _extend(runs: list[list[int]], offset: int, begin: int, length: int) -> None:
