@@ -145,6 +145,66 @@ def test_string_in_no_collection_is_a_format_error(tmp_path: Path) -> None:
         from_anndata(path, **KEYS)
 
 
+def test_string_past_the_objects_of_its_collection_is_a_format_error(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    name, offset = string_dataset(path)
+    patched(path, offset + 12, (60_000).to_bytes(4, "little"))  # the index, after n and heap
+    message = rf"dataset '{name}' lists a value of \d+ bytes as object 60000 .* holds none"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+def checked_one_collection_at_a_time(
+    descriptors: Any, itemsize: int, heaps: dict[int, Any], base: int
+) -> str | None:
+    """The message of the check of string descriptors against heaps as cytepool made it
+    before (a pass per collection), or None: the reference of the test below."""
+    used = descriptors[descriptors["n"] != 0]
+    for heap in np.unique(used["heap"]).tolist():
+        mine = used[used["heap"] == heap]
+        sizes = heaps.get(int(heap) + base)
+        if sizes is None:
+            return f"w lists strings in a global heap collection at byte {heap}, not one"
+        index = mine["index"].astype(np.int64)
+        found = np.where(index < sizes.size, sizes[np.minimum(index, sizes.size - 1)], -1)
+        wrong = np.flatnonzero(found != mine["n"].astype(np.int64) * itemsize)
+        if wrong.size:
+            k = wrong[0]
+            stored = "none" if found[k] < 0 else f"one of {found[k]} bytes"
+            return (
+                f"w lists a value of {int(mine['n'][k]) * itemsize} bytes as object "
+                f"{int(index[k])} of the global heap collection at byte {heap}, which holds "
+                f"{stored}"
+            )
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_descriptors_are_checked_as_one_collection_at_a_time(data: st.DataObject) -> None:
+    """All descriptors looked up at once report what a pass per collection reported: the
+    first wrong one of the collection of the lowest address (base: a user block)."""
+    from cytepool.io.anndata._hdf5_heap import _check_against_heaps
+
+    base = data.draw(st.sampled_from([0, 512]))
+    sizes = st.lists(st.sampled_from([-1, 0, 3, 8]), min_size=1, max_size=5)
+    tables = data.draw(st.dictionaries(st.sampled_from([96, 200, 4096]), sizes, max_size=3))
+    heaps = {at + base: np.array([-1, *found], np.int64) for at, found in tables.items()}
+    dtype = np.dtype([("n", "<u4"), ("heap", "<u8"), ("index", "<u4")])
+    rows = st.tuples(
+        st.sampled_from([0, 1, 3, 8]), st.sampled_from([96, 200, 4096, 24]), st.integers(0, 7)
+    )
+    descriptors = np.array(data.draw(st.lists(rows, max_size=12)), dtype=dtype)
+    itemsize = data.draw(st.sampled_from([1, 4]))
+    expected = checked_one_collection_at_a_time(descriptors, itemsize, heaps, base)
+    if expected is None:
+        _check_against_heaps(descriptors, itemsize, heaps, base, "w")
+        return
+    with pytest.raises(FormatError) as raised:
+        _check_against_heaps(descriptors, itemsize, heaps, base, "w")
+    assert str(raised.value) == expected
+
+
 def walked(data: bytes) -> list[tuple[tuple[int, int], list[tuple[int, int]]]]:
     """What each walker (Python, numba) finds in the collection ``data``: (count, where it
     would not end), and the (index, size) of the objects found."""
