@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import pytest
 ad = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sparse = pytest.importorskip("scipy.sparse")
+zarr = pytest.importorskip("zarr")
+numcodecs = pytest.importorskip("numcodecs")
 
 from cytepool.cli import main  # noqa: E402
 from cytepool.errors import (  # noqa: E402
@@ -476,20 +479,57 @@ def test_files_pooled_on_a_local_cluster(client: Any, files: list[str]) -> None:
         from_anndata(broken, **KEYS, client=client)
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc", "csc read by anndata"])
 def test_one_file_hands_its_total_on_and_files_of_many_do_not(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
-    """A file alone hands its stored values on with its row blocks, so a small one pools
-    with numpy before numba is started; a file of several does not (its worker pools the
-    others after it, and starts numba once: RowBlocks without a total)."""
+    """A file alone hands its stored values on with its row or column blocks, so a small one
+    pools with numpy before numba is started; a file of several does not (its worker pools
+    the others after it, and starts numba once: blocks without a total). The CSC matrix of
+    an .h5ad is read by cytepool, that of a Zarr v2 store with a filter by anndata."""
     from cytepool import _pool_sums
 
     asked: list[int | None] = []
     choose = _pool_sums.small_values
     monkeypatch.setattr(_pool_sums, "small_values", lambda n: asked.append(n) or choose(n))
-    paths = [write(cells(i), tmp_path / f"c{i}.h5ad") for i in range(2)]
+    suffix = ".zarr" if layout == "csc read by anndata" else ".h5ad"
+    paths = [write(cells(i), tmp_path / f"c{i}{suffix}") for i in range(2)]
+    if layout != "csr":
+        for i, path in enumerate(paths):
+            as_csc(cells(i), Path(path), filtered=layout == "csc read by anndata")
     from_anndata(paths[0], **KEYS)
     assert asked == [cells(0).X.nnz]
     asked.clear()
     from_anndata(paths, **KEYS, **HERE)
     assert asked == [None, None]
+
+
+def as_csc(adata: ad.AnnData, path: Path, *, filtered: bool) -> None:
+    """Write ``adata`` at ``path`` again with X as a CSC matrix; ``filtered``: as a Zarr v2
+    store whose X/indices has a filter (delta), which cytepool's reader leaves to anndata."""
+    adata = adata.copy()
+    adata.X = sparse.csc_matrix(adata.X)
+    shutil.rmtree(path, ignore_errors=True)
+    path.unlink(missing_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata's notes on Zarr v2
+        if not filtered:
+            adata.write_h5ad(path)
+            return
+        with ad.settings.override(zarr_write_format=2):
+            adata.write_zarr(path)
+        group = zarr.open_group(path / "X", mode="r+")
+        indices = group["indices"][...]
+        attributes = dict(group["indices"].attrs)
+        shutil.rmtree(path / "X" / "indices")
+        array = group.create_array(
+            "indices",
+            shape=indices.shape,
+            dtype=indices.dtype,
+            chunks=(64,),
+            filters=[numcodecs.Delta(dtype=indices.dtype.str)],
+            compressors=[numcodecs.Zstd()],
+        )
+    array[...] = indices
+    array.attrs.update(attributes)
+    (path / ".zmetadata").unlink(missing_ok=True)  # its copy of the old .zarray

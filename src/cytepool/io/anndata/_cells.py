@@ -534,10 +534,10 @@ def _pool_with_tables(
     ``frames`` are its obs and var, ``tables`` the sample and group tables, ``features`` the
     var columns to keep; ``options``: ``layers``, ``allow_float`` and ``progress``, as
     :func:`from_anndata` takes them, and ``alone`` (default True): False for a file pooled as
-    one of several (``pool_file``), whose row blocks then go without their total, as blocks
-    of unknown size do, to numba's kernels: its worker pools other files after it, and numba's
-    start, paid once, costs less than numpy's slower pooling of each (8 files of 50 million
-    values on 2 workers: 0.2-0.5 s more with numpy first).
+    one of several (``pool_file``), whose row or column blocks then go without their total,
+    as blocks of unknown size do, to numba's kernels: its worker pools other files after it,
+    and numba's start, paid once, costs less than numpy's slower pooling of each (8 files of
+    50 million values on 2 workers: 0.2-0.5 s more with numpy first).
     """
     from cytepool.pooling import from_codes
 
@@ -565,15 +565,15 @@ def _pool_with_tables(
     names = {"matrix": source.matrix, "pick": source.pick_counts()}
     names["cells"] = source.names_of_cells(obs)
     names["features"] = feature_table.index
+    alone = options.get("alone", True)
     with _words.speaking(**names), contextlib.ExitStack() as stack:
         if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
             blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
-            stored = _stored_values(matrix)
+            total = _stored_values(matrix) if alone else None
             if isinstance(matrix, SparseMatrix) and matrix.format == "csc":
-                counts: Any = _columns(blocks, matrix.shape, stored, options["progress"])
+                counts: Any = _columns(blocks, matrix.shape, total, options["progress"])
             else:
                 rows = (block for _, _, block in blocks)
-                total = stored if options.get("alone", True) else None
                 counts = RowBlocks(shown(rows, matrix.shape[0], options["progress"]), total)
         elif is_sparse_dataset(matrix) and matrix.format == "csc":
             indptr = matrix.group["indptr"]
@@ -582,7 +582,7 @@ def _pool_with_tables(
             column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
             if source.path:
                 column_blocks = read_damaged(column_blocks, source.owner)
-            values = int(matrix.group["data"].shape[0])
+            values = int(matrix.group["data"].shape[0]) if alone else None
             counts = _columns(column_blocks, matrix.shape, values, options["progress"])
         else:
             counts = cell_rows(matrix, options["progress"])
@@ -611,11 +611,15 @@ def _coded(
 
 
 def _columns(
-    blocks: Iterable[tuple[int, int, Any]], shape: tuple[int, int], values: int, progress: Any
+    blocks: Iterable[tuple[int, int, Any]],
+    shape: tuple[int, int],
+    values: int | None,
+    progress: Any,
 ) -> ColumnBlocks:
     """A CSC matrix on disk as blocks of its columns, ``(start, stop, block)``, which the
     pooling adds straight into their columns of the sums (no cube per block, no join); with
-    a progress bar of the features."""
+    a progress bar of the features. ``values``: its stored values, or None (a file of
+    several: numba's kernels, as for row blocks)."""
 
     def shown_columns() -> Iterator[tuple[int, int, Any]]:
         bar = _progress.Progress(shape[1], "pooling", "features", enabled=progress)
