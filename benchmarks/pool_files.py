@@ -11,7 +11,8 @@ float32, int32 indices, CSR), 24 samples x 12 cell types in random order, as
 
 Build the data with anndata 0.12 (``--build`` runs in the interpreter it is given). Every case
 then runs in a fresh process, warm page cache (the file is read once first), ``--repeats``
-times, and reports the median wall time, CPU time (user + system: CPU / wall is the cores
+times, the cases taking turns (a round runs each once, so a slow spell of the machine falls
+on every case alike and the ratios hold), and reports the median wall time, CPU time (user + system: CPU / wall is the cores
 used) and the peak resident memory above the process's memory after its imports:
 
 - ``read X``: the one-call read of X's data and indices (h5py ``ds[...]`` / zarr-python
@@ -387,20 +388,24 @@ def _files(args: argparse.Namespace) -> None:
         path = folder / layout
         size = _warm(path)
         x_bytes = _x_bytes(path)
-        results: dict[str, dict[str, float]] = {}
+        cases = args.cases.split(",")
+        runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
         sums: dict[str, np.ndarray] = {}
-        for case in args.cases.split(","):
-            runs = []
-            for i in range(args.repeats):
+        for i in range(args.repeats):  # the cases take turns: each round sees one machine
+            for case in cases:
                 keep = i == 0 and case in ("from_anndata", "scanpy")
                 out = folder / f".sums-{case}.npy" if keep else None
-                runs.append(_run_case(case, path, env, out, warm))
+                runs[case].append(_run_case(case, path, env, out, warm))
                 if out is not None:
                     sums[case] = np.load(out)
                     out.unlink()
-            results[case] = {
-                key: statistics.median(run[key] for run in runs) for key in ("wall", "cpu", "extra")
+        results = {
+            case: {
+                key: statistics.median(run[key] for run in found)
+                for key in ("wall", "cpu", "extra")
             }
+            for case, found in runs.items()
+        }
         equal = "-"
         if len(sums) == 2:
             equal = "equal" if np.array_equal(*sums.values()) else "differ"
