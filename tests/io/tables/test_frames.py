@@ -375,7 +375,7 @@ def test_nullable_strings_read_as_pandas_would_build_them_from_str(
     assert result.dtype == dtype
     pd.testing.assert_extension_array_equal(result.array, expected)
     if dtype.storage == "pyarrow":
-        assert result.array._pa_array.type == expected._pa_array.type
+        assert result.array.__arrow_array__().type == expected.__arrow_array__().type
 
 
 def test_nullable_strings_alone_can_be_read_as_buffers(tmp_path: Path) -> None:
