@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +27,8 @@ pd = pytest.importorskip("pandas")
 sparse = pytest.importorskip("scipy.sparse")
 h5py = pytest.importorskip("h5py")
 numcodecs = pytest.importorskip("numcodecs")
+
+from anndata_stores import filter_indices  # noqa: E402
 
 from cytepool.errors import FormatError, InputError, NotCountsWarning  # noqa: E402
 from cytepool.io.anndata import _direct as direct  # noqa: E402
@@ -405,24 +406,7 @@ def test_what_is_not_decoded_falls_back_to_anndata(tmp_path: Path) -> None:
     """A Zarr v2 array with filters is read by anndata's reader: the same cube."""
     adata = cells()
     path = write(adata, tmp_path / "c.zarr", "zarr-v2")
-    zarr = pytest.importorskip("zarr")
-    group = zarr.open_group(path / "X", mode="r+")
-    indices = group["indices"][...]
-    attributes = dict(group["indices"].attrs)
-    shutil.rmtree(path / "X" / "indices")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        array = group.create_array(
-            "indices",
-            shape=indices.shape,
-            dtype=indices.dtype,
-            chunks=(64,),
-            filters=[numcodecs.Delta(dtype=indices.dtype.str)],
-            compressors=[numcodecs.Zstd()],
-        )
-    array[...] = indices
-    array.attrs.update(attributes)
-    unconsolidate(path / "X")
+    filter_indices(path)
     assert not isinstance(reader_of(path), direct.SparseMatrix)
     assert_identical(pooled(path), pooled(adata))
 

@@ -21,8 +21,10 @@ import pytest
 ad = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sparse = pytest.importorskip("scipy.sparse")
-zarr = pytest.importorskip("zarr")
-numcodecs = pytest.importorskip("numcodecs")
+pytest.importorskip("zarr")
+pytest.importorskip("numcodecs")
+
+from anndata_stores import filter_indices  # noqa: E402
 
 from cytepool.cli import main  # noqa: E402
 from cytepool.errors import (  # noqa: E402
@@ -506,7 +508,8 @@ def test_one_file_hands_its_total_on_and_files_of_many_do_not(
 
 def as_csc(adata: ad.AnnData, path: Path, *, filtered: bool) -> None:
     """Write ``adata`` at ``path`` again with X as a CSC matrix; ``filtered``: as a Zarr v2
-    store whose X/indices has a filter (delta), which cytepool's reader leaves to anndata."""
+    store whose X/indices has a filter (delta), which cytepool's reader leaves to anndata
+    (:func:`anndata_stores.filter_indices`)."""
     adata = adata.copy()
     adata.X = sparse.csc_matrix(adata.X)
     shutil.rmtree(path, ignore_errors=True)
@@ -518,18 +521,4 @@ def as_csc(adata: ad.AnnData, path: Path, *, filtered: bool) -> None:
             return
         with ad.settings.override(zarr_write_format=2):
             adata.write_zarr(path)
-        group = zarr.open_group(path / "X", mode="r+")
-        indices = group["indices"][...]
-        attributes = dict(group["indices"].attrs)
-        shutil.rmtree(path / "X" / "indices")
-        array = group.create_array(
-            "indices",
-            shape=indices.shape,
-            dtype=indices.dtype,
-            chunks=(64,),
-            filters=[numcodecs.Delta(dtype=indices.dtype.str)],
-            compressors=[numcodecs.Zstd()],
-        )
-    array[...] = indices
-    array.attrs.update(attributes)
-    (path / ".zmetadata").unlink(missing_ok=True)  # its copy of the old .zarray
+    filter_indices(path)
