@@ -450,7 +450,7 @@ def _raw_runs(
     breaks = np.flatnonzero(places[1:] != places[:-1] + lengths[:-1]) + 1
     heads = np.concatenate([[0], breaks])
     begins = (lows[heads] - start) * row_bytes
-    sizes = np.add.reduceat(lengths, heads) if heads.size else heads
+    sizes = np.add.reduceat(lengths, heads)
     return np.stack([places[heads], begins, sizes], axis=1).tolist()
 
 

@@ -364,23 +364,13 @@ def _check_against_heaps(
 ) -> None:
     """Each descriptor (of a value not empty) names an object of its length in ``heaps``.
 
-    All are looked up at once (an obs index of 200,000 names spreads over some 80 collections,
-    which a pass per collection took 10 ms to check); the one reported, if any, is the first
-    listed in the collection of the lowest address that holds a wrong one.
+    All are looked up at once (an obs index of 200,000 names spreads over some 80
+    collections, which a pass per collection went through 80 times); the one reported, if
+    any, is the first listed in the collection of the lowest address that holds a wrong one.
     """
     used = descriptors[descriptors["n"] != 0]
-    if not used.size:
-        return
-    heap = used["heap"].astype(np.uint64)
-    index = used["index"].astype(np.int64)
-    names, tables = _heap_tables(heaps, base)
-    slot = np.minimum(np.searchsorted(names, heap), max(names.size - 1, 0))
-    known = names[slot] == heap if names.size else np.zeros(heap.size, bool)
-    counts = np.array([table.size for table in tables] or [0], dtype=np.int64)
-    firsts = np.cumsum(counts) - counts
-    inside = known & (index < counts[slot])
-    flat = np.concatenate(tables) if tables else np.full(1, -1, np.int64)
-    found = np.where(inside, flat[np.where(inside, firsts[slot] + index, 0)], -1)
+    heap, index = used["heap"].astype(np.uint64), used["index"].astype(np.int64)
+    known, found = _objects_named(heap, index, heaps, base)
     wrong = np.flatnonzero(~known | (found != used["n"].astype(np.int64) * itemsize))
     if not wrong.size:
         return
@@ -397,13 +387,25 @@ def _check_against_heaps(
     raise FormatError(msg)
 
 
-def _heap_tables(
-    heaps: dict[int, np.ndarray[Any, Any]], base: int
-) -> tuple[np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
-    """The addresses of the collections of ``heaps`` as descriptors give them (counted from
-    the end of a user block of ``base`` bytes), sorted, and the sizes of each one's objects."""
+def _objects_named(
+    heap: np.ndarray[Any, Any],
+    index: np.ndarray[Any, Any],
+    heaps: dict[int, np.ndarray[Any, Any]],
+    base: int,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """For descriptors naming object ``index`` of the collection at ``heap`` (an address as
+    descriptors give it, counted from the end of a user block of ``base`` bytes): whether
+    ``heaps`` (by byte offset in the file) holds that collection, and the size of the object
+    (-1 where there is none)."""
     addresses = sorted(at - base for at in heaps if at >= base)
-    return np.array(addresses, dtype=np.uint64), [heaps[at + base] for at in addresses]
+    names = np.array(addresses, dtype=np.uint64)
+    tables = [heaps[at + base] for at in addresses] or [np.full(1, -1, np.int64)]
+    slot = np.minimum(np.searchsorted(names, heap), max(names.size - 1, 0))
+    known = names[slot] == heap if names.size else np.zeros(heap.size, bool)
+    counts = np.array([table.size for table in tables], dtype=np.int64)
+    inside = known & (index < counts[slot])
+    at = np.where(inside, (np.cumsum(counts) - counts)[slot] + index, 0)
+    return known, np.where(inside, np.concatenate(tables)[at], -1)
 
 
 def _stored_descriptors(
