@@ -401,6 +401,14 @@ def test_errors_name_what_exists_with_paths_as_typed(
         (["pool", "cells.h5ad", "other", *keys, "--overwrite"], "error: other exists and is not"),
         (["pool", "cells.h5ad", "a file", *keys], "error: a file exists; pass --overwrite"),
         (
+            ["pool", "cells.h5ad", "pseudobulk.h5ad", *keys],
+            "error: pseudobulk.h5ad: OUTPUT (the last argument) is the cube file to write, a "
+            "Zarr directory (*.cube.zarr), not an .h5ad file; for a pseudobulk AnnData, write "
+            "the cube, then run: cytepool export CUBE pseudobulk.h5ad",
+        ),
+        (["pool", "cells.h5ad", "cells.h5ad", *keys, "--overwrite"], "not an .h5ad file"),
+        (["pool", "cells.h5ad", "x.H5MU", *keys], "error: x.H5MU: OUTPUT (the last argument)"),
+        (
             ["pool", "cells.h5ad", "q.cube.zarr", *keys, "--compression", "none", "--level", "3"],
             "error: --level needs --compression gzip or zstd",
         ),

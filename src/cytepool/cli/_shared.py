@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from cytepool.errors import InputError
+
 if TYPE_CHECKING:
     import anndata
 
@@ -159,13 +161,26 @@ def without_ids(schema: dict[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 
 
+_HDF5_SUFFIXES = (".h5ad", ".h5mu", ".h5", ".hdf5")
+"""Names of HDF5 files, which a cube file (a Zarr directory) must not take."""
+
+
 def check_output(typed: str, *, overwrite: bool, cube: bool) -> None:
     """Refuse to replace something unless asked to, and then only what the command writes.
 
     A cube file replaces only a cube file or an empty directory (as write_cube does), an
-    AnnData only a file, a Zarr store or an empty directory; never a symbolic link.
+    AnnData only a file, a Zarr store or an empty directory; never a symbolic link. A cube
+    file is not written under the name of an HDF5 file (``out.h5ad``: the directory would
+    look like an AnnData file that nothing opens; or an input typed last, OUTPUT forgotten).
     """
     path = Path(typed)
+    if cube and path.suffix.lower() in _HDF5_SUFFIXES:
+        msg = (
+            f"{typed}: OUTPUT (the last argument) is the cube file to write, a Zarr directory "
+            f"(*.cube.zarr), not an {path.suffix} file; for a pseudobulk AnnData, write the "
+            f"cube, then run: cytepool export CUBE {typed}"
+        )
+        raise InputError(msg)
     if not path.exists() and not path.is_symlink():
         if not path.parent.is_dir():
             msg = f"the directory {os.path.dirname(typed) or '.'} does not exist"
