@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +204,45 @@ def test_first_pooling_of_a_small_file_does_not_start_numba(tmp_path: Any, layou
     )
     loaded, out = loaded_after(code)
     assert f"sums {2 * n_cells * n_genes}" in out
+    assert not loaded & {"numba", "llvmlite", "anndata"}, sorted(loaded)
+
+
+def test_a_file_of_many_names_does_not_start_numba_to_check_its_heap(tmp_path: Any) -> None:
+    """The names of 30,000 cells and 10,000 genes (1.3 MB of heap objects, past the 1 MiB
+    the heap was once walked in Python within) are checked without starting numba, for a
+    matrix numpy pools (see _hdf5_heap.walker)."""
+    ad = pytest.importorskip("anndata")
+    import numpy as np
+    import pandas as pd
+    import scipy.sparse as sp
+
+    from cytepool.io.anndata._hdf5_heap import PYTHON_WALK_BYTES
+
+    n_cells, n_genes = 30_000, 10_000
+    x = sp.csr_matrix(
+        (np.ones(n_cells, np.float32), (np.arange(n_cells), np.arange(n_cells) % n_genes)),
+        shape=(n_cells, n_genes),
+    )
+    obs = pd.DataFrame(
+        {"sample": [f"s{i % 3}" for i in range(n_cells)], "cell_type": ["T", "B"] * (n_cells // 2)},
+        index=[f"cell-{i:08d}" for i in range(n_cells)],
+    )
+    var = pd.DataFrame(index=[f"ENSG{j:011d}" for j in range(n_genes)])
+    path = tmp_path / "cells.h5ad"
+    ad.AnnData(x, obs=obs, var=var).write_h5ad(path)
+    data = path.read_bytes()
+    heap = sum(
+        int.from_bytes(data[at.start() + 8 : at.start() + 16], "little")
+        for at in re.finditer(b"GCOL", data)
+    )
+    assert 1 << 20 < heap <= PYTHON_WALK_BYTES
+    code = (
+        "from cytepool.io.anndata import from_anndata\n"
+        f"cube = from_anndata({str(path)!r}, sample_key='sample', group_key='cell_type')\n"
+        "print('sums', int(cube.to_numpy('counts').sum()))\n"
+    )
+    loaded, out = loaded_after(code)
+    assert f"sums {n_cells}" in out
     assert not loaded & {"numba", "llvmlite", "anndata"}, sorted(loaded)
 
 

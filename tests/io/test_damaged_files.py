@@ -102,8 +102,7 @@ def heap_walker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """Each walk of the global heap: in Python (small files) and the numba kernel."""
     from cytepool.io.anndata import _hdf5_heap
 
-    if request.param == "numba":
-        monkeypatch.setattr(_hdf5_heap, "PYTHON_WALK_BYTES", -1)
+    monkeypatch.setattr(_hdf5_heap, "walker", lambda sizes: request.param)
     return str(request.param)
 
 
@@ -237,6 +236,24 @@ def test_the_python_and_numba_heap_walks_agree(tmp_path: Path) -> None:
         mutated[int(rng.integers(16, len(mutated)))] = int(rng.integers(0, 256))
         python, kernel = walked(bytes(mutated))
         assert python == kernel, python[0]
+
+
+def test_the_heap_is_walked_in_python_until_numba_is_loaded_or_it_is_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file's heap up to PYTHON_WALK_BYTES (the names of some 30,000 cells and genes) does
+    not start numba; a larger one, or any once numba's kernels are loaded, is walked by the
+    kernel."""
+    from cytepool.io.anndata import _hdf5_heap
+
+    for name in _hdf5_heap._KERNELS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    most = _hdf5_heap.PYTHON_WALK_BYTES
+    assert most >= 32 * 60_000  # 30,000 cells and 30,000 genes of short names
+    assert _hdf5_heap.walker([most // 2, most // 2]) == "python"
+    assert _hdf5_heap.walker([most // 2, most // 2 + 1]) == "numba"
+    monkeypatch.setitem(sys.modules, _hdf5_heap._KERNELS[1], sys)  # numba's kernels loaded
+    assert _hdf5_heap.walker([8]) == "numba"
 
 
 def attribute_string(path: Path, name: str, attribute: str) -> int:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,12 +52,13 @@ from cytepool.io.anndata._hdf5_headers import string_attributes
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["PYTHON_WALK_BYTES", "check_global_heaps", "heap_objects_walked"]
+__all__ = ["PYTHON_WALK_BYTES", "check_global_heaps", "heap_objects_walked", "walker"]
 
 _SIGNATURE = b"GCOL"
 _SEARCHED = 1 << 20  # numeric datasets storing more bytes than this are not searched
 _ALIGN = 8  # heap objects are padded to multiples of 8 bytes
-PYTHON_WALK_BYTES = 1 << 20  # collections of this many bytes in all are walked in Python
+PYTHON_WALK_BYTES = 2 << 20  # collections of this many bytes in all are walked in Python
+_KERNELS = ("cytepool.io.anndata._hdf5_kernels", "cytepool._pool_kernels")  # numba's, once in
 _UNREAD = frozenset({"uns", "obsm", "varm", "obsp", "varp"})  # never read when pooling
 
 
@@ -247,8 +249,7 @@ def _collections(
     view: _FileBytes, gaps: list[tuple[int, int]], lengths: int, path: Path
 ) -> dict[int, np.ndarray[Any, Any]]:
     """The collections found in ``gaps``: address to the sizes of their objects by index
-    (-1 where there is none). Walked in Python when they are small in all (a small file does
-    not start numba, whose first call takes most of a second), else by a numba kernel."""
+    (-1 where there is none), walked in Python or by a numba kernel (see :func:`walker`)."""
     found = []
     for start, stop in gaps:
         at = view.find(_SIGNATURE, start, stop)
@@ -259,11 +260,26 @@ def _collections(
                 continue
             found.append((at, size))
             at = view.find(_SIGNATURE, at + size, stop)
-    if sum(size for _, size in found) <= PYTHON_WALK_BYTES:
+    if walker([size for _, size in found]) == "python":
         walk = heap_objects_walked
     else:
         from cytepool.io.anndata._hdf5_kernels import heap_objects as walk
     return {at: _objects(view, at, size, lengths, path, walk) for at, size in found}
+
+
+def walker(sizes: list[int]) -> str:
+    """How collections of ``sizes`` bytes are walked: ``"python"``, an object at a time, when
+    they hold at most :data:`PYTHON_WALK_BYTES` in all and numba's kernels are not loaded in
+    the process; else ``"numba"`` (:mod:`._hdf5_kernels`).
+
+    Python takes about 1 µs per object (some 40 ns per byte of short names); starting numba
+    takes about 0.5 s. A file's heap holds its cell and gene names, some 32 bytes each: up to
+    2 MiB, the names of 30,000 cells and 30,000 genes, whose matrix (at 5 % nonzero, below
+    2**26 values) numpy pools without numba; a larger file starts numba for its pooling
+    anyway, and its heap is then walked by numba's kernel.
+    """
+    loaded = any(name in sys.modules for name in _KERNELS)
+    return "python" if sum(sizes) <= PYTHON_WALK_BYTES and not loaded else "numba"
 
 
 def heap_objects_walked(
