@@ -197,14 +197,7 @@ def test_first_pooling_of_a_small_file_does_not_start_numba(tmp_path: Any, layou
     )
     path = tmp_path / "cells.h5ad"
     ad.AnnData(sp.csr_matrix(x) if layout == "csr" else x, obs=obs).write_h5ad(path)
-    code = (
-        "from cytepool.io.anndata import from_anndata\n"
-        f"cube = from_anndata({str(path)!r}, sample_key='sample', group_key='cell_type')\n"
-        "print('sums', int(cube.to_numpy('counts').sum()))\n"
-    )
-    loaded, out = loaded_after(code)
-    assert f"sums {2 * n_cells * n_genes}" in out
-    assert not loaded & {"numba", "llvmlite", "anndata"}, sorted(loaded)
+    assert pooled_alone(path) == 2 * n_cells * n_genes  # and numba not started
 
 
 def test_a_file_of_many_names_does_not_start_numba_to_check_its_heap(tmp_path: Any) -> None:
@@ -236,14 +229,20 @@ def test_a_file_of_many_names_does_not_start_numba_to_check_its_heap(tmp_path: A
         for at in re.finditer(b"GCOL", data)
     )
     assert 1 << 20 < heap <= PYTHON_WALK_BYTES
+    assert pooled_alone(path) == n_cells  # and numba not started
+
+
+def pooled_alone(path: Path) -> int:
+    """The sum of the counts of the file at ``path`` pooled in a fresh process, checked to
+    have imported neither numba nor anndata."""
     code = (
         "from cytepool.io.anndata import from_anndata\n"
         f"cube = from_anndata({str(path)!r}, sample_key='sample', group_key='cell_type')\n"
         "print('sums', int(cube.to_numpy('counts').sum()))\n"
     )
     loaded, out = loaded_after(code)
-    assert f"sums {n_cells}" in out
     assert not loaded & {"numba", "llvmlite", "anndata"}, sorted(loaded)
+    return int(re.findall(r"sums (\d+)", out)[-1])
 
 
 def test_local_reads_never_import_the_remote_module(tmp_path: Any) -> None:
