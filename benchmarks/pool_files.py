@@ -12,8 +12,9 @@ float32, int32 indices, CSR), 24 samples x 12 cell types in random order, as
 Build the data with anndata 0.12 (``--build`` runs in the interpreter it is given). Every case
 then runs in a fresh process, warm page cache (the file is read once first), ``--repeats``
 times, the cases taking turns (a round runs each once, so a slow spell of the machine falls
-on every case alike and the ratios hold), and reports the median wall time, CPU time (user + system: CPU / wall is the cores
-used) and the peak resident memory above the process's memory after its imports:
+on every case alike and the ratios hold), and reports the median wall time, CPU time (user +
+system: CPU / wall is the cores used) and the peak resident memory above the process's
+memory after its imports:
 
 - ``read X``: the one-call read of X's data and indices (h5py ``ds[...]`` / zarr-python
   ``array[...]``), what any reader must at least do;

@@ -34,6 +34,7 @@ __all__ = [
     "FIRST_VALUES",
     "INTEGER_BOUND",
     "INVALID",
+    "KERNELS",
     "NUMPY_BUDGET",
     "PIECE_VALUES",
     "SMALL_VALUES",
@@ -54,7 +55,7 @@ SMALL_VALUES = 2**20
 FIRST_VALUES = 2**26
 NUMPY_BUDGET = 2**27
 PIECE_VALUES = 2**16  # temporaries in cache: faster than larger pieces, and a few MiB
-_KERNELS = "cytepool._pool_kernels"
+KERNELS = "cytepool._pool_kernels"  # the module of numba's kernels: once imported, numba runs
 _spent = [0]  # values of inputs that small_values let numpy pool, in this process
 # Below this bound on a profile's sums of squares no int64 sum of squares can wrap; above it
 # the numba kernels, which check every addition, take over.
@@ -70,7 +71,7 @@ def small_values(total: int | None) -> int:
     """The most stored values of a block pooled here, for an input of ``total`` (None: not
     known): ``FIRST_VALUES`` while numba's kernels are not loaded, the input is no larger and
     the process has not spent ``NUMPY_BUDGET`` on such inputs (this one is then counted)."""
-    if total is None or total > FIRST_VALUES or _KERNELS in sys.modules:
+    if total is None or total > FIRST_VALUES or KERNELS in sys.modules:
         return SMALL_VALUES
     if total > SMALL_VALUES and _spent[0] + total > NUMPY_BUDGET:
         return SMALL_VALUES

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cytepool._pool_sums import KERNELS
 from cytepool.errors import FormatError
 from cytepool.io.anndata._hdf5 import check_regular, stored_chunks, system_error
 from cytepool.io.anndata._hdf5_filters import Pipeline
@@ -58,7 +59,7 @@ _SIGNATURE = b"GCOL"
 _SEARCHED = 1 << 20  # numeric datasets storing more bytes than this are not searched
 _ALIGN = 8  # heap objects are padded to multiples of 8 bytes
 PYTHON_WALK_BYTES = 2 << 20  # collections of this many bytes in all are walked in Python
-_KERNELS = ("cytepool.io.anndata._hdf5_kernels", "cytepool._pool_kernels")  # numba's, once in
+_KERNELS = ("cytepool.io.anndata._hdf5_kernels", KERNELS)  # numba's kernels, once imported
 _UNREAD = frozenset({"uns", "obsm", "varm", "obsp", "varp"})  # never read when pooling
 
 
