@@ -847,17 +847,20 @@ def test_string_columns_encode_each_row_as_its_size_then_its_bytes(kind: str, n:
 
 @pytest.mark.parametrize("n_sizes", [1, 3, 12, 40])  # runs, sizes a few at a time, a mask
 @pytest.mark.parametrize("sorted_sizes", [False, True])
-def test_length_prefixed_rows_are_each_size_then_bytes(n_sizes: int, sorted_sizes: bool) -> None:
+@pytest.mark.parametrize("gap", [0, 4])  # rows back to back; rows after vlen-utf8 length fields
+def test_length_prefixed_rows_are_each_size_then_bytes(
+    n_sizes: int, sorted_sizes: bool, gap: int
+) -> None:
     from cytepool.fingerprint import _length_prefixed
 
     rng = np.random.default_rng(n_sizes)
     sizes = rng.integers(0, n_sizes, 5000)
     if sorted_sizes:
         sizes.sort()
-    data = rng.integers(0, 256, int(sizes.sum()), dtype=np.uint8)
-    ends = np.cumsum(sizes)
+    source = rng.integers(0, 256, 3 + int(sizes.sum()) + gap * len(sizes), dtype=np.uint8)
+    starts = 3 + np.cumsum(sizes + gap) - sizes  # 3 bytes before the first row's gap
     expected = b"".join(
-        int(size).to_bytes(8, "little") + data[end - size : end].tobytes()
-        for size, end in zip(sizes.tolist(), ends.tolist(), strict=True)
+        int(size).to_bytes(8, "little") + source[start : start + size].tobytes()
+        for size, start in zip(sizes.tolist(), starts.tolist(), strict=True)
     )
-    assert _length_prefixed(data, sizes).tobytes() == expected
+    assert _length_prefixed(source, starts, sizes, gap).tobytes() == expected

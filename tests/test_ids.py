@@ -13,6 +13,7 @@ from cytepool._assemble import parts_of
 from cytepool._ids import BufferIds, _hashes, _hashes_by_byte, _keys
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import FormatError, UnknownIdError
+from cytepool.io.zarr import _vlen
 from cytepool.io import read_cube, write_cube
 from factories import make_cube, string_values
 
@@ -47,9 +48,25 @@ def test_find_and_repeated_agree_with_a_dict(ids: list[str], queries: list[str])
 )
 def test_both_hashes_agree(ids: list[str]) -> None:
     buffer = Utf8Buffer.from_str(ids)
-    starts = buffer.offsets[:-1].astype(np.intp)
-    assert (_hashes(buffer) == _hashes_by_byte(buffer, buffer.sizes(), starts)).all()
+    assert (_hashes(buffer) == _hashes_by_byte(buffer, buffer.sizes())).all()
     assert len(set(_hashes(buffer).tolist())) == len(ids)
+    assert (_hashes(spaced(ids)) == _hashes(buffer)).all()  # hashed where a chunk holds them
+
+
+def spaced(ids: list[str]) -> Utf8Buffer:
+    """The ids as a reader keeps a vlen-utf8 chunk of them: each after its length field."""
+    decoder = _vlen.Decoder(len(ids), "(test)")
+    decoder.feed(_vlen.encode(np.array(ids, dtype=object)))
+    return decoder.spaced(0, len(ids))
+
+
+@given(st.lists(texts, max_size=40, unique=True), st.lists(texts, max_size=8))
+@settings(max_examples=60, deadline=None)
+def test_ids_kept_spaced_are_found_as_joined_ones(ids: list[str], wanted: list[str]) -> None:
+    kept, joined = BufferIds(spaced(ids)), BufferIds(Utf8Buffer.from_str(ids))
+    assert kept.find(wanted).tolist() == joined.find(wanted).tolist()
+    assert kept.buffer.located()[2] == 4  # found without joining
+    assert kept.take(np.arange(len(ids))[::-1]).to_list() == ids[::-1]
 
 
 def test_ids_sharing_a_hash_are_told_apart_by_their_bytes() -> None:

@@ -54,7 +54,6 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     out = np.zeros(len(sizes), dtype=np.uint64)
     if not len(sizes):
         return out
-    starts = buffer.offsets[:-1].astype(np.intp)
     shortest, longest = int(sizes.min()), int(sizes.max())
     if shortest == longest:
         lengths = np.array([shortest])
@@ -63,14 +62,15 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     else:
         lengths = np.unique(sizes)
     if len(lengths) > _MOST_LENGTHS:  # many lengths: one pass over the bytes instead
-        return _hashes_by_byte(buffer, sizes, starts)
-    first = int(buffer.offsets[0])
-    data = np.ascontiguousarray(buffer.data)
+        return _hashes_by_byte(buffer, sizes)
+    data, starts, gap = buffer.located()  # where the bytes are, joined or not
+    data = np.ascontiguousarray(data)
     for length in lengths.tolist():
         if not length:
             continue
-        if len(lengths) == 1:  # one length: the bytes are the items already
-            out = _word_hashes(data[first : first + length * len(sizes)].view(f"V{length}"))
+        if len(lengths) == 1:  # one length: the items are evenly spaced
+            step = (length + gap,)
+            out = _word_hashes(np.ndarray(len(sizes), f"V{length}", data, starts[0], step))
             continue
         rows = np.flatnonzero(sizes == length)  # their items start at some of the windows
         out[rows] = _word_hashes(windows(data, f"V{length}")[starts[rows]])
@@ -110,15 +110,13 @@ def _powers(n: int) -> np.ndarray[Any, Any]:
     return np.cumprod(powers)[:n]  # wraps modulo 2**64, as meant
 
 
-def _hashes_by_byte(
-    buffer: Utf8Buffer, sizes: np.ndarray[Any, Any], starts: np.ndarray[Any, Any]
-) -> np.ndarray[Any, Any]:
+def _hashes_by_byte(buffer: Utf8Buffer, sizes: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """:func:`_hashes` of items of many lengths, in one pass over the bytes: each byte shifted
     to its place in its word and weighted by its word's place from the item's end, summed per
     item."""
     first = int(buffer.offsets[0])
     data = buffer.data[first : int(buffer.offsets[-1])]
-    starts = starts - first
+    starts = buffer.offsets[:-1].astype(np.intp) - first
     place = np.arange(len(data), dtype=np.intp) - np.repeat(starts, sizes)  # in its item
     last_word = np.repeat((sizes.astype(np.intp) + 7) // 8 - 1, sizes)
     shifted = data.astype(np.uint64) << (8 * (place % 8)).astype(np.uint64)
@@ -184,10 +182,6 @@ class BufferIds:
             self._sorted = (keys[order], order)
         return self._sorted
 
-    def _item(self, row: int) -> bytes:
-        a, b = int(self.buffer.offsets[row]), int(self.buffer.offsets[row + 1])
-        return self.buffer.data[a:b].tobytes()
-
     def repeated(self) -> list[str]:
         """The ids held more than once, sorted (empty when every id is unique)."""
         index, order = self._index()
@@ -197,7 +191,7 @@ class BufferIds:
         rows = np.unique(np.concatenate([order[same], order[same + 1]]))
         seen: dict[bytes, int] = {}
         for row in rows.tolist():  # only the rows whose key another shares: confirmed by bytes
-            item = self._item(row)
+            item = self.buffer.item(row)
             seen[item] = seen.get(item, 0) + 1
         return sorted(item.decode("utf-8") for item, count in seen.items() if count > 1)
 
@@ -217,8 +211,8 @@ class BufferIds:
         same = _equal(self.buffer.take(candidates), wanted.take(hit))
         out[hit[same]] = candidates[same]
         for i in hit[~same & (last[hit] - first[hit] > 1)].tolist():  # a shared key: rare
-            item = wanted.data[int(wanted.offsets[i]) : int(wanted.offsets[i + 1])].tobytes()
-            rows = [row for row in order[first[i] : last[i]].tolist() if self._item(row) == item]
+            item, shared = wanted.item(i), order[first[i] : last[i]].tolist()
+            rows = [row for row in shared if self.buffer.item(row) == item]
             out[i] = rows[0] if rows else -1
         return out
 

@@ -19,18 +19,32 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, TypeAlias
 
 import numpy as np
 
-__all__ = ["Encoded", "Piece", "Utf8Buffer", "encode", "move_by_size", "size_runs", "windows"]
+__all__ = [
+    "Encoded",
+    "Located",
+    "Piece",
+    "SpacedUtf8Buffer",
+    "Utf8Buffer",
+    "encode",
+    "move_by_size",
+    "size_runs",
+    "windows",
+]
 
 INT32_MAX = np.iinfo(np.int32).max
+_ALL = slice(None)
 Piece: TypeAlias = "tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]"
 """Items as their byte lengths and their bytes back to back."""
+Located: TypeAlias = "tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]"
+"""Items in a uint8 array: the array, each item's first byte in it and the bytes between one
+item and the next (see :meth:`Utf8Buffer.located`)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,20 @@ class Utf8Buffer:
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    def located(self, rows: slice | np.ndarray[Any, Any] = _ALL) -> Located:
+        """Where the bytes of the items at ``rows`` (a slice or positions) are: a uint8 array,
+        the position of each item's first byte in it (int64) and the bytes between one item
+        and the next (0 here: the items are back to back)."""
+        return self.data, self.offsets[:-1][rows].astype(np.int64), 0
+
+    def check(self) -> None:
+        """Check that every item is valid UTF-8 (here: checked when the buffer was made)."""
+
+    def item(self, row: int) -> bytes:
+        """The bytes of item ``row``."""
+        source, (start,), _ = self.located(np.array([row]))
+        return source[start : start + int(self.offsets[row + 1] - self.offsets[row])].tobytes()
 
     @classmethod
     def from_sizes(cls, sizes: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> Utf8Buffer:
@@ -160,11 +188,10 @@ class Utf8Buffer:
         ['é', 'ab', 'é']
         """
         sizes = self.sizes()[rows]
-        starts = self.offsets[:-1][rows].astype(np.int64, copy=False)
-        out = Utf8Buffer.from_sizes(sizes, self.data[:0])
-        shift = np.repeat(starts - out.offsets[:-1], sizes)
-        out.data = self.data[shift + np.arange(int(out.offsets[-1]), dtype=np.int64)]
-        return out
+        source, starts, _ = self.located(rows)
+        offsets = Utf8Buffer.from_sizes(sizes, source[:0]).offsets
+        shift = np.repeat(starts - offsets[:-1], sizes)
+        return Utf8Buffer(offsets, source[shift + np.arange(int(offsets[-1]), dtype=np.int64)])
 
     def sizes(self) -> np.ndarray[Any, Any]:
         """The byte length of each item (int64)."""
@@ -229,6 +256,68 @@ class Utf8Buffer:
             nulls = int(mask.sum())
         buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
         return pa.Array.from_buffers(kind, n, buffers, null_count=nulls)
+
+
+class SpacedUtf8Buffer(Utf8Buffer):
+    """A :class:`Utf8Buffer` whose items are still where a reader found them, each after a gap
+    of ``gap`` bytes (a vlen-utf8 chunk's length fields); ``data``, the items back to back, is
+    made by ``join()`` when first asked for.
+
+    A reader keeps a column so when what it needs first is the column's digest, which
+    :meth:`located` lets a hash take from the items where they are: a column that is only
+    verified is never copied, and ``join`` (which also checks the UTF-8) runs only for a
+    column that is used. :meth:`located`, :meth:`item` and :meth:`take` give the bytes as
+    stored, not checked: call :meth:`check` first where that matters (ids).
+
+    Examples
+    --------
+    >>> stored = np.frombuffer(b"..ab..cde", dtype=np.uint8)
+    >>> joined = lambda: np.frombuffer(b"abcde", dtype=np.uint8)
+    >>> buffer = SpacedUtf8Buffer(np.array([0, 2, 5]), stored, 2, joined)
+    >>> buffer.located()[1:], buffer.item(1), buffer.take(np.array([1, 0])).to_list()
+    ((array([2, 6]), 2), b'cde', [b'cde', b'ab'])
+    >>> buffer.to_list()
+    [b'ab', b'cde']
+    """
+
+    def __init__(
+        self,
+        offsets: np.ndarray[Any, Any],
+        spaced: np.ndarray[Any, Any],
+        gap: int,
+        join: Callable[[], np.ndarray[Any, Any]],
+    ):
+        self.offsets = offsets
+        self._spaced: np.ndarray[Any, Any] | None = spaced
+        self._gap, self._join = gap, join
+        self._joined: np.ndarray[Any, Any] | None = None
+
+    @property
+    def data(self) -> np.ndarray[Any, Any]:
+        """The items back to back, joined on first use (then the spaced bytes are let go)."""
+        joined = self._joined
+        if joined is None:
+            self.data = joined = self._join()
+        return joined
+
+    @data.setter
+    def data(self, joined: np.ndarray[Any, Any]) -> None:
+        self._joined, self._spaced = joined, None
+
+    def check(self) -> None:
+        """Check that every item is valid UTF-8 (the error of ``join``), without joining
+        items that are ASCII (no byte, length fields included, of 0x80 or more)."""
+        spaced = self._spaced
+        if spaced is None or spaced.max(initial=0) >= 0x80:
+            self.data  # noqa: B018 -- joining checks them
+
+    def located(self, rows: slice | np.ndarray[Any, Any] = _ALL) -> Located:
+        spaced = self._spaced  # read once: another thread may join meanwhile
+        if spaced is None:
+            return super().located(rows)
+        starts = self.offsets[:-1][rows].astype(np.int64)
+        starts += self._gap * (np.arange(1, len(self) + 1)[rows])
+        return spaced, starts, self._gap
 
 
 def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, int]] | None:

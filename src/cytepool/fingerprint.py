@@ -264,12 +264,13 @@ def _prefixed_size(values: Utf8Buffer) -> int:
 
 def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
     """The canonical encoding of string values (each row as its byte count, a little-endian
-    uint64, then its bytes), in pieces of at most ``_PIECE_ROWS`` rows, built with numpy."""
-    bounds, sizes = values.offsets, values.sizes()
+    uint64, then its bytes), in pieces of at most ``_PIECE_ROWS`` rows, built with numpy from
+    the bytes where they are (:meth:`~cytepool._utf8.Utf8Buffer.located`)."""
+    sizes = values.sizes()
     for start in range(0, len(sizes), _PIECE_ROWS):
         stop = min(start + _PIECE_ROWS, len(sizes))
-        data = values.data[bounds[start] : bounds[stop]]
-        yield memoryview(_length_prefixed(data, sizes[start:stop]))
+        source, starts, gap = values.located(slice(start, stop))
+        yield memoryview(_length_prefixed(source, starts, sizes[start:stop], gap))
 
 
 def _prefixed_record(size: int) -> np.dtype[Any]:
@@ -277,8 +278,15 @@ def _prefixed_record(size: int) -> np.dtype[Any]:
     return np.dtype({"names": ["size", "bytes"], "formats": ["<u8", f"V{size}"], "offsets": [0, 8]})
 
 
-def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> Any:
-    """Each row's size as a little-endian uint64 followed by its bytes, for all rows.
+def _length_prefixed(
+    source: np.ndarray[Any, Any],
+    starts: np.ndarray[Any, Any],
+    sizes: np.ndarray[Any, Any],
+    gap: int,
+) -> Any:
+    """Each row's size as a little-endian uint64 followed by its bytes, for all rows: row ``i``
+    is ``sizes[i]`` bytes of ``source`` from ``starts[i]``, and ``gap`` bytes lie between one
+    row and the next (0: back to back; 4: a vlen-utf8 chunk's length fields).
 
     Rows in runs of one size (fixed-width ids, ids numbered in order) are written a run at a
     time as the records of a structured array (a size field, then the bytes as one field: numpy
@@ -286,25 +294,25 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     change often are moved a size at a time (:func:`~cytepool._utf8.move_by_size`), or, of
     many sizes, placed with a mask."""
     n = len(sizes)
+    out = np.empty(8 * n + int(sizes.sum()), dtype=np.uint8)
     runs = size_runs(sizes)
     if runs is not None:
-        out = np.empty(8 * n + len(data), dtype=np.uint8)
-        at = source = 0
+        at = 0
         for start, stop in runs:
             size, count = int(sizes[start]), stop - start
             block = out[at : at + count * (8 + size)]
             if size:
                 records = block.view(_prefixed_record(size))
                 records["size"] = sizes[start:stop]
-                records["bytes"] = data[source : source + count * size].view(f"V{size}")
+                records["bytes"] = np.ndarray(
+                    (count,), f"V{size}", source, int(starts[start]), (size + gap,)
+                )
             else:
                 block.view("<u8")[:] = 0
-            at, source = at + block.size, source + count * size
+            at += block.size
         return out
-    out = np.empty(8 * n + len(data), dtype=np.uint8)
-    starts = np.cumsum(sizes) - sizes  # of each row's bytes in data
-    places = starts + 8 * np.arange(1, n + 1)  # and in out, after its size
-    if move_by_size(data, starts, sizes, out, places):
+    places = np.cumsum(sizes) - sizes + 8 * np.arange(1, n + 1)  # of each row's bytes in out
+    if move_by_size(source, starts, sizes, out, places):
         windows(out, "<u8")[places - 8] = sizes
         return out
     prefixes = sizes.astype("<u8").view(np.uint8)
@@ -313,8 +321,23 @@ def _length_prefixed(data: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) ->
     counts[1::2] = sizes
     is_prefix = np.repeat(np.tile([True, False], n), counts)
     out[is_prefix] = prefixes
-    out[~is_prefix] = data
+    out[~is_prefix] = _back_to_back(source, starts, sizes, gap)
     return out
+
+
+def _back_to_back(
+    source: np.ndarray[Any, Any],
+    starts: np.ndarray[Any, Any],
+    sizes: np.ndarray[Any, Any],
+    gap: int,
+) -> np.ndarray[Any, Any]:
+    """The bytes of the rows (see :func:`_length_prefixed`) back to back."""
+    total = int(sizes.sum())
+    if not gap or not total:
+        first = int(starts[0]) if len(starts) else 0
+        return source[first : first + total]
+    firsts = np.cumsum(sizes) - sizes
+    return source[np.repeat(starts - firsts, sizes) + np.arange(total)]
 
 
 @dataclass(frozen=True)

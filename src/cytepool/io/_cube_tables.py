@@ -229,7 +229,9 @@ def column_nodes(key: str, columns: tuple[StoredColumn, ...]) -> list[str]:
 
 
 def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
-    """The ids as the UTF-8 buffer they were read as (FormatError if one repeats)."""
+    """The ids as the UTF-8 buffer they were read as (FormatError if one repeats or is not
+    UTF-8)."""
+    strings.buffer.check()
     ids = BufferIds(strings.buffer)  # kept as read: no str per id until one is asked for
     repeated = ids.repeated()
     if repeated:

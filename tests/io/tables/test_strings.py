@@ -191,15 +191,46 @@ def test_read_strings_of_an_empty_array(tmp_path: Path) -> None:
     assert read_strings(open_array(tmp_path / "s")).to_arrow().to_pylist() == []
 
 
-def test_read_strings_checks_the_chunks(tmp_path: Path) -> None:
+def not_utf8(tmp_path: Path, chunks: int) -> Path:
+    """A string array of ["ab", "cd"] whose last chunk's last byte is not UTF-8."""
     values = np.array(["ab", "cd"], dtype=object)
-    write_array(tmp_path / "s", values, chunks=(2,), compression=None)
-    chunk = tmp_path / "s" / "c" / "0"
+    write_array(tmp_path / "s", values, chunks=(chunks,), compression=None)
+    chunk = tmp_path / "s" / "c" / str(2 // chunks - 1)
     data = bytearray(chunk.read_bytes())
     data[-1] = 0xFF
     chunk.write_bytes(bytes(data))
+    return tmp_path / "s"
+
+
+def test_read_strings_checks_the_chunks(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match=r"c/1: a vlen-utf8 item is not valid UTF-8"):
+        read_strings(open_array(not_utf8(tmp_path, chunks=1)))
+
+
+@pytest.mark.parametrize("use", ["to_list", "to_str", "to_arrow", "take"])
+def test_read_strings_of_one_chunk_checks_the_items_when_they_are_used(
+    tmp_path: Path, use: str
+) -> None:
+    strings = read_strings(open_array(not_utf8(tmp_path, chunks=2)))
+    buffer = strings.buffer  # kept where the chunk holds them, each after its length field
+    assert isinstance(buffer, _utf8.SpacedUtf8Buffer)
+    source, starts, gap = buffer.located()
+    assert (gap, starts.tolist(), source[starts].tobytes()) == (4, [4, 10], b"ac")
+    assert buffer.item(0) == b"ab"  # found (an id, say) without joining
+    if use == "take":  # the bytes as stored, not checked
+        assert buffer.take(np.array([1])).to_list() == [b"c\xff"]
+        use = "check"  # which a reader calls where that matters (ids)
     with pytest.raises(FormatError, match=r"c/0: a vlen-utf8 item is not valid UTF-8"):
-        read_strings(open_array(tmp_path / "s"))
+        getattr(buffer, use)()
+
+
+def test_strings_of_one_chunk_that_are_ascii_are_checked_without_joining(tmp_path: Path) -> None:
+    write_array(tmp_path / "s", np.array(["ab", "cd"], dtype=object), chunks=(2,))
+    buffer = read_strings(open_array(tmp_path / "s")).buffer
+    buffer.check()
+    assert buffer.located()[2] == 4  # still where the chunk holds them
+    assert buffer.to_list() == [b"ab", b"cd"]
+    assert buffer.located()[2] == 0  # joined once used
 
 
 @pytest.mark.interop

@@ -220,7 +220,9 @@ class Reader:
 
     ``key`` is the array's key in the store (``""`` for the store's root). With ``pieces`` (a
     list; 1-D string arrays read in slices only), string chunks are not made into strings:
-    each selected part of a chunk is appended as ``(first row, byte lengths, UTF-8 bytes)``.
+    each selected part of a chunk is appended as ``(first row, byte lengths, UTF-8 bytes)``,
+    or, with ``spaced``, as ``(first row, byte lengths, SpacedUtf8Buffer)``: the items left
+    where the chunk holds them, joined when first used.
     """
 
     def __init__(
@@ -230,10 +232,11 @@ class Reader:
         meta: ArrayMetadata,
         *,
         objects: bool = False,
-        pieces: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None,
+        pieces: list[tuple[int, np.ndarray[Any, Any], Any]] | None = None,
+        spaced: bool = False,
     ):
         self.handle, self.key, self.meta, self.objects = handle, key, meta, objects
-        self.pieces = pieces
+        self.pieces, self.spaced = pieces, spaced
         self.fill = str(meta.fill_value) if objects else meta.fill_value
         head = meta.codecs.array_bytes
         self.shard = head if isinstance(head, ShardingCodec) else None
@@ -508,8 +511,12 @@ class Reader:
 
     def _keep_buffers(self, decoder: Decoder, piece: ChunkPiece) -> None:
         assert self.pieces is not None  # internal invariant
-        lengths, body = decoder.buffers()
         a, b = _bounds(piece.chunk_sel)
+        if self.spaced:
+            kept = decoder.spaced(a, b)
+            self.pieces.append((_bounds(piece.out_sel)[0], kept.sizes(), kept))
+            return
+        lengths, body = decoder.buffers()
         if (a, b) != (0, len(lengths)):
             skipped = int(lengths[:a].sum())
             lengths = lengths[a:b]
@@ -538,11 +545,12 @@ class Reader:
         and ``_STATED_RATIO`` times its own; else None: streamed (a decompression bomb, say, is
         refused within a piece of its last valid byte). zstd decodes into the thread's chunk
         buffer: the decoder that takes the bytes over is done with them before this thread
-        decodes another chunk."""
+        decodes another chunk; or, when the items are kept ``spaced``, into new bytes."""
         if source.size > PIECE_BYTES:  # more pieces: the stream's pieces would differ
             return None
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
-        return self.chain.decode_stated(source.data, most, self.nbytes, _thread_buffer)
+        buffer = bytearray if self.spaced else _thread_buffer  # spaced items are kept
+        return self.chain.decode_stated(source.data, most, self.nbytes, buffer)
 
 
 def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
 
+from cytepool._utf8 import INT32_MAX, SpacedUtf8Buffer, move_by_size, size_runs
 from cytepool._utf8 import encode as encode_utf8
-from cytepool._utf8 import move_by_size, size_runs
 from cytepool.errors import FormatError, InputError
 
 __all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
@@ -312,6 +313,25 @@ class Decoder:
         lengths = self._lengths()
         return lengths, _join(self.data, lengths, self.where)
 
+    def spaced(self, start: int, stop: int) -> SpacedUtf8Buffer:
+        """Check that the stream is complete and return items ``[start, stop)`` where they are,
+        each after its length field: joined, and their UTF-8 checked, when first used (see
+        :class:`~cytepool._utf8.SpacedUtf8Buffer`). The bytes are kept (copied if they are a
+        decoding thread's reused buffer)."""
+        lengths = self._lengths()
+        first = 4 * start + int(lengths[:start].sum())  # 4 bytes before item start's field
+        lengths = lengths[start:stop]
+        end = first + 4 + 4 * len(lengths) + int(lengths.sum())
+        data = self.data
+        kept = (
+            np.array(data[first:end])
+            if isinstance(data, np.ndarray)
+            else np.frombuffer(data, np.uint8, end - first, first)
+        )
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if end <= INT32_MAX else np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return SpacedUtf8Buffer(offsets, kept[4:], 4, _Joining(kept, lengths, self.where))
+
     def _lengths(self) -> np.ndarray[Any, Any]:
         size = len(self.data)
         if size < 4:
@@ -327,6 +347,18 @@ class Decoder:
             problem = f"the vlen-utf8 data is truncated in the length of item {self.items}"
             raise _corrupt(self.where, problem)
         return lengths
+
+
+@dataclass(frozen=True)
+class _Joining:
+    """Joins kept items (:meth:`Decoder.spaced`) when called: a function that pickles."""
+
+    data: np.ndarray[Any, Any]  # 4 bytes (not read), then each item after its length field
+    lengths: np.ndarray[Any, Any]
+    where: str
+
+    def __call__(self) -> np.ndarray[Any, Any]:
+        return _join(self.data, self.lengths, self.where)
 
 
 class _Pace:

@@ -86,17 +86,26 @@ def _payloads(rows: Any, n: int, count: int) -> Iterator[np.ndarray[Any, Any]]:
 def read_strings(array: ZarrArray) -> Utf8Buffer:
     """Read a whole 1-D string array into UTF-8 buffers, checked as every read.
 
-    Chunks that are not stored read as ``""``.
+    Chunks that are not stored read as ``""``. An array of one chunk is returned as a
+    :class:`~cytepool._utf8.SpacedUtf8Buffer`: its items stay where the chunk holds them
+    (a digest reads them there) and are joined, their UTF-8 checked, when first used.
     """
-    pieces: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+    pieces: list[tuple[int, np.ndarray[Any, Any], Any]] = []
     with array_handle(array) as handle:
         reader = Reader(handle, array.key, array.metadata, pieces=pieces)
+        reader.spaced = array.shape[0] <= reader.chunk_shape[0]
         selection = parse_selection(..., array.shape, orthogonal=False)
         reader.read(selection, np.empty(0, dtype=object))
+    if len(pieces) == 1 and isinstance(pieces[0][2], Utf8Buffer):
+        return pieces.pop()[2]
     pieces.sort(key=lambda piece: piece[0])
-    parts = [(lengths, body) for _, lengths, body in pieces]
+    parts = [(lengths, _joined(body)) for _, lengths, body in pieces]
     pieces.clear()
     return Utf8Buffer.from_parts(parts)
+
+
+def _joined(body: Any) -> np.ndarray[Any, Any]:
+    return body.data if isinstance(body, Utf8Buffer) else body
 
 
 def decode_strings(lengths: np.ndarray[Any, Any], body: np.ndarray[Any, Any]) -> Any:
