@@ -41,6 +41,14 @@ def text(s: str) -> bytes:
     return u64(len(b)) + b
 
 
+def strings(values: list[str], algorithm: str) -> bytes:
+    """A string column's payload and its size: each value after its byte length, 4 bytes in a
+    BLAKE3 column digest (as vlen-utf8 stores it), 8 with SHA-256 (``text``)."""
+    width = "<I" if algorithm == "blake3" else "<Q"
+    joined = b"".join(struct.pack(width, len(b)) + b for b in (v.encode() for v in values))
+    return u64(len(joined)) + joined
+
+
 # --------------------------------------------------------------------------- documented encodings
 
 
@@ -51,7 +59,7 @@ HASHES = {"blake3": blake3, "sha256": hashlib.sha256}
 def blake3_table(n_rows: int, columns: list[bytes]) -> str:
     """The BLAKE3 table digest of columns given as their canonical bytes (docs/cube.md): the
     hash of the raw BLAKE3 column digests, each of its row count and the column's bytes."""
-    digests = [blake3(b"cytepool.column/1\0" + u64(n_rows) + c).digest() for c in columns]
+    digests = [blake3(b"cytepool.column/2\0" + u64(n_rows) + c).digest() for c in columns]
     head = b"cytepool.table/2\0" + u64(n_rows) + u64(len(columns))
     return blake3(head + b"".join(digests)).hexdigest()
 
@@ -109,9 +117,9 @@ def test_table_digest_encoding(algorithm: str) -> None:
         index=pd.Index(["a", "b"], name="sample_id"),
     )
     columns = [
-        text("sample_id") + text("string") + b"\x00" + u64(18) + text("a") + text("b"),
+        text("sample_id") + text("string") + b"\x00" + strings(["a", "b"], algorithm),
         text("n") + text("int32") + b"\x02" + u64(8) + struct.pack("<2i", 7, 0),
-        text("s") + text("string") + b"\x02" + u64(18) + text("é") + u64(0),
+        text("s") + text("string") + b"\x02" + strings(["é", ""], algorithm),
     ]
     assert table_digest(frame, algorithm) == reference_table(algorithm, 2, columns)
 
@@ -347,11 +355,11 @@ def test_table_digest_backend_invariance(kind: str) -> None:
     assert len(digests) == 1
 
 
-def test_table_digest_of_categorical_encoding() -> None:
+@pytest.mark.parametrize("algorithm", sorted(HASHES))
+def test_table_digest_of_categorical_encoding(algorithm: str) -> None:
     frame = pd.DataFrame({"x": pd.Categorical(["CD4 T", None])})
-    column = text("x") + text("categorical[string]") + b"\x02" + u64(21) + text("CD4 T") + u64(0)
-    assert table_digest(frame) == blake3_table(2, [column])
-    assert table_digest(frame, "sha256") == reference_table("sha256", 2, [column])
+    column = text("x") + text("categorical[string]") + b"\x02" + strings(["CD4 T", ""], algorithm)
+    assert table_digest(frame, algorithm) == reference_table(algorithm, 2, [column])
 
 
 def test_table_digest_is_stable_across_processes() -> None:
@@ -575,13 +583,13 @@ def golden_frames(case: str) -> list[Any]:
     raise AssertionError(case)  # pragma: no cover
 
 
-GOLDEN = {  # BLAKE3 (format 1.2): the digest of the column digests
-    "strings": "3a58059b99f0d367cc5a7921be0ccbec153496a8581e3726477382bbac170c33",
-    "categorical": "763a878b4a9fe20f91c59a578aba6ad740ca5154103f3b480976a6e9f75c3174",
-    "missing": "bc60fdbe2cb7402906909bc56ebd2d276a7b2e1aa59424129eba9b04bf2bcb6d",
-    "empty": "2ba07b9d50affcd859567bb906972f8cca298f6423246e8e6566196dc865ce43",
-    "table": "49b3f8ba93b108e93cc289547532afaf9be27252e37e16daf2360dfaf95e03ad",
-    "long": "0ecf6419019ebdbb81ec6eff066b79d6b6c300e6effee5697623fdbd9aadf2db",
+GOLDEN = {  # BLAKE3 (format 1.2): the digest of the column digests (strings: 4-byte lengths)
+    "strings": "d73cdd282ab2b90905984de8415f2f6ba169d2f2f95eabcf1b9de39c8cb94494",
+    "categorical": "f07541a2e8bfb4498cd8d56f332c1a9e737f129937aeb297e5383d6ad85834ba",
+    "missing": "9ecba41181581368ad2362d29853b01b2ccfe7014814bf9129a158fe0066dd97",
+    "empty": "90ae23435be63ef14d868aa9758379cca984236639d23cfa5485a6dbfffe08af",
+    "table": "6ccfd8dc3b5602c7cf6f73364a40d9409d5f3da7ea8c5bd769e90b2f1a0fc6e9",
+    "long": "524f8ce0beb941ee52e27c1b14c35fad9af29297c7fcaf557ee08f546d79f9fb",
 }
 GOLDEN_SHA256 = {  # formats 1.0 and 1.1: the values of the same tables, unchanged
     "strings": "73bddb4d5cf3fe4379b579550b2821cd90e582df663ac71ab0f88c4c50ea35d2",
@@ -605,8 +613,7 @@ def reference_string_digest(name: str, values: list[str | None]) -> str:
     """The digest of a one-column string table, built row by row as docs/cube.md says."""
     mask = np.array([v is None for v in values], dtype=np.uint8)
     bits = np.packbits(mask, bitorder="little").tobytes()
-    payload = b"".join(text(v or "") for v in values)
-    column = text(name) + text("string") + bits + u64(len(payload)) + payload
+    column = text(name) + text("string") + bits + strings([v or "" for v in values], "blake3")
     return blake3_table(len(values), [column])
 
 
@@ -814,7 +821,7 @@ def test_fingerprint_is_the_same_under_pandas_2_and_3(tmp_path: Path) -> None:
 
     cube = pandas_strings_cube()
     assert cube.fingerprint == (
-        "blake3:f23319b782bee996fabb66882b675ad19dc461bbb2a56e0b6548d92622ab4c15"
+        "blake3:dcdec5a6ec2706bbf93beaac7ebfce81d5bcd36e616c9efa019829706c7aedb9"
     )
     write_cube(cube, tmp_path / "strings.cube.zarr")
     again = read_cube(tmp_path / "strings.cube.zarr")

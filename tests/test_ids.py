@@ -13,8 +13,8 @@ from cytepool._assemble import parts_of
 from cytepool._ids import BufferIds, _hashes, _hashes_by_byte, _keys
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import FormatError, UnknownIdError
-from cytepool.io.zarr import _vlen
 from cytepool.io import read_cube, write_cube
+from cytepool.io.zarr import _vlen
 from factories import make_cube, string_values
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)

@@ -113,6 +113,11 @@ class Utf8Buffer:
         and the next (0 here: the items are back to back)."""
         return self.data, self.offsets[:-1][rows].astype(np.int64), 0
 
+    def prefixed(self) -> np.ndarray[Any, Any] | None:
+        """Each item as its byte length (a little-endian uint32) and its bytes, if the buffer
+        holds them so (None here)."""
+        return None
+
     def check(self) -> None:
         """Check that every item is valid UTF-8 (here: checked when the buffer was made)."""
 
@@ -206,6 +211,8 @@ class Utf8Buffer:
 
     def blank(self, mask: np.ndarray[Any, Any]) -> Utf8Buffer:
         """The buffer with the items in ``mask`` made empty."""
+        if not mask.any():
+            return self
         sizes = self.sizes()
         if not sizes[mask].any():
             return self
@@ -259,50 +266,84 @@ class Utf8Buffer:
 
 
 class SpacedUtf8Buffer(Utf8Buffer):
-    """A :class:`Utf8Buffer` whose items are still where a reader found them, each after a gap
-    of ``gap`` bytes (a vlen-utf8 chunk's length fields); ``data``, the items back to back, is
-    made by ``join()`` when first asked for.
+    """A :class:`Utf8Buffer` whose ``n`` items are still where a reader found them, each after
+    its byte length as a little-endian uint32 (the items of a vlen-utf8 chunk).
 
-    A reader keeps a column so when what it needs first is the column's digest, which
-    :meth:`located` lets a hash take from the items where they are: a column that is only
-    verified is never copied, and ``join`` (which also checks the UTF-8) runs only for a
-    column that is used. :meth:`located`, :meth:`item` and :meth:`take` give the bytes as
-    stored, not checked: call :meth:`check` first where that matters (ids).
+    A reader keeps a string column so when what it needs first is the column's digest: that
+    hashes the items as they are (:meth:`prefixed`, the form a cube file's column digests
+    take), so a column that is only verified is neither parsed nor copied. The lengths come
+    from ``lengths`` (an array, or a function that parses them, with every check of the
+    chunk's layout, when first needed); ``data``, the items back to back, comes from
+    ``join(lengths)`` (which checks the UTF-8) when first asked for. :meth:`located`,
+    :meth:`item` and :meth:`take` give the bytes as stored, their UTF-8 not checked: call
+    :meth:`check` first where that matters (ids).
 
     Examples
     --------
-    >>> stored = np.frombuffer(b"..ab..cde", dtype=np.uint8)
-    >>> joined = lambda: np.frombuffer(b"abcde", dtype=np.uint8)
-    >>> buffer = SpacedUtf8Buffer(np.array([0, 2, 5]), stored, 2, joined)
-    >>> buffer.located()[1:], buffer.item(1), buffer.take(np.array([1, 0])).to_list()
-    ((array([2, 6]), 2), b'cde', [b'cde', b'ab'])
-    >>> buffer.to_list()
-    [b'ab', b'cde']
+    >>> items = [len(s).to_bytes(4, "little") + s for s in (b"ab", b"cde")]
+    >>> stored = np.frombuffer(b"".join(items), dtype=np.uint8)
+    >>> joined = lambda lengths: np.frombuffer(b"abcde", dtype=np.uint8)
+    >>> buffer = SpacedUtf8Buffer(stored, 2, lambda: np.array([2, 3]), joined)
+    >>> buffer.prefixed() is stored, len(buffer)
+    (True, 2)
+    >>> buffer.located()[1].tolist(), buffer.item(1), buffer.take(np.array([1, 0])).to_list()
+    ([4, 10], b'cde', [b'cde', b'ab'])
+    >>> buffer.to_list(), buffer.prefixed()
+    ([b'ab', b'cde'], None)
     """
 
     def __init__(
         self,
-        offsets: np.ndarray[Any, Any],
         spaced: np.ndarray[Any, Any],
-        gap: int,
-        join: Callable[[], np.ndarray[Any, Any]],
+        n: int,
+        lengths: np.ndarray[Any, Any] | Callable[[], np.ndarray[Any, Any]],
+        join: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]],
     ):
-        self.offsets = offsets
         self._spaced: np.ndarray[Any, Any] | None = spaced
-        self._gap, self._join = gap, join
+        self._n, self._lengths = n, lengths
+        self._join: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = join
+        self._offsets: np.ndarray[Any, Any] | None = None
         self._joined: np.ndarray[Any, Any] | None = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def offsets(self) -> np.ndarray[Any, Any]:
+        """Where each item ends in ``data``, from the lengths (parsed when first needed)."""
+        offsets = self._offsets
+        if offsets is None:
+            found = self._lengths
+            lengths = found() if callable(found) else found
+            size = int(lengths.sum())
+            offsets = np.zeros(self._n + 1, dtype=np.int32 if size <= INT32_MAX else np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            self._offsets, self._lengths = offsets, lengths  # the parser (and its bytes) let go
+        return offsets
+
+    @offsets.setter
+    def offsets(self, offsets: np.ndarray[Any, Any]) -> None:
+        self._offsets = offsets
 
     @property
     def data(self) -> np.ndarray[Any, Any]:
         """The items back to back, joined on first use (then the spaced bytes are let go)."""
-        joined = self._joined
-        if joined is None:
-            self.data = joined = self._join()
+        joined, join = self._joined, self._join
+        if joined is None and join is not None:
+            self.data = joined = join(self.sizes())
+        elif joined is None:  # another thread joined meanwhile
+            joined = self._joined
+        assert joined is not None  # internal invariant: set before the join is let go
         return joined
 
     @data.setter
-    def data(self, joined: np.ndarray[Any, Any]) -> None:
-        self._joined, self._spaced = joined, None
+    def data(self, joined: np.ndarray[Any, Any]) -> None:  # the stored bytes let go
+        self._joined, self._spaced, self._join = joined, None, None
+
+    def prefixed(self) -> np.ndarray[Any, Any] | None:
+        """Each item as its byte length (a little-endian uint32) and its bytes, as stored; None
+        once joined."""
+        return self._spaced
 
     def check(self) -> None:
         """Check that every item is valid UTF-8 (the error of ``join``), without joining
@@ -316,8 +357,8 @@ class SpacedUtf8Buffer(Utf8Buffer):
         if spaced is None:
             return super().located(rows)
         starts = self.offsets[:-1][rows].astype(np.int64)
-        starts += self._gap * (np.arange(1, len(self) + 1)[rows])
-        return spaced, starts, self._gap
+        starts += 4 * (np.arange(1, len(self) + 1)[rows])
+        return spaced, starts, 4
 
 
 def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, int]] | None:

@@ -256,26 +256,39 @@ def normalization_digest(normalization: Normalization | None, algorithm: str = B
 # --------------------------------------------------------------------------- tables
 
 
-def _prefixed_size(values: Utf8Buffer) -> int:
-    """The number of bytes of the canonical encoding of string values."""
+def _prefixed_size(values: Utf8Buffer, width: int) -> int:
+    """The number of bytes of the canonical encoding of string values (:func:`_prefixed_rows`)."""
     n = len(values)
-    return 8 * n + (int(values.offsets[-1] - values.offsets[0]) if n else 0)
+    prefixed = values.prefixed() if width == 4 else None
+    if prefixed is not None:
+        return len(prefixed)
+    return width * n + (int(values.offsets[-1] - values.offsets[0]) if n else 0)
 
 
-def _prefixed_rows(values: Utf8Buffer) -> Iterator[memoryview]:
-    """The canonical encoding of string values (each row as its byte count, a little-endian
-    uint64, then its bytes), in pieces of at most ``_PIECE_ROWS`` rows, built with numpy from
-    the bytes where they are (:meth:`~cytepool._utf8.Utf8Buffer.located`)."""
+def _prefixed_rows(values: Utf8Buffer, width: int) -> Iterator[memoryview]:
+    """The canonical encoding of string values: each row as its byte count, a little-endian
+    integer of ``width`` bytes (8: ``text``; 4: the form of a column digest, which is how a
+    vlen-utf8 chunk stores strings), then its bytes; in pieces of at most ``_PIECE_ROWS``
+    rows, built with numpy from the bytes where they are
+    (:meth:`~cytepool._utf8.Utf8Buffer.located`), or, for strings a reader kept as a chunk
+    holds them (:meth:`~cytepool._utf8.Utf8Buffer.prefixed`), those bytes themselves."""
+    prefixed = values.prefixed() if width == 4 else None
+    if prefixed is not None:
+        yield memoryview(prefixed)
+        return
     sizes = values.sizes()
     for start in range(0, len(sizes), _PIECE_ROWS):
         stop = min(start + _PIECE_ROWS, len(sizes))
         source, starts, gap = values.located(slice(start, stop))
-        yield memoryview(_length_prefixed(source, starts, sizes[start:stop], gap))
+        yield memoryview(_length_prefixed(source, starts, sizes[start:stop], gap, width))
 
 
-def _prefixed_record(size: int) -> np.dtype[Any]:
-    """A packed record of a little-endian uint64 ``size`` and ``size`` bytes."""
-    return np.dtype({"names": ["size", "bytes"], "formats": ["<u8", f"V{size}"], "offsets": [0, 8]})
+def _prefixed_record(size: int, width: int) -> np.dtype[Any]:
+    """A packed record of a little-endian unsigned ``size`` of ``width`` bytes and ``size``
+    bytes."""
+    return np.dtype(
+        {"names": ["size", "bytes"], "formats": [f"<u{width}", f"V{size}"], "offsets": [0, width]}
+    )
 
 
 def _length_prefixed(
@@ -283,10 +296,12 @@ def _length_prefixed(
     starts: np.ndarray[Any, Any],
     sizes: np.ndarray[Any, Any],
     gap: int,
+    width: int = 8,
 ) -> Any:
-    """Each row's size as a little-endian uint64 followed by its bytes, for all rows: row ``i``
-    is ``sizes[i]`` bytes of ``source`` from ``starts[i]``, and ``gap`` bytes lie between one
-    row and the next (0: back to back; 4: a vlen-utf8 chunk's length fields).
+    """Each row's size as a little-endian unsigned integer of ``width`` bytes followed by its
+    bytes, for all rows: row ``i`` is ``sizes[i]`` bytes of ``source`` from ``starts[i]``, and
+    ``gap`` bytes lie between one row and the next (0: back to back; 4: a vlen-utf8 chunk's
+    length fields).
 
     Rows in runs of one size (fixed-width ids, ids numbered in order) are written a run at a
     time as the records of a structured array (a size field, then the bytes as one field: numpy
@@ -294,30 +309,30 @@ def _length_prefixed(
     change often are moved a size at a time (:func:`~cytepool._utf8.move_by_size`), or, of
     many sizes, placed with a mask."""
     n = len(sizes)
-    out = np.empty(8 * n + int(sizes.sum()), dtype=np.uint8)
+    out = np.empty(width * n + int(sizes.sum()), dtype=np.uint8)
     runs = size_runs(sizes)
     if runs is not None:
         at = 0
         for start, stop in runs:
             size, count = int(sizes[start]), stop - start
-            block = out[at : at + count * (8 + size)]
+            block = out[at : at + count * (width + size)]
             if size:
-                records = block.view(_prefixed_record(size))
+                records = block.view(_prefixed_record(size, width))
                 records["size"] = sizes[start:stop]
                 records["bytes"] = np.ndarray(
                     (count,), f"V{size}", source, int(starts[start]), (size + gap,)
                 )
             else:
-                block.view("<u8")[:] = 0
+                block.view(f"<u{width}")[:] = 0
             at += block.size
         return out
-    places = np.cumsum(sizes) - sizes + 8 * np.arange(1, n + 1)  # of each row's bytes in out
+    places = np.cumsum(sizes) - sizes + width * np.arange(1, n + 1)  # each row's bytes in out
     if move_by_size(source, starts, sizes, out, places):
-        windows(out, "<u8")[places - 8] = sizes
+        windows(out, f"<u{width}")[places - width] = sizes
         return out
-    prefixes = sizes.astype("<u8").view(np.uint8)
+    prefixes = sizes.astype(f"<u{width}").view(np.uint8)
     counts = np.empty(2 * n, dtype=np.int64)
-    counts[0::2] = 8
+    counts[0::2] = width
     counts[1::2] = sizes
     is_prefix = np.repeat(np.tile([True, False], n), counts)
     out[is_prefix] = prefixes
@@ -353,13 +368,15 @@ class CanonicalColumn:
     mask: np.ndarray[Any, Any]
     values: np.ndarray[Any, Any] | Utf8Buffer
 
-    def encoded(self) -> Iterator[bytes | memoryview]:
-        """The canonical bytes of the column (see ``docs/cube.md``), in pieces."""
+    def encoded(self, width: int = 8) -> Iterator[bytes | memoryview]:
+        """The canonical bytes of the column (see ``docs/cube.md``), in pieces: each string
+        value after its byte count as a little-endian integer of ``width`` bytes (8: the
+        table digests of formats 1.0 and 1.1; 4: a column digest)."""
         bits = np.packbits(self.mask.astype(np.uint8), bitorder="little").tobytes()
         head = prefixed_text(self.name) + prefixed_text(self.tag) + bits
         if isinstance(self.values, Utf8Buffer):  # also the values of a categorical[string]
-            yield head + _u64(_prefixed_size(self.values))
-            yield from _prefixed_rows(self.values)
+            yield head + _u64(_prefixed_size(self.values, width))
+            yield from _prefixed_rows(self.values, width)
         else:
             payload = np.ascontiguousarray(self.values).tobytes()
             yield head + _u64(len(payload)) + payload
@@ -698,10 +715,12 @@ def columns_digest(n_rows: int, columns: Sequence[CanonicalColumn], algorithm: s
 
 
 def column_digest(n_rows: int, column: CanonicalColumn) -> str:
-    """The BLAKE3 digest of one column of a table of ``n_rows`` rows (see ``docs/cube.md``)."""
-    h = hasher(BLAKE3, b"cytepool.column/1\0")
+    """The BLAKE3 digest of one column of a table of ``n_rows`` rows (see ``docs/cube.md``):
+    its string values each after a 4-byte length, as vlen-utf8 stores them, so that a column
+    read from a cube file is hashed as stored, without parsing it."""
+    h = hasher(BLAKE3, b"cytepool.column/2\0")
     h.update(_u64(n_rows))
-    for piece in column.encoded():
+    for piece in column.encoded(4):
         h.update(piece)
     return str(h.hexdigest())
 

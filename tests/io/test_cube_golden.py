@@ -25,7 +25,7 @@ pd = pytest.importorskip("pandas")
 
 DATA = Path(__file__).parents[1] / "data" / "cube-files"
 SHA256_FINGERPRINT = "1a305620bc92abb3b9e6e03caa5806c866386ef30eb1e81a3b2bf56736617a23"
-BLAKE3_FINGERPRINT = "blake3:c760d7d42b0a4be4b1ef7e2b384404759a84468ad967d1b418e3dac3a7211cef"
+BLAKE3_FINGERPRINT = "blake3:8ba04f6e561f6ebfaaa32089c57973371e6f38bbcd8908cb1b9d065e8fed4b32"
 OLD = ["format-1.0.cube.zarr", "format-1.1.cube.zarr"]
 NEW = ["format-1.2.cube.zarr", "format-1.2-pandas3.cube.zarr"]
 

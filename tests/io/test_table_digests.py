@@ -172,3 +172,51 @@ def test_a_missing_backend_fails_at_read_cube(
     monkeypatch.setitem(sys.modules, "polars", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"needs the package 'polars'.*pip install polars"):
         read_cube(tmp_path / "c.cube.zarr", backend="polars")
+
+
+def test_a_string_column_only_verified_at_open_is_hashed_as_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format 1.2 hashes a string column's items as a vlen-utf8 chunk holds them, so opening a
+    cube verifies a column other than the ids without parsing or joining it: that waits for
+    its frame. The ids are parsed (their lookup needs the lengths), not joined (ASCII)."""
+    from cytepool.io.zarr import _vlen
+
+    calls: list[tuple[str, str]] = []
+    for name in ("_Parsing", "_Joining"):
+        kind = getattr(_vlen, name)
+
+        def counted(self: Any, *args: Any, _call: Any = kind.__call__, _name: str = name) -> Any:
+            calls.append((_name, self.where.split(".cube.zarr/")[1]))
+            return _call(self, *args)
+
+        monkeypatch.setattr(kind, "__call__", counted)
+    samples = {"donor": ["d1", None, "é", "d4"]}
+    cube = make_cube(samples=samples, features={"symbol": ["A", "é", "C", "", "E"]})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    calls.clear()
+    read = read_cube(path)
+    ids = [f"{axis}/{axis[:-1]}_id/values/c/0" for axis in ("samples", "groups", "features")]
+    parsed = [*ids, "samples/donor/values/c/0"]  # a missing donor: its item must be empty
+    assert sorted(calls) == sorted(("_Parsing", where) for where in parsed)
+    calls.clear()
+    pd.testing.assert_frame_equal(read.features, cube.features)
+    symbol = "features/symbol/values/c/0"
+    ids = "features/feature_id/values/c/0"
+    assert sorted(calls) == [("_Joining", ids), ("_Joining", symbol), ("_Parsing", symbol)]
+
+
+def test_a_wrong_item_count_in_a_string_chunk_fails_at_read_cube(tmp_path: Path) -> None:
+    """The one field of a vlen-utf8 chunk its column digest does not cover is checked at open."""
+    cube = make_cube(features={"symbol": ["A", "B", "C", "D", "E"]})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path, compression=None)
+    chunk = path / "features" / "symbol" / "values" / "c" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[0] += 1
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(
+        FormatError, match="symbol/values/c/0: the vlen-utf8 data holds 6 items, expected 5"
+    ):
+        read_cube(path)

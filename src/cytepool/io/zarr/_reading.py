@@ -25,7 +25,7 @@ import numpy as np
 from cytepool.errors import FormatError, InputTypeError
 from cytepool.io.zarr._stored import coordinates, stored_chunks
 from cytepool.io.zarr._threads import for_each
-from cytepool.io.zarr._vlen import Decoder
+from cytepool.io.zarr._vlen import Decoder, spaced
 from cytepool.io.zarr.codecs import (
     MAX_CHUNK_BYTES,
     PIECE_BYTES,
@@ -221,8 +221,9 @@ class Reader:
     ``key`` is the array's key in the store (``""`` for the store's root). With ``pieces`` (a
     list; 1-D string arrays read in slices only), string chunks are not made into strings:
     each selected part of a chunk is appended as ``(first row, byte lengths, UTF-8 bytes)``,
-    or, with ``spaced``, as ``(first row, byte lengths, SpacedUtf8Buffer)``: the items left
-    where the chunk holds them, joined when first used.
+    or, with ``spaced``, as ``(first row, None, SpacedUtf8Buffer)``: the items left where the
+    chunk holds them, joined when first used (and a whole chunk decoded in one piece not even
+    parsed until its lengths are needed).
     """
 
     def __init__(
@@ -232,7 +233,7 @@ class Reader:
         meta: ArrayMetadata,
         *,
         objects: bool = False,
-        pieces: list[tuple[int, np.ndarray[Any, Any], Any]] | None = None,
+        pieces: list[tuple[int, np.ndarray[Any, Any] | None, Any]] | None = None,
         spaced: bool = False,
     ):
         self.handle, self.key, self.meta, self.objects = handle, key, meta, objects
@@ -497,7 +498,14 @@ class Reader:
     def _decode_strings(
         self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]
     ) -> None:
-        decoder = self._string_decoder(source)
+        whole = self._whole(source)
+        if whole is not None and self.spaced and _bounds(piece.chunk_sel) == (0, self.count):
+            assert self.pieces is not None  # internal invariant
+            kept = spaced(whole, self.count, source.where)  # parsed when first needed
+            self.pieces.append((_bounds(piece.out_sel)[0], None, kept))
+            return
+        decoder = self._string_decoder(source, whole)
+        del whole  # the decoder holds the decoded bytes, and lets them go as early as it can
         if self.pieces is not None:
             self._keep_buffers(decoder, piece)
             return
@@ -513,8 +521,7 @@ class Reader:
         assert self.pieces is not None  # internal invariant
         a, b = _bounds(piece.chunk_sel)
         if self.spaced:
-            kept = decoder.spaced(a, b)
-            self.pieces.append((_bounds(piece.out_sel)[0], kept.sizes(), kept))
+            self.pieces.append((_bounds(piece.out_sel)[0], None, decoder.spaced(a, b)))
             return
         lengths, body = decoder.buffers()
         if (a, b) != (0, len(lengths)):
@@ -524,19 +531,24 @@ class Reader:
         # a chunk holds less than 2 GiB (MAX_CHUNK_BYTES): its lengths fit in int32
         self.pieces.append((_bounds(piece.out_sel)[0], lengths.astype(np.int32), body))
 
-    def _string_decoder(self, source: _Source) -> Decoder:
-        """A decoder fed with the whole decoded chunk (an uncompressed one is not copied)."""
+    def _whole(self, source: _Source) -> Any:
+        """A string chunk decoded in one piece: an uncompressed one taken over (not copied),
+        or one a fast decoder decodes whole (:meth:`_decoded_whole`); None: to be streamed."""
         self._check_encoded_size(source)
-        decoder = Decoder(self.count, source.where)
         if not self.chain.compressors:
-            decoder.feed(source.take())  # taken over, not copied
-            return decoder
-        whole = self._decoded_whole(source)
-        if whole is not None:  # checked in the stream's pieces, as the stream would be
+            return source.take()
+        return self._decoded_whole(source)
+
+    def _string_decoder(self, source: _Source, whole: Any) -> Decoder:
+        """A decoder fed with the whole decoded chunk (:meth:`_whole`), or with the stream."""
+        decoder = Decoder(self.count, source.where)
+        if whole is None:
+            for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
+                decoder.feed(out)
+        elif not self.chain.compressors:
+            decoder.feed(whole)  # taken over, not copied
+        else:  # checked in the stream's pieces, as the stream would be
             decoder.feed_whole(whole, PIECE_BYTES)
-            return decoder
-        for out in self.chain.decode_stream(source.pieces(), self.nbytes, source.where):
-            decoder.feed(out)
         return decoder
 
     def _decoded_whole(self, source: _Source) -> Any:

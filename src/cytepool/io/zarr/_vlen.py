@@ -20,11 +20,11 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from cytepool._utf8 import INT32_MAX, SpacedUtf8Buffer, move_by_size, size_runs
+from cytepool._utf8 import SpacedUtf8Buffer, move_by_size, size_runs
 from cytepool._utf8 import encode as encode_utf8
 from cytepool.errors import FormatError, InputError
 
-__all__ = ["Decoder", "assemble", "decode", "encode", "payload"]
+__all__ = ["Decoder", "assemble", "decode", "encode", "payload", "spaced"]
 
 _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
@@ -328,9 +328,11 @@ class Decoder:
             if isinstance(data, np.ndarray)
             else np.frombuffer(data, np.uint8, end - first, first)
         )
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if end <= INT32_MAX else np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        return SpacedUtf8Buffer(offsets, kept[4:], 4, _Joining(kept, lengths, self.where))
+        return SpacedUtf8Buffer(kept[4:], len(lengths), lengths, _Joining(kept, self.where))
+
+    def lengths(self) -> np.ndarray[Any, Any]:
+        """Check that the stream is complete and return the byte length of each item."""
+        return self._lengths()
 
     def _lengths(self) -> np.ndarray[Any, Any]:
         size = len(self.data)
@@ -349,16 +351,43 @@ class Decoder:
         return lengths
 
 
+def spaced(data: bytes | bytearray, count: int, where: str) -> SpacedUtf8Buffer:
+    """The ``count`` items of the decoded chunk ``data`` (not copied), each left after its
+    length field and not parsed: the layout is checked (count, every length, trailing bytes,
+    as a :class:`Decoder` checks it) when their lengths are first needed, and their UTF-8
+    when they are joined. For a chunk of known, bounded size (decoded whole) whose items
+    are first hashed as stored (a cube file's column digest)."""
+    found = _U32.unpack_from(data, 0)[0] if len(data) >= 4 else None
+    if found != count:  # the one field a digest of the items does not cover: checked now
+        problem = f"the vlen-utf8 data holds {found} items, expected {count}"
+        raise _corrupt(where, problem if found is not None else "the vlen-utf8 data is truncated")
+    kept = np.frombuffer(data, dtype=np.uint8)
+    return SpacedUtf8Buffer(kept[4:], count, _Parsing(data, count, where), _Joining(kept, where))
+
+
+@dataclass(frozen=True)
+class _Parsing:
+    """Parses a kept chunk's lengths when called (:func:`spaced`): a function that pickles."""
+
+    data: bytes | bytearray
+    count: int
+    where: str
+
+    def __call__(self) -> np.ndarray[Any, Any]:
+        decoder = Decoder(self.count, self.where)
+        decoder.feed(self.data)
+        return decoder.lengths()
+
+
 @dataclass(frozen=True)
 class _Joining:
     """Joins kept items (:meth:`Decoder.spaced`) when called: a function that pickles."""
 
     data: np.ndarray[Any, Any]  # 4 bytes (not read), then each item after its length field
-    lengths: np.ndarray[Any, Any]
     where: str
 
-    def __call__(self) -> np.ndarray[Any, Any]:
-        return _join(self.data, self.lengths, self.where)
+    def __call__(self, lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return _join(self.data, lengths, self.where)
 
 
 class _Pace:

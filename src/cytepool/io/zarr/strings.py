@@ -90,7 +90,7 @@ def read_strings(array: ZarrArray) -> Utf8Buffer:
     :class:`~cytepool._utf8.SpacedUtf8Buffer`: its items stay where the chunk holds them
     (a digest reads them there) and are joined, their UTF-8 checked, when first used.
     """
-    pieces: list[tuple[int, np.ndarray[Any, Any], Any]] = []
+    pieces: list[tuple[int, np.ndarray[Any, Any] | None, Any]] = []
     with array_handle(array) as handle:
         reader = Reader(handle, array.key, array.metadata, pieces=pieces)
         reader.spaced = array.shape[0] <= reader.chunk_shape[0]
@@ -99,13 +99,14 @@ def read_strings(array: ZarrArray) -> Utf8Buffer:
     if len(pieces) == 1 and isinstance(pieces[0][2], Utf8Buffer):
         return pieces.pop()[2]
     pieces.sort(key=lambda piece: piece[0])
-    parts = [(lengths, _joined(body)) for _, lengths, body in pieces]
+    parts = [_piece(lengths, body) for _, lengths, body in pieces]
     pieces.clear()
     return Utf8Buffer.from_parts(parts)
 
 
-def _joined(body: Any) -> np.ndarray[Any, Any]:
-    return body.data if isinstance(body, Utf8Buffer) else body
+def _piece(lengths: Any, body: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The lengths and bytes of a piece a reader kept (as bytes, or as a Utf8Buffer)."""
+    return (body.sizes(), body.data) if isinstance(body, Utf8Buffer) else (lengths, body)
 
 
 def decode_strings(lengths: np.ndarray[Any, Any], body: np.ndarray[Any, Any]) -> Any:
