@@ -63,17 +63,17 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
         lengths = np.unique(sizes)
     if len(lengths) > _MOST_LENGTHS:  # many lengths: one pass over the bytes instead
         return _hashes_by_byte(buffer, sizes)
+    if len(lengths) == 1 and shortest:  # one length: the items are evenly spaced
+        data, (first,), gap = buffer.located(slice(0, 1))
+        step, length = (shortest + gap,), shortest
+        out = _word_hashes(np.ndarray(len(sizes), f"V{length}", data, first, step))
+        return _finished(out, sizes)
     data, starts, gap = buffer.located()  # where the bytes are, joined or not
     data = np.ascontiguousarray(data)
     for length in lengths.tolist():
-        if not length:
-            continue
-        if len(lengths) == 1:  # one length: the items are evenly spaced
-            step = (length + gap,)
-            out = _word_hashes(np.ndarray(len(sizes), f"V{length}", data, starts[0], step))
-            continue
-        rows = np.flatnonzero(sizes == length)  # their items start at some of the windows
-        out[rows] = _word_hashes(windows(data, f"V{length}")[starts[rows]])
+        if length:
+            rows = np.flatnonzero(sizes == length)  # their items start at some of the windows
+            out[rows] = _word_hashes(windows(data, f"V{length}")[starts[rows]])
     return _finished(out, sizes)
 
 

@@ -356,9 +356,11 @@ class SpacedUtf8Buffer(Utf8Buffer):
         spaced = self._spaced  # read once: another thread may join meanwhile
         if spaced is None:
             return super().located(rows)
-        starts = self.offsets[:-1][rows].astype(np.int64)
-        starts += 4 * (np.arange(1, len(self) + 1)[rows])
-        return spaced, starts, 4
+        if isinstance(rows, slice):
+            places = np.arange(*rows.indices(len(self)), dtype=np.int64)
+        else:
+            places = np.asarray(rows, dtype=np.int64)
+        return spaced, self.offsets[:-1][rows] + 4 * (places + 1), 4
 
 
 def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, int]] | None:
