@@ -37,7 +37,7 @@ _MOST_LENGTHS = 32  # beyond as many distinct lengths, the ids are hashed byte b
 _AVALANCHE = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
 _AVALANCHE_SHIFT = np.uint64(33)
 _KEY_SHIFT = np.uint64(32)  # an index key is a hash's upper half
-_HALF_SHIFT, _HALF_MASK = np.uint64(16), np.uint64(0xFFFF)  # a key's halves, radix-sorted
+_HALF_SHIFT = np.uint64(16)  # a key's halves are radix-sorted
 _COUNTED_LENGTHS = 1 << 16  # ids no longer than this find their distinct lengths by counting
 
 
@@ -51,9 +51,8 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     usually have few distinct lengths.
     """
     sizes = buffer.sizes()
-    out = np.zeros(len(sizes), dtype=np.uint64)
     if not len(sizes):
-        return out
+        return np.zeros(0, dtype=np.uint64)
     shortest, longest = int(sizes.min()), int(sizes.max())
     if shortest == longest:
         lengths = np.array([shortest])
@@ -67,7 +66,8 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
         data, (first,), gap = buffer.located(slice(0, 1))
         step, length = (shortest + gap,), shortest
         out = _word_hashes(np.ndarray(len(sizes), f"V{length}", data, first, step))
-        return _finished(out, sizes)
+        return _finished(out, length)
+    out = np.zeros(len(sizes), dtype=np.uint64)
     data, starts, gap = buffer.located()  # where the bytes are, joined or not
     data = np.ascontiguousarray(data)
     for length in lengths.tolist():
@@ -92,14 +92,19 @@ def _word_hashes(items: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return out
 
 
-def _finished(out: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """The polynomials mixed with the sizes, then avalanched (MurmurHash3's 64-bit finalizer),
-    so that every bit of an item moves the upper half, the part the index sorts by."""
-    out = out ^ (sizes.astype(np.uint64) * _SIZE_MIX)
+def _finished(out: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any] | int) -> np.ndarray[Any, Any]:
+    """The polynomials ``out`` (changed in place) mixed with the sizes (an array, or one size
+    for all), then avalanched (MurmurHash3's 64-bit finalizer), so that every bit of an item
+    moves the upper half, the part the index sorts by."""
+    if isinstance(sizes, int):  # one size: a scalar, wrapped as the array product would be
+        out ^= np.uint64(sizes * int(_SIZE_MIX) % 2**64)
+    else:
+        out ^= sizes.astype(np.uint64) * _SIZE_MIX
+    shifted = np.empty_like(out)
     for multiplier in _AVALANCHE:
-        out ^= out >> _AVALANCHE_SHIFT
+        out ^= np.right_shift(out, _AVALANCHE_SHIFT, out=shifted)
         out *= multiplier
-    out ^= out >> _AVALANCHE_SHIFT
+    out ^= np.right_shift(out, _AVALANCHE_SHIFT, out=shifted)
     return out
 
 
@@ -130,7 +135,9 @@ def _hashes_by_byte(buffer: Utf8Buffer, sizes: np.ndarray[Any, Any]) -> np.ndarr
 def _keys(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     """The upper 32 bits of each item's hash: the key the ids are sorted and found by (a key
     shared by different ids is told apart by their bytes)."""
-    return _hashes(buffer) >> _KEY_SHIFT
+    keys = _hashes(buffer)
+    keys >>= _KEY_SHIFT
+    return keys
 
 
 def _equal(a: Utf8Buffer, b: Utf8Buffer) -> np.ndarray[Any, Any]:
@@ -176,7 +183,7 @@ class BufferIds:
         """
         if self._sorted is None:
             keys = _keys(self.buffer)
-            order = np.argsort((keys & _HALF_MASK).astype(np.uint16), kind="stable")
+            order = np.argsort(keys.astype(np.uint16), kind="stable")  # the low half
             high = (keys >> _HALF_SHIFT).astype(np.uint16)
             order = order[np.argsort(high[order], kind="stable")]
             self._sorted = (keys[order], order)
