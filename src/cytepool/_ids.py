@@ -37,7 +37,7 @@ _MOST_LENGTHS = 32  # beyond as many distinct lengths, the ids are hashed byte b
 _AVALANCHE = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
 _AVALANCHE_SHIFT = np.uint64(33)
 _KEY_SHIFT = np.uint64(32)  # an index key is a hash's upper half
-_HALF_SHIFT = np.uint64(16)  # a key's halves are radix-sorted
+_HALF_SHIFT = np.uint32(16)  # a key's halves are radix-sorted
 _COUNTED_LENGTHS = 1 << 16  # ids no longer than this find their distinct lengths by counting
 
 
@@ -133,11 +133,11 @@ def _hashes_by_byte(buffer: Utf8Buffer, sizes: np.ndarray[Any, Any]) -> np.ndarr
 
 
 def _keys(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
-    """The upper 32 bits of each item's hash: the key the ids are sorted and found by (a key
-    shared by different ids is told apart by their bytes)."""
-    keys = _hashes(buffer)
-    keys >>= _KEY_SHIFT
-    return keys
+    """The upper 32 bits of each item's hash (uint32): the key the ids are sorted and found by
+    (a key shared by different ids is told apart by their bytes)."""
+    hashes = _hashes(buffer)
+    hashes >>= _KEY_SHIFT
+    return hashes.astype(np.uint32)
 
 
 def _equal(a: Utf8Buffer, b: Utf8Buffer) -> np.ndarray[Any, Any]:

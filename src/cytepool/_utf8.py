@@ -300,7 +300,8 @@ class SpacedUtf8Buffer(Utf8Buffer):
         join: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]],
     ):
         self._spaced: np.ndarray[Any, Any] | None = spaced
-        self._n, self._lengths = n, lengths
+        self._n = n
+        self._lengths: np.ndarray[Any, Any] | Callable[[], np.ndarray[Any, Any]] | None = lengths
         self._join: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = join
         self._offsets: np.ndarray[Any, Any] | None = None
         self._joined: np.ndarray[Any, Any] | None = None
@@ -311,14 +312,16 @@ class SpacedUtf8Buffer(Utf8Buffer):
     @property
     def offsets(self) -> np.ndarray[Any, Any]:
         """Where each item ends in ``data``, from the lengths (parsed when first needed)."""
-        offsets = self._offsets
-        if offsets is None:
-            found = self._lengths
+        offsets, found = self._offsets, self._lengths
+        if offsets is None and found is not None:
             lengths = found() if callable(found) else found
             size = int(lengths.sum())
             offsets = np.zeros(self._n + 1, dtype=np.int32 if size <= INT32_MAX else np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            self._offsets, self._lengths = offsets, lengths  # the parser (and its bytes) let go
+            self._offsets, self._lengths = offsets, None  # the lengths (and a parser) let go
+        elif offsets is None:  # another thread made them meanwhile
+            offsets = self._offsets
+        assert offsets is not None  # internal invariant: set before the lengths are let go
         return offsets
 
     @offsets.setter
