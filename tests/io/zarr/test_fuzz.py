@@ -3,7 +3,8 @@
 Hypothesis mutates copies of valid stores (flipped bytes, truncations, appended bytes and deleted
 files in chunk and shard files and in zarr.json, edited JSON fields and values, repeated keys and
 NaN tokens) and reads them: arrays with open_array and reads of parts and of the whole, tables
-with read_table (pandas and polars), cube files with read_cube and a read of every layer. A read
+with read_table (pandas and polars), cube files with read_cube, a read of every layer and its
+tables' frames (a string column verified at open is parsed and joined only then). A read
 may only return a result or raise one of the documented exceptions for a file's content:
 ``cytepool.errors.FormatError`` (UnsupportedFeatureError and StoredTypeError are FormatErrors),
 ``FileNotFoundError``, and ``StoreChangedError`` when the store changed after it was opened.
@@ -175,7 +176,13 @@ def _write_cubes(root: Path) -> None:
     counts = rng.integers(1, 40, size=(3, 4, 5)).astype(np.int32)
     cube = Cube(
         {"counts": counts, "scaled": counts.astype(np.float32) / 2},
-        samples=pd.DataFrame({"sample_id": [f"s{i}" for i in range(4)], "age": [30, 31, 32, 33]}),
+        samples=pd.DataFrame(
+            {
+                "sample_id": [f"s{i}" for i in range(4)],
+                "age": [30, 31, 32, 33],
+                "donor": ["d1", None, "dé", "d1"],  # strings verified as stored, used later
+            }
+        ),
         groups=pd.DataFrame({"group_id": ["B", "T", "NK"]}),
         features=pd.DataFrame({"feature_id": [f"g{i}" for i in range(5)]}),
         cells=rng.integers(1, 9, size=(3, 4)),
@@ -535,6 +542,9 @@ def _read_cube(path: Path) -> None:
     cube = read_cube(path)
     for name in cube.layers:  # every group read whole: each is checked against its digest
         assert cube.to_numpy(name).shape == cube.shape
+    axes = dict(zip(("groups", "samples", "features"), cube.shape, strict=True))
+    for axis, n in axes.items():  # the frames, made from what was read (strings joined now)
+        assert len(getattr(cube, axis)) == n
 
 
 READS: dict[str, Callable[[Path], None]] = {
