@@ -221,6 +221,24 @@ def test_strings_read_as_objects(tmp_path: Path) -> None:
     assert np.asarray(open_array(numbers), dtype=object).tolist() == [0, 1, 2]
 
 
+def test_long_strings_picked_twice_from_a_chunk(tmp_path: Path) -> None:
+    """``oindex`` repeating a row of a chunk (``[0, -1]`` on an axis of one row): numpy 2.1
+    corrupts StringDType strings of over 15 bytes gathered so, which crashed the read. Run in
+    a process of its own, so that a crash fails this test alone."""
+    values = np.array([["", "a", "é€😀", "long" * 5]], dtype=object)
+    write_array(tmp_path / "s", values, chunks=(2, 3), compression="zstd")
+    code = (
+        "from cytepool.io.zarr import open_array\n"
+        f"array = open_array({str(tmp_path / 's')!r})\n"
+        "for _ in range(300):\n"
+        "    picked = array.oindex[[0, -1], [0, -1]]\n"
+        "print(picked.tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str([["", "long" * 5], ["", "long" * 5]])
+
+
 @pytest.mark.parametrize("kind", ["U", "T", "O"])
 def test_string_inputs(tmp_path: Path, kind: str) -> None:
     values = ["x", "", "yz", "ü"]

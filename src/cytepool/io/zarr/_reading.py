@@ -513,7 +513,11 @@ class Reader:
         if direct is not None and direct.flags.c_contiguous:
             decoder.finish(out=direct.reshape(-1))  # straight into the result
             return
-        chunk = decoder.finish(objects=self.objects).reshape(self.chunk_shape)
+        # numpy 2.1 corrupts strings of over 15 bytes that a StringDType array gives to an
+        # integer index repeating a row (freeing them fails; assigning them crashes): such a
+        # selection is taken from str objects, which the assignment makes into new strings
+        objects = self.objects or any(isinstance(axis, np.ndarray) for axis in piece.chunk_sel)
+        chunk = decoder.finish(objects=objects).reshape(self.chunk_shape)
         del decoder  # the decoded bytes
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
 
