@@ -100,6 +100,38 @@ def test_decode_into_strings_and_buffers(values: list[str], piece: int | None) -
     assert decode_buffers(data, len(values), piece) == ([len(i) for i in items], b"".join(items))
 
 
+@pytest.mark.parametrize("values", CASES, ids=range(len(CASES)))
+@pytest.mark.parametrize("parsed", [True, False])  # by a Decoder; or kept and parsed when used
+def test_items_kept_spaced_are_the_decoded_ones(values: list[str], parsed: bool) -> None:
+    data = reference(values)
+    n, items = len(values), [value.encode() for value in values]
+    if parsed:  # from a thread's reused buffer: copied, so that reusing it changes nothing
+        reused = np.frombuffer(bytearray(data), dtype=np.uint8)
+        decoder = _vlen.Decoder(n, "c/0")
+        decoder.feed_whole(reused, 5)
+        kept = decoder.spaced(1, n) if n else decoder.spaced(0, 0)
+        reused[:] = 0xFF
+        items = items[1:]
+    else:
+        kept = _vlen.spaced(bytearray(data), n, "c/0")
+    prefixed = kept.prefixed()
+    assert prefixed is not None
+    assert prefixed.tobytes() == b"".join(len(i).to_bytes(4, "little") + i for i in items)
+    assert kept.to_list() == items
+    assert kept.prefixed() is None  # joined once used
+
+
+def test_items_kept_spaced_check_their_count_now_and_the_rest_when_used() -> None:
+    data = reference(["ab", "cd"])
+    with pytest.raises(FormatError, match="c/0: the vlen-utf8 data holds 2 items, expected 3"):
+        _vlen.spaced(data, 3, "c/0")
+    with pytest.raises(FormatError, match="c/0: the vlen-utf8 data is truncated"):
+        _vlen.spaced(data[:3], 2, "c/0")
+    kept = _vlen.spaced(data + b"x", 2, "c/0")  # a trailing byte: found by the parse
+    with pytest.raises(FormatError, match="c/0: 1 trailing bytes after the last vlen-utf8 item"):
+        kept.to_list()
+
+
 @pytest.mark.parametrize(
     "items",
     [
