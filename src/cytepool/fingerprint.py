@@ -256,10 +256,16 @@ def normalization_digest(normalization: Normalization | None, algorithm: str = B
 # --------------------------------------------------------------------------- tables
 
 
+def _as_stored(values: Utf8Buffer, width: int) -> np.ndarray[Any, Any] | None:
+    """The canonical encoding of string values with ``width``-byte lengths, if the buffer holds
+    it already: a reader's vlen-utf8 items (:meth:`~cytepool._utf8.Utf8Buffer.prefixed`)."""
+    return values.prefixed() if width == 4 else None
+
+
 def _prefixed_size(values: Utf8Buffer, width: int) -> int:
     """The number of bytes of the canonical encoding of string values (:func:`_prefixed_rows`)."""
     n = len(values)
-    prefixed = values.prefixed() if width == 4 else None
+    prefixed = _as_stored(values, width)
     if prefixed is not None:
         return len(prefixed)
     return width * n + (int(values.offsets[-1] - values.offsets[0]) if n else 0)
@@ -272,7 +278,7 @@ def _prefixed_rows(values: Utf8Buffer, width: int) -> Iterator[memoryview]:
     rows, built with numpy from the bytes where they are
     (:meth:`~cytepool._utf8.Utf8Buffer.located`), or, for strings a reader kept as a chunk
     holds them (:meth:`~cytepool._utf8.Utf8Buffer.prefixed`), those bytes themselves."""
-    prefixed = values.prefixed() if width == 4 else None
+    prefixed = _as_stored(values, width)
     if prefixed is not None:
         yield memoryview(prefixed)
         return

@@ -221,9 +221,9 @@ class Reader:
     ``key`` is the array's key in the store (``""`` for the store's root). With ``pieces`` (a
     list; 1-D string arrays read in slices only), string chunks are not made into strings:
     each selected part of a chunk is appended as ``(first row, byte lengths, UTF-8 bytes)``,
-    or, with ``spaced``, as ``(first row, None, SpacedUtf8Buffer)``: the items left where the
-    chunk holds them, joined when first used (and a whole chunk decoded in one piece not even
-    parsed until its lengths are needed).
+    or, with ``spaced`` and an array of one chunk, as ``(first row, None, SpacedUtf8Buffer)``:
+    the items left where the chunk holds them, joined when first used (and a whole chunk
+    decoded in one piece not even parsed until its lengths are needed).
     """
 
     def __init__(
@@ -237,7 +237,7 @@ class Reader:
         spaced: bool = False,
     ):
         self.handle, self.key, self.meta, self.objects = handle, key, meta, objects
-        self.pieces, self.spaced = pieces, spaced
+        self.pieces = pieces
         self.fill = str(meta.fill_value) if objects else meta.fill_value
         head = meta.codecs.array_bytes
         self.shard = head if isinstance(head, ShardingCodec) else None
@@ -245,6 +245,8 @@ class Reader:
         self.chunk_shape = self.shard.chunk_shape if self.shard else meta.chunk_grid.chunk_shape
         self.data_type = meta.data_type
         self.count = int(np.prod(self.chunk_shape, dtype=np.int64))
+        one_chunk = len(meta.shape) == 1 and meta.shape[0] <= self.chunk_shape[0]
+        self.spaced = spaced and pieces is not None and one_chunk
         string = self.data_type.is_string
         self.nbytes = MAX_CHUNK_BYTES if string else self.count * self.data_type.itemsize
         self.max_encoded = self.chain.limits(self.nbytes)[-1]

@@ -296,7 +296,7 @@ class Decoder:
         gives the decoded bytes up (to let them go as early as it can): call ``finish`` or
         ``buffers`` once, and feed nothing after it.
         """
-        lengths = self._lengths()
+        lengths = self.lengths()
         if out is None:
             out = np.empty(self.count, dtype=object if objects else _STRING)
         chunk = [self.data]  # given to _split, which lets it go before the last item goes in
@@ -310,7 +310,7 @@ class Decoder:
         Returns the byte length of each item (int64) and the items' UTF-8 joined (uint8),
         each item checked to be valid UTF-8 on its own; no Python strings are kept.
         """
-        lengths = self._lengths()
+        lengths = self.lengths()
         return lengths, _join(self.data, lengths, self.where)
 
     def spaced(self, start: int, stop: int) -> SpacedUtf8Buffer:
@@ -318,7 +318,7 @@ class Decoder:
         each after its length field: joined, and their UTF-8 checked, when first used (see
         :class:`~cytepool._utf8.SpacedUtf8Buffer`). The bytes are kept (copied if they are a
         decoding thread's reused buffer)."""
-        lengths = self._lengths()
+        lengths = self.lengths()
         first = 4 * start + int(lengths[:start].sum())  # 4 bytes before item start's field
         lengths = lengths[start:stop]
         end = first + 4 + 4 * len(lengths) + int(lengths.sum())
@@ -332,9 +332,6 @@ class Decoder:
 
     def lengths(self) -> np.ndarray[Any, Any]:
         """Check that the stream is complete and return the byte length of each item."""
-        return self._lengths()
-
-    def _lengths(self) -> np.ndarray[Any, Any]:
         size = len(self.data)
         if size < 4:
             raise _corrupt(self.where, f"the vlen-utf8 data is truncated: {size} bytes")

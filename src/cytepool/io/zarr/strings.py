@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -92,21 +92,16 @@ def read_strings(array: ZarrArray) -> Utf8Buffer:
     """
     pieces: list[tuple[int, np.ndarray[Any, Any] | None, Any]] = []
     with array_handle(array) as handle:
-        reader = Reader(handle, array.key, array.metadata, pieces=pieces)
-        reader.spaced = array.shape[0] <= reader.chunk_shape[0]
+        reader = Reader(handle, array.key, array.metadata, pieces=pieces, spaced=True)
         selection = parse_selection(..., array.shape, orthogonal=False)
         reader.read(selection, np.empty(0, dtype=object))
     if len(pieces) == 1 and isinstance(pieces[0][2], Utf8Buffer):
         return pieces.pop()[2]
     pieces.sort(key=lambda piece: piece[0])
-    parts = [_piece(lengths, body) for _, lengths, body in pieces]
+    # several pieces (or one not stored): lengths and bytes, only one chunk is kept spaced
+    parts = [(cast("np.ndarray[Any, Any]", lengths), body) for _, lengths, body in pieces]
     pieces.clear()
     return Utf8Buffer.from_parts(parts)
-
-
-def _piece(lengths: Any, body: Any) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The lengths and bytes of a piece a reader kept (as bytes, or as a Utf8Buffer)."""
-    return (body.sizes(), body.data) if isinstance(body, Utf8Buffer) else (lengths, body)
 
 
 def decode_strings(lengths: np.ndarray[Any, Any], body: np.ndarray[Any, Any]) -> Any:
