@@ -37,9 +37,11 @@ def test_find_and_repeated_agree_with_a_dict(ids: list[str], queries: list[str])
 @pytest.mark.parametrize(
     "ids",
     [
-        [f"ENSG{i:011d}" for i in range(500)],  # one length: hashed as a matrix
+        [f"ENSG{i:011d}" for i in range(500)],  # one length: words read where they lie
         ["", "a", "\0", "a\0", "\0a", "é", "ab", "ba", *[chr(i) * i for i in range(1, 60)]],
         [f"s{i:07d}" for i in range(300)],  # one length of exactly one word
+        # one length each: less than a word (copied), whole words, or a partial word shifted
+        *([f"{i:0{size}d}" for i in range(120)] for size in (4, 7, 9, 16, 17, 23)),
         ["x", "y", "é", "z"],  # one length shorter than a word
         ["", "b", "ab"],  # a length of no bytes among few
         [f"gene{i}" for i in range(2000)] + ["名前" * 9, "αβγδεζηθ" * 3],  # few lengths
@@ -51,12 +53,17 @@ def test_both_hashes_agree(ids: list[str]) -> None:
     assert (_hashes(buffer) == _hashes_by_byte(buffer, buffer.sizes())).all()
     assert len(set(_hashes(buffer).tolist())) == len(ids)
     assert (_hashes(spaced(ids)) == _hashes(buffer)).all()  # hashed where a chunk holds them
+    assert (_hashes(spaced(ids, parsed=False)) == _hashes(buffer)).all()
 
 
-def spaced(ids: list[str]) -> Utf8Buffer:
-    """The ids as a reader keeps a vlen-utf8 chunk of them: each after its length field."""
+def spaced(ids: list[str], *, parsed: bool = True) -> Utf8Buffer:
+    """The ids as a reader keeps a vlen-utf8 chunk of them: each after its length field, the
+    lengths parsed by a Decoder or (``parsed`` False) when first needed."""
+    chunk = _vlen.encode(np.array(ids, dtype=object))
+    if not parsed:
+        return _vlen.spaced(chunk, len(ids), "(test)")
     decoder = _vlen.Decoder(len(ids), "(test)")
-    decoder.feed(_vlen.encode(np.array(ids, dtype=object)))
+    decoder.feed(chunk)
     return decoder.spaced(0, len(ids))
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cytepool._utf8 import Utf8Buffer, encode
+from cytepool._utf8 import SpacedUtf8Buffer, Utf8Buffer, encode
 
 CASES = [
     pytest.param([], id="empty"),
@@ -116,3 +118,37 @@ def test_move_by_size_leaves_items_of_many_sizes_to_the_caller() -> None:
     assert not move_by_size(source, starts, sizes, out, starts)
     assert not out.any()
     assert move_by_size(np.zeros(0, np.uint8), starts[:0], sizes[:0], out[:0], starts[:0])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    items=st.integers(0, 20).flatmap(
+        lambda size: st.lists(st.binary(min_size=size, max_size=size), min_size=1, max_size=30)
+    ),
+    rows=st.lists(st.integers(0, 40), max_size=6),
+)
+def test_items_of_one_size_kept_spaced_are_placed_without_a_parse(
+    items: list[bytes], rows: list[int]
+) -> None:
+    """Items whose length fields, read in place, all give one size lie where a parse would
+    place them (each field where the item before it ends), so where they are, their sizes and
+    their offsets need no parse."""
+    stored = b"".join(len(item).to_bytes(4, "little") + item for item in items)
+    joined = Utf8Buffer.from_sizes(
+        np.array([len(item) for item in items]), np.frombuffer(b"".join(items), np.uint8)
+    )
+
+    def refused() -> np.ndarray:
+        raise AssertionError("the lengths were parsed")
+
+    kept = SpacedUtf8Buffer(np.frombuffer(stored, np.uint8), len(items), refused, refused)
+    assert kept.uniform_size() == len(items[0])
+    picked = np.array([row % len(items) for row in rows], dtype=np.intp)
+    source, starts, gap = kept.located(picked)
+    assert gap == 4
+    size = len(items[0])
+    assert [source[a : a + size].tobytes() for a in starts] == [items[r] for r in picked]
+    assert kept.sizes_at(picked).tolist() == joined.sizes_at(picked).tolist()
+    assert kept.take(picked).to_list() == [items[r] for r in picked]
+    assert [kept.item(r) for r in picked] == [items[r] for r in picked]
+    assert kept.offsets.tolist() == joined.offsets.tolist()

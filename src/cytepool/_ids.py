@@ -22,6 +22,7 @@ Examples
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +37,8 @@ _SIZE_MIX = np.uint64(0x9E3779B97F4A7C15)  # the size is mixed in, so "" and "\0
 _MOST_LENGTHS = 32  # beyond as many distinct lengths, the ids are hashed byte by byte
 _AVALANCHE = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
 _AVALANCHE_SHIFT = np.uint64(33)
-_KEY_SHIFT = np.uint64(32)  # an index key is a hash's upper half
+_UPPER = 1 if sys.byteorder == "little" else 0  # where a hash's upper half lies, as uint32
+_INT32_ROWS = np.iinfo(np.int32).max  # up to as many ids, the index keeps rows as int32
 _HALF_SHIFT = np.uint32(16)  # a key's halves are radix-sorted
 _COUNTED_LENGTHS = 1 << 16  # ids no longer than this find their distinct lengths by counting
 
@@ -46,10 +48,15 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
 
     An item's bytes, padded with zeros to a multiple of 8, are read as little-endian uint64
     words, and the words are the digits of a polynomial in ``_MULTIPLIER`` (Horner's rule).
-    The items of each length are gathered into rows of a structured array (a row copied as
-    one piece, which numpy does far faster than a narrow 2-D copy) and hashed at once; ids
-    usually have few distinct lengths.
+    Items of one length are read where they lie (:func:`_even_hashes`), without their sizes
+    when the buffer knows they share one (ids kept as a vlen-utf8 chunk holds them). Items of
+    a few lengths are gathered, each length at once, into rows of a structured array (a row
+    copied as one piece, which numpy does far faster than a narrow 2-D copy); ids usually
+    have few distinct lengths.
     """
+    size = buffer.uniform_size()  # known without the sizes: items kept as stored
+    if size:
+        return _even_hashes(buffer, size)
     sizes = buffer.sizes()
     if not len(sizes):
         return np.zeros(0, dtype=np.uint64)
@@ -63,18 +70,43 @@ def _hashes(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     if len(lengths) > _MOST_LENGTHS:  # many lengths: one pass over the bytes instead
         return _hashes_by_byte(buffer, sizes)
     if len(lengths) == 1 and shortest:  # one length: the items are evenly spaced
-        data, (first,), gap = buffer.located(slice(0, 1))
-        step, length = (shortest + gap,), shortest
-        out = _word_hashes(np.ndarray(len(sizes), f"V{length}", data, first, step))
-        return _finished(out, length)
+        return _even_hashes(buffer, shortest)
     out = np.zeros(len(sizes), dtype=np.uint64)
-    data, starts, gap = buffer.located()  # where the bytes are, joined or not
+    data, starts, _ = buffer.located()  # where the bytes are, joined or not
     data = np.ascontiguousarray(data)
     for length in lengths.tolist():
         if length:
             rows = np.flatnonzero(sizes == length)  # their items start at some of the windows
             out[rows] = _word_hashes(windows(data, f"V{length}")[starts[rows]])
     return _finished(out, sizes)
+
+
+def _even_hashes(buffer: Utf8Buffer, length: int) -> np.ndarray[Any, Any]:
+    """:func:`_hashes` of items all ``length`` (> 0) bytes long, evenly spaced where they are
+    (back to back, or each after its length field).
+
+    Items of a word or more are read in place as unaligned uint64 words, a strided view per
+    word and no copy of the bytes: the last, partial word is the word that ends where the item
+    ends, shifted right past the bytes the word before it covered (its zero padding).
+    """
+    data, (first,), gap = buffer.located(slice(0, 1))
+    n, step = len(buffer), length + gap
+    if length < 8:  # less than a word: copied into zero-padded words
+        return _finished(_word_hashes(np.ndarray(n, f"V{length}", data, first, (step,))), length)
+    full, rest = divmod(length, 8)
+
+    def word(start: int) -> np.ndarray[Any, Any]:
+        return np.ndarray(n, "<u8", data, first + start, (step,))
+
+    out = word(0).astype(np.uint64)
+    scratch = np.empty_like(out)
+    for k in range(1, full):  # wraps modulo 2**64, as meant
+        out *= _MULTIPLIER
+        out += word(8 * k)
+    if rest:
+        out *= _MULTIPLIER
+        out += np.right_shift(word(length - 8), np.uint64(8 * (8 - rest)), out=scratch)
+    return _finished(out, length, scratch)
 
 
 def _word_hashes(items: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -92,15 +124,20 @@ def _word_hashes(items: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return out
 
 
-def _finished(out: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any] | int) -> np.ndarray[Any, Any]:
+def _finished(
+    out: np.ndarray[Any, Any],
+    sizes: np.ndarray[Any, Any] | int,
+    shifted: np.ndarray[Any, Any] | None = None,
+) -> np.ndarray[Any, Any]:
     """The polynomials ``out`` (changed in place) mixed with the sizes (an array, or one size
     for all), then avalanched (MurmurHash3's 64-bit finalizer), so that every bit of an item
-    moves the upper half, the part the index sorts by."""
+    moves the upper half, the part the index sorts by. ``shifted``: scratch of ``out``'s shape
+    and type, if the caller has one."""
     if isinstance(sizes, int):  # one size: a scalar, wrapped as the array product would be
         out ^= np.uint64(sizes * int(_SIZE_MIX) % 2**64)
     else:
         out ^= sizes.astype(np.uint64) * _SIZE_MIX
-    shifted = np.empty_like(out)
+    shifted = np.empty_like(out) if shifted is None else shifted
     for multiplier in _AVALANCHE:
         out ^= np.right_shift(out, _AVALANCHE_SHIFT, out=shifted)
         out *= multiplier
@@ -135,9 +172,7 @@ def _hashes_by_byte(buffer: Utf8Buffer, sizes: np.ndarray[Any, Any]) -> np.ndarr
 def _keys(buffer: Utf8Buffer) -> np.ndarray[Any, Any]:
     """The upper 32 bits of each item's hash (uint32): the key the ids are sorted and found by
     (a key shared by different ids is told apart by their bytes)."""
-    hashes = _hashes(buffer)
-    hashes >>= _KEY_SHIFT
-    return hashes.astype(np.uint32)
+    return _hashes(buffer).view(np.uint32)[_UPPER::2]  # a view: no copy
 
 
 def _equal(a: Utf8Buffer, b: Utf8Buffer) -> np.ndarray[Any, Any]:
@@ -183,8 +218,11 @@ class BufferIds:
         """
         if self._sorted is None:
             keys = _keys(self.buffer)
-            order = np.argsort(keys.astype(np.uint16), kind="stable")  # the low half
-            high = (keys >> _HALF_SHIFT).astype(np.uint16)
+            rows = np.int32 if len(keys) <= _INT32_ROWS else np.intp  # kept: half the memory
+            order = np.argsort(keys.astype(np.uint16), kind="stable").astype(rows)  # low half
+            high = np.right_shift(
+                keys, _HALF_SHIFT, out=np.empty(len(keys), np.uint16), casting="unsafe"
+            )
             order = order[np.argsort(high[order], kind="stable")]
             self._sorted = (keys[order], order)
         return self._sorted

@@ -124,7 +124,12 @@ class Utf8Buffer:
     def item(self, row: int) -> bytes:
         """The bytes of item ``row``."""
         source, (start,), _ = self.located(np.array([row]))
-        return source[start : start + int(self.offsets[row + 1] - self.offsets[row])].tobytes()
+        return source[start : start + int(self.sizes_at(np.array([row]))[0])].tobytes()
+
+    def uniform_size(self) -> int | None:
+        """The byte length every item has, if the buffer knows it without measuring each item
+        (None here; see :class:`SpacedUtf8Buffer`)."""
+        return None
 
     @classmethod
     def from_sizes(cls, sizes: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> Utf8Buffer:
@@ -192,7 +197,7 @@ class Utf8Buffer:
         >>> Utf8Buffer.from_str(["ab", "", "é"]).take(np.array([2, 0, 2])).to_str()
         ['é', 'ab', 'é']
         """
-        sizes = self.sizes()[rows]
+        sizes = self.sizes_at(rows)
         source, starts, _ = self.located(rows)
         offsets = Utf8Buffer.from_sizes(sizes, source[:0]).offsets
         shift = np.repeat(starts - offsets[:-1], sizes)
@@ -201,6 +206,11 @@ class Utf8Buffer:
     def sizes(self) -> np.ndarray[Any, Any]:
         """The byte length of each item (int64)."""
         return np.diff(self.offsets).astype(np.int64, copy=False)
+
+    def sizes_at(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The byte length of the items at ``rows`` (positions; int64)."""
+        offsets = self.offsets
+        return (offsets[rows + 1] - offsets[rows]).astype(np.int64, copy=False)
 
     def utf8(self, start: int, stop: int) -> Piece:
         """The byte length of each item in ``[start, stop)`` and their bytes back to back."""
@@ -273,7 +283,8 @@ class SpacedUtf8Buffer(Utf8Buffer):
     hashes the items as they are (:meth:`prefixed`, the form a cube file's column digests
     take), so a column that is only verified is neither parsed nor copied. The lengths come
     from ``lengths`` (an array, or a function that parses them, with every check of the
-    chunk's layout, when first needed); ``data``, the items back to back, comes from
+    chunk's layout, when first needed; items of one size need neither: see
+    :meth:`uniform_size`); ``data``, the items back to back, comes from
     ``join(lengths)`` (which checks the UTF-8) when first asked for. :meth:`located`,
     :meth:`item` and :meth:`take` give the bytes as stored, their UTF-8 not checked: call
     :meth:`check` first where that matters (ids).
@@ -305,19 +316,44 @@ class SpacedUtf8Buffer(Utf8Buffer):
         self._join: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = join
         self._offsets: np.ndarray[Any, Any] | None = None
         self._joined: np.ndarray[Any, Any] | None = None
+        self._uniform: int | None = _UNCHECKED
 
     def __len__(self) -> int:
         return self._n
 
+    def uniform_size(self) -> int | None:
+        """The byte length every item has, if every length field, read where it is stored,
+        gives the same one and the items fill the stored bytes exactly; else None. Checked
+        once, with numpy and no copy, before the lengths are parsed: it proves the layout the
+        parser checks, so ids of one length (Ensembl gene ids, say) are never parsed."""
+        if self._uniform == _UNCHECKED:
+            spaced = self._spaced  # None once joined; offsets made: measured already
+            if spaced is None or self._offsets is not None:
+                self._uniform = None
+            else:
+                self._uniform = _one_size(spaced, self._n)
+        return self._uniform
+
+    def sizes_at(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """:meth:`Utf8Buffer.sizes_at`, with no offsets made for items of one size."""
+        size = self.uniform_size()
+        if size is None:
+            return super().sizes_at(rows)
+        return np.full(len(rows), size, dtype=np.int64)
+
     @property
     def offsets(self) -> np.ndarray[Any, Any]:
-        """Where each item ends in ``data``, from the lengths (parsed when first needed)."""
+        """Where each item ends in ``data``, from the lengths (parsed when first needed, unless
+        the items have one size)."""
         offsets, found = self._offsets, self._lengths
         if offsets is None and found is not None:
-            lengths = found() if callable(found) else found
-            size = int(lengths.sum())
-            offsets = np.zeros(self._n + 1, dtype=np.int32 if size <= INT32_MAX else np.int64)
-            np.cumsum(lengths, out=offsets[1:])
+            size = self.uniform_size()
+            if size is None:
+                offsets = _ends(found() if callable(found) else found)
+            else:
+                total = self._n * size
+                offsets = np.arange(self._n + 1, dtype=np.int32 if total <= INT32_MAX else np.int64)
+                offsets *= size
             self._offsets, self._lengths = offsets, None  # the lengths (and a parser) let go
         elif offsets is None:  # another thread made them meanwhile
             offsets = self._offsets
@@ -363,7 +399,33 @@ class SpacedUtf8Buffer(Utf8Buffer):
             places = np.arange(*rows.indices(len(self)), dtype=np.int64)
         else:
             places = np.asarray(rows, dtype=np.int64)
+        size = self.uniform_size()
+        if size is not None:  # evenly spaced: no offsets needed
+            return spaced, places * (size + 4) + 4, 4
         return spaced, self.offsets[:-1][rows] + 4 * (places + 1), 4
+
+
+_UNCHECKED = -1  # not yet known whether the items have one size
+
+
+def _ends(lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The offsets of items of byte lengths ``lengths`` (int32 where they fit)."""
+    total = int(lengths.sum())
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if total <= INT32_MAX else np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _one_size(spaced: np.ndarray[Any, Any], n: int) -> int | None:
+    """The size of every item of ``spaced`` (``n`` items, each after its uint32 length field),
+    if they have one and fill it exactly; else None."""
+    if not n or len(spaced) < 4:
+        return None
+    size = int(spaced[:4].view("<u4")[0])
+    if n * (4 + size) != len(spaced):
+        return None
+    fields = np.ndarray((n,), dtype="<u4", buffer=spaced, strides=(4 + size,))
+    return size if bool((fields == size).all()) else None
 
 
 def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, int]] | None:

@@ -87,7 +87,9 @@ def test_other_kinds_leave_the_digest_to_the_frame(tmp_path: Path, name: str) ->
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_read_cube_keeps_the_fingerprint(tmp_path: Path, backend: str) -> None:
     samples = {"donor": ["d1", None, "", "é"], "age": [30.5, float("nan"), -0.0, 1.0]}
-    cube = make_cube(samples=samples, features={"symbol": ["A", "é", "C", "", "E"]})
+    features = {"symbol": ["A", "é", "C", "", "E"]}
+    ids = {"features": ["f1", "f22", "f3", "f444", "f5"]}  # samples, groups: one length
+    cube = make_cube(ids=ids, samples=samples, features=features)
     write_cube(cube, tmp_path / "c.cube.zarr")
     read = read_cube(tmp_path / "c.cube.zarr", backend=backend)
     assert read.fingerprint == cube.fingerprint
@@ -179,7 +181,9 @@ def test_a_string_column_only_verified_at_open_is_hashed_as_stored(
 ) -> None:
     """Format 1.2 hashes a string column's items as a vlen-utf8 chunk holds them, so opening a
     cube verifies a column other than the ids without parsing or joining it: that waits for
-    its frame. The ids are parsed (their lookup needs the lengths), not joined (ASCII)."""
+    its frame. Ids of several lengths are parsed (their lookup needs the lengths), ids of one
+    length not even that (their length fields are checked in place); none are joined
+    (ASCII)."""
     from cytepool.io.zarr import _vlen
 
     calls: list[tuple[str, str]] = []
@@ -192,7 +196,9 @@ def test_a_string_column_only_verified_at_open_is_hashed_as_stored(
 
         monkeypatch.setattr(kind, "__call__", counted)
     samples = {"donor": ["d1", None, "é", "d4"]}
-    cube = make_cube(samples=samples, features={"symbol": ["A", "é", "C", "", "E"]})
+    features = {"symbol": ["A", "é", "C", "", "E"]}
+    ids = {"features": ["f1", "f22", "f3", "f444", "f5"]}  # samples, groups: one length
+    cube = make_cube(ids=ids, samples=samples, features=features)
     path = tmp_path / "c.cube.zarr"
     write_cube(cube, path)
     calls.clear()
@@ -201,8 +207,8 @@ def test_a_string_column_only_verified_at_open_is_hashed_as_stored(
     def chunk(column: str) -> str:  # values/ of a nullable string column (pandas 3), or not
         return string_values(path / column).relative_to(path).as_posix() + "/c/0"
 
-    ids = [chunk(f"{axis}/{axis[:-1]}_id") for axis in ("samples", "groups", "features")]
-    parsed = [*ids, chunk("samples/donor")]  # a missing donor: its item must be empty
+    # parsed: the ids of several lengths and a column missing a value (its item must be empty)
+    parsed = [chunk("features/feature_id"), chunk("samples/donor")]
     assert sorted(calls) == sorted(("_Parsing", where) for where in parsed)
     calls.clear()
     pd.testing.assert_frame_equal(read.features, cube.features)

@@ -133,6 +133,24 @@ def test_items_kept_spaced_check_their_count_now_and_the_rest_when_used() -> Non
 
 
 @pytest.mark.parametrize(
+    ("chunk", "problem"),
+    [
+        # the first field gives a size the rest do not share: parsed, and the parse finds it
+        (b"\x02\0\0\0" + b"\x01\0\0\0a" + b"\x03\0\0\0bc", "claims 3 bytes, only 2 remain"),
+        (b"\x02\0\0\0" + b"\x01\0\0\0a" + b"\x01\0\0\0bx", "1 trailing bytes"),
+        (b"\x02\0\0\0" + b"\x01\0\0\0a" + b"\x01\0\0\0", "claims 1 bytes, only 0 remain"),
+        # as many bytes as two items of one byte, but the second field says 0
+        (b"\x02\0\0\0" + b"\x01\0\0\0a" + b"\x00\0\0\0x", "1 trailing bytes"),
+    ],
+)
+def test_items_that_only_seem_of_one_size_are_parsed(chunk: bytes, problem: str) -> None:
+    kept = _vlen.spaced(bytearray(chunk), 2, "c/0")
+    assert kept.uniform_size() is None
+    with pytest.raises(FormatError, match=f"c/0: .*{problem}"):
+        kept.located(np.array([1]))
+
+
+@pytest.mark.parametrize(
     "items",
     [
         [b"\xc3", b"\xa9"],  # together "é", apart invalid
