@@ -132,6 +132,33 @@ def test_items_kept_spaced_check_their_count_now_and_the_rest_when_used() -> Non
         kept.to_list()
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    size=st.integers(0, 9),
+    n=st.integers(1, 12),
+    edits=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4),
+    cut=st.integers(-3, 3),
+)
+def test_a_one_size_layout_is_only_found_where_a_parse_finds_it(
+    size: int, n: int, edits: list[tuple[int, int]], cut: int
+) -> None:
+    """Whatever the bytes (items of one size, then bytes changed, cut or added), the items are
+    taken to have one size only where the parser reads that same layout."""
+    body = bytearray((size.to_bytes(4, "little") + b"x" * size) * n)
+    for place, value in edits:
+        body[place % len(body)] = value
+    body = body[: len(body) + cut] if cut < 0 else body + b"y" * cut
+    kept = _vlen.spaced(bytearray(n.to_bytes(4, "little") + body), n, "c/0")
+    found = kept.uniform_size()
+    decoder = _vlen.Decoder(n, "c/0")
+    try:
+        decoder.feed(bytes(n.to_bytes(4, "little") + body))
+        lengths = decoder.lengths().tolist()
+    except FormatError:
+        lengths = None
+    assert found is None or lengths == [found] * n
+
+
 @pytest.mark.parametrize(
     ("chunk", "problem"),
     [
