@@ -152,3 +152,12 @@ def test_items_of_one_size_kept_spaced_are_placed_without_a_parse(
     assert kept.take(picked).to_list() == [items[r] for r in picked]
     assert [kept.item(r) for r in picked] == [items[r] for r in picked]
     assert kept.offsets.tolist() == joined.offsets.tolist()
+
+
+def test_items_are_taken_at_positions_of_any_integer_type() -> None:
+    """Categorical codes of int8 reach 127 (128 categories): one past them must not wrap."""
+    values = [f"c{i}" for i in range(128)]
+    buffer = Utf8Buffer.from_str(values)
+    codes = np.array([127, 0, 126, 127], dtype=np.int8)
+    assert buffer.take(codes).to_str() == [values[c] for c in codes]
+    assert buffer.sizes_at(codes).tolist() == [len(values[c]) for c in codes]

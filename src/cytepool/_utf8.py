@@ -208,8 +208,8 @@ class Utf8Buffer:
         return np.diff(self.offsets).astype(np.int64, copy=False)
 
     def sizes_at(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The byte length of the items at ``rows`` (positions; int64)."""
-        offsets = self.offsets
+        """The byte length of the items at ``rows`` (positions of any integer type; int64)."""
+        offsets, rows = self.offsets, np.asarray(rows, dtype=np.intp)  # int8 + 1 would wrap
         return (offsets[rows + 1] - offsets[rows]).astype(np.int64, copy=False)
 
     def utf8(self, start: int, stop: int) -> Piece:

@@ -7,6 +7,7 @@ and an edited table must still fail at ``read_cube``.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,24 @@ def test_a_wrong_item_count_in_a_string_chunk_fails_at_read_cube(tmp_path: Path)
     chunk.write_bytes(bytes(data))
     with pytest.raises(FormatError, match=r"symbol/.*c/0: the vlen-utf8 data holds 6 items, expe"):
         read_cube(path)
+
+
+def test_int8_codes_of_the_last_of_128_categories_read_at_open(tmp_path: Path) -> None:
+    """Codes of int8 address 128 categories (another writer's choice; pandas takes int16
+    there): code 127's category is found, one past it not wrapped to -128."""
+    labels = [f"c{i}" for i in range(128)]  # of several lengths: measured, not spaced evenly
+    label = pd.Categorical([labels[127], labels[0], labels[127], labels[5]], categories=labels)
+    cube = make_cube(samples={"label": label})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    stored = zarr.open_array(path / "samples" / "label" / "codes", mode="r")
+    attributes, codes = dict(stored.attrs), stored[:].astype(np.int8)
+    zarr.create_array(
+        path / "samples" / "label" / "codes", data=codes, attributes=attributes, overwrite=True
+    )
+    with warnings.catch_warnings():  # consolidated metadata: not in the v3 specification
+        warnings.simplefilter("ignore", UserWarning)
+        zarr.consolidate_metadata(path)
+    read = read_cube(path)
+    assert read.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(read.samples, cube.samples)
