@@ -33,7 +33,9 @@ __all__ = [
     "SpacedUtf8Buffer",
     "Utf8Buffer",
     "encode",
+    "gathered",
     "move_by_size",
+    "offsets_dtype",
     "size_runs",
     "windows",
 ]
@@ -175,7 +177,7 @@ class Utf8Buffer:
         uint8 array that owns its bytes, is taken over, not copied)."""
         n = sum(len(sizes) for sizes, _ in parts)
         size = sum(len(body) for _, body in parts)
-        offsets = np.empty(n + 1, dtype=np.int32 if size <= INT32_MAX else np.int64)
+        offsets = np.empty(n + 1, dtype=offsets_dtype(size))
         single = len(parts) == 1 and _is_bytes(parts[0][1])
         data = parts[0][1] if single else np.empty(size, dtype=np.uint8)
         offsets[0] = row = position = 0
@@ -199,9 +201,7 @@ class Utf8Buffer:
         """
         sizes = self.sizes_at(rows)
         source, starts, _ = self.located(rows)
-        offsets = Utf8Buffer.from_sizes(sizes, source[:0]).offsets
-        shift = np.repeat(starts - offsets[:-1], sizes)
-        return Utf8Buffer(offsets, source[shift + np.arange(int(offsets[-1]), dtype=np.int64)])
+        return Utf8Buffer.from_sizes(sizes, gathered(source, starts, sizes))
 
     def sizes(self) -> np.ndarray[Any, Any]:
         """The byte length of each item (int64)."""
@@ -350,10 +350,8 @@ class SpacedUtf8Buffer(Utf8Buffer):
             size = self.uniform_size()
             if size is None:
                 offsets = _ends(found() if callable(found) else found)
-            else:
-                total = self._n * size
-                offsets = np.arange(self._n + 1, dtype=np.int32 if total <= INT32_MAX else np.int64)
-                offsets *= size
+            else:  # evenly spaced: no lengths needed
+                offsets = np.arange(self._n + 1, dtype=offsets_dtype(self._n * size)) * size
             self._offsets, self._lengths = offsets, None  # the lengths (and a parser) let go
         elif offsets is None:  # another thread made them meanwhile
             offsets = self._offsets
@@ -408,10 +406,14 @@ class SpacedUtf8Buffer(Utf8Buffer):
 _UNCHECKED = -1  # not yet known whether the items have one size
 
 
+def offsets_dtype(total: int) -> type[np.integer[Any]]:
+    """The type of the offsets of items of ``total`` bytes in all: int32 where they fit."""
+    return np.int32 if total <= INT32_MAX else np.int64
+
+
 def _ends(lengths: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """The offsets of items of byte lengths ``lengths`` (int32 where they fit)."""
-    total = int(lengths.sum())
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32 if total <= INT32_MAX else np.int64)
+    """The offsets of items of byte lengths ``lengths``."""
+    offsets = np.zeros(len(lengths) + 1, dtype=offsets_dtype(int(lengths.sum())))
     np.cumsum(lengths, out=offsets[1:])
     return offsets
 
@@ -426,6 +428,23 @@ def _one_size(spaced: np.ndarray[Any, Any], n: int) -> int | None:
         return None
     fields = np.ndarray((n,), dtype="<u4", buffer=spaced, strides=(4 + size,))
     return size if bool((fields == size).all()) else None
+
+
+def gathered(
+    source: np.ndarray[Any, Any], starts: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """The bytes of items (item ``i``: ``sizes[i]`` bytes of the uint8 array ``source`` from
+    ``starts[i]``) back to back, gathered with numpy.
+
+    Examples
+    --------
+    >>> source = np.frombuffer(b"..ab...cde", dtype=np.uint8)
+    >>> gathered(source, np.array([7, 2]), np.array([3, 2])).tobytes()
+    b'cdeab'
+    """
+    firsts = np.cumsum(sizes) - sizes  # of each item in the result
+    total = int(sizes.sum())
+    return source[np.repeat(starts - firsts, sizes) + np.arange(total, dtype=np.int64)]
 
 
 def size_runs(sizes: np.ndarray[Any, Any], least: int = 64) -> list[tuple[int, int]] | None:

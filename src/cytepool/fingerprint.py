@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._records import HEX
-from cytepool._utf8 import Utf8Buffer, encode, move_by_size, size_runs, windows
+from cytepool._utf8 import Utf8Buffer, encode, gathered, move_by_size, size_runs, windows
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -357,8 +357,7 @@ def _back_to_back(
     if not gap or not total:
         first = int(starts[0]) if len(starts) else 0
         return source[first : first + total]
-    firsts = np.cumsum(sizes) - sizes
-    return source[np.repeat(starts - firsts, sizes) + np.arange(total)]
+    return gathered(source, starts, sizes)
 
 
 @dataclass(frozen=True)
