@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import sys
 import warnings
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, InputError
 from cytepool.fingerprint import table_digest
 from cytepool.io import read_cube, read_table, write_cube, write_table
 from cytepool.io._cube_tables import stored_digest
@@ -23,6 +24,7 @@ from cytepool.io.zarr.store import LocalStore, StorePath, reading
 from factories import BACKENDS, make_cube, string_values
 
 pd = pytest.importorskip("pandas")
+pa = pytest.importorskip("pyarrow")
 zarr = pytest.importorskip("zarr")
 
 COVERED: dict[str, list[Any]] = {
@@ -49,14 +51,46 @@ COVERED: dict[str, list[Any]] = {
     "yes": pd.array([True, None, False, True], dtype="boolean"),
     "ratio": pd.array([0.5, None, -0.0, 2.0], dtype="Float64"),
 }
-NOT_COVERED: dict[str, Any] = {
-    "numbers": pd.Categorical([1, 2, None, 1]),  # categories of numbers: polars has none
-    "seconds": pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]).as_unit("s"),
+# digested from their stored values too; a backend's frame may hold them in another type (polars
+# has no seconds and no categories but of strings; read_table's pandas holds dates as
+# datetime64[s]): the backends whose frame holds them as stored
+RETYPED: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "numbers": (pd.Categorical([1, 2, None, 1]), ("pandas", "pyarrow")),
+    "floats": (pd.Categorical([1.5, 2.5, None, -0.0]), ("pandas", "pyarrow")),
+    "flags": (pd.Categorical([True, False, None, True]), ("pandas", "pyarrow")),
+    "times": (
+        pd.Categorical(pd.to_datetime(["2020-01-01", None, "2021-06-01", "2020-01-01"])),
+        ("pandas", "pyarrow"),
+    ),
+    "seconds": (
+        pd.to_datetime(["2020-01-01", None, "2021-06-01", "2022-01-01"]).as_unit("s"),
+        ("pandas", "pyarrow"),
+    ),
+    "zoned-seconds": (
+        pd.to_datetime(["2020-01-01 10:00", None, "2021-06-01 00:00", "2022-01-01 23:59"])
+        .as_unit("s")
+        .tz_localize("Europe/Paris"),
+        ("pandas", "pyarrow"),
+    ),
+    "took-seconds": (
+        pd.to_timedelta([1, None, -3, 4], unit="s").as_unit("s"),
+        ("pandas", "pyarrow"),
+    ),
+    "dates": (
+        pd.array(
+            [date(2020, 1, 1), None, date(1960, 5, 1), date(1, 1, 1)],
+            dtype=pd.ArrowDtype(pa.date32()),
+        ),
+        ("polars", "pyarrow"),
+    ),
 }
 
 
+IDS = ["s1", "s2", "s3", "s4"]
+
+
 def _written(tmp_path: Path, columns: dict[str, Any]) -> Path:
-    ids = pd.Index(["s1", "s2", "s3", "s4"], name="sample_id")
+    ids = pd.Index(IDS, name="sample_id")
     write_table(pd.DataFrame(columns, index=ids), tmp_path / "samples")
     return tmp_path / "samples"
 
@@ -76,13 +110,43 @@ def test_stored_digest_is_the_frame_digest(tmp_path: Path, backend: str, name: s
     assert digest == table_digest(frame) == table_digest(read_table(path, backend=backend))
 
 
-@pytest.mark.parametrize("name", NOT_COVERED)
-def test_other_kinds_leave_the_digest_to_the_frame(tmp_path: Path, name: str) -> None:
-    frame, digest = _digested(
-        _written(tmp_path, {"donor": COVERED["donor"], name: NOT_COVERED[name]}), "pandas"
-    )
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", RETYPED)
+def test_stored_digest_is_the_digest_of_a_frame_that_keeps_the_type(
+    tmp_path: Path, backend: str, name: str
+) -> None:
+    values, kept_by = RETYPED[name]
+    path = _written(tmp_path, {name: values})
+    frame, digest = _digested(path, backend)
+    written = table_digest(pd.DataFrame({name: values}, index=pd.Index(IDS, name="sample_id")))
+    assert digest == written
+    assert (table_digest(frame) == digest) == (backend in kept_by)
+
+
+def test_float16_is_digested_from_its_stored_values(tmp_path: Path) -> None:
+    values = np.array([1.5, np.nan, -0.0, 65504], dtype=np.float16)
+    frame, digest = _digested(_written(tmp_path, {"f16": values}), "pandas")
+    assert digest is not None
+    assert digest == table_digest(frame)
+
+
+def test_a_unit_no_backend_has_leaves_the_digest_to_the_frame(tmp_path: Path) -> None:
+    path = _written(tmp_path, {"donor": COVERED["donor"], "when": RETYPED["seconds"][0]})
+    _in_minutes(path / "when", path)
+    frame, digest = _digested(path, "pandas")
     assert digest is None
-    assert name in frame.columns
+    assert frame["when"].dtype == np.dtype("datetime64[s]")
+
+
+def _in_minutes(array: Path, root: Path) -> None:
+    """Store the datetimes (in seconds, whole minutes) of ``array`` in minutes, as another
+    writer might, and consolidate the metadata of ``root`` (a cube file or table) again."""
+    stored = zarr.open_array(array, mode="r")
+    attributes, values = dict(stored.attrs), stored[:].astype("datetime64[m]")
+    zarr.create_array(array, data=values, attributes=attributes, overwrite=True)
+    with warnings.catch_warnings():  # consolidated metadata: not in the v3 specification
+        warnings.simplefilter("ignore", UserWarning)
+        zarr.consolidate_metadata(root)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -113,26 +177,83 @@ def test_an_edited_table_column_fails_at_read_cube(tmp_path: Path, column: str, 
         read_cube(path)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_column_only_its_frame_digests_is_verified_when_the_frame_is_made(
-    tmp_path: Path, backend: str
+    tmp_path: Path,
 ) -> None:
-    """A column whose canonical form the stored values do not give (categories of numbers) is
-    read at open, and verified against its digest when the frame is made; the others at open."""
-    samples = {"numbers": NOT_COVERED["numbers"], "donor": ["d1", "d2", "d3", "d4"]}
+    """A column whose canonical form the stored values do not give (datetimes in minutes,
+    which another writer may store and pandas reads in seconds) is read at open, and verified
+    against its digest when the frame is made; the others at open."""
+    samples = {"when": RETYPED["seconds"][0], "donor": ["d1", "d2", "d3", "d4"]}
     cube = make_cube(samples=samples)
     path = tmp_path / "c.cube.zarr"
     write_cube(cube, path)
+    _in_minutes(path / "samples" / "when", path)
     pd.testing.assert_frame_equal(read_cube(path).samples, cube.samples)
-    codes = zarr.open_array(path / "samples" / "numbers" / "codes", mode="r+")
-    codes[0] = 1  # category 2 for 1: a valid value, another table
-    read = read_cube(path, backend=backend)
+    when = zarr.open_array(path / "samples" / "when", mode="r+")
+    when[0] = when[3]  # a valid value, another table
+    read = read_cube(path)
     assert read.fingerprint == cube.fingerprint  # from the stored digests
-    pattern = "corrupt or was edited: samples: column 'numbers' does not match its stored digest"
+    pattern = "corrupt or was edited: samples: column 'when' does not match its stored digest"
     with pytest.raises(FormatError, match=pattern):
         _ = read.samples
     with pytest.raises(FormatError, match=pattern):  # asked again: refused again
         _ = read.samples
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", RETYPED)
+def test_a_cube_holds_its_file_s_columns_or_says_which_backend_does(
+    tmp_path: Path, backend: str, name: str
+) -> None:
+    """A column some backend holds in another type is read as stored (a cube's pandas frame
+    holds dates in pyarrow), and written again as it was; a backend that cannot hold it is
+    refused when the frame is made, naming the backends that can (a cube whose table is not
+    the file's would have the file's fingerprint and another table)."""
+    values, kept_by = RETYPED[name]
+    cube = make_cube(samples={name: values, "donor": ["d1", "d2", "d3", "d4"]})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    read = read_cube(path, backend=backend)
+    assert read.fingerprint == cube.fingerprint
+    if backend not in kept_by and not (name == "dates" and backend == "pandas"):
+        pattern = f"column '{name}' holds .*, which a {backend} frame cannot hold .*backend="
+        with pytest.raises(InputError, match=pattern):
+            _ = read.samples
+        return
+    assert table_digest(read.samples) == table_digest(cube.samples)
+    if backend == "pandas":
+        pd.testing.assert_frame_equal(read.samples, cube.samples)
+    write_cube(read, tmp_path / "again.cube.zarr")
+    assert read_cube(tmp_path / "again.cube.zarr").fingerprint == cube.fingerprint
+
+
+def test_dates_need_pyarrow_in_a_cube_s_pandas_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cytepool.io import _cube_tables
+
+    cube = make_cube(samples={"dates": RETYPED["dates"][0]})
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    monkeypatch.setattr(_cube_tables, "_pandas_dates", lambda frame, stored: frame)  # no pyarrow
+    read = read_cube(tmp_path / "c.cube.zarr")
+    pattern = r"holds date, .* \(it would hold datetime\[s\].*\(install pyarrow\)"
+    with pytest.raises(InputError, match=pattern):
+        _ = read.samples
+
+
+@pytest.mark.parametrize("name", RETYPED)
+def test_an_edited_column_of_any_kind_fails_at_read_cube(tmp_path: Path, name: str) -> None:
+    """Categories of numbers, datetimes in seconds and dates are verified when the cube is
+    opened, from their stored values (codes, int64 times, days), like every other column."""
+    cube = make_cube(samples={name: RETYPED[name][0]})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    node = path / "samples" / name
+    array = zarr.open_array(node / "codes" if (node / "codes").is_dir() else node, mode="r+")
+    array[0] = array[1] if (node / "codes").is_dir() else array[3]  # another valid value
+    pattern = f"corrupt or was edited: samples: column '{name}' does not match its stored digest"
+    with pytest.raises(FormatError, match=pattern):
+        read_cube(path, backend="pyarrow")
 
 
 @pytest.mark.parametrize("axis", ["samples", "features"])
@@ -249,3 +370,37 @@ def test_int8_codes_of_the_last_of_128_categories_read_at_open(tmp_path: Path) -
     read = read_cube(path)
     assert read.fingerprint == cube.fingerprint
     pd.testing.assert_frame_equal(read.samples, cube.samples)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["seconds", "dates"])
+def test_a_table_of_an_old_format_is_held_as_stored_too(
+    tmp_path: Path, backend: str, name: str
+) -> None:
+    """Formats 1.0 and 1.1 (one digest per table, from the stored values): the same check of
+    the frame as format 1.2."""
+    from cytepool.io._cube_tables import read_cube_table
+
+    values, kept_by = RETYPED[name]
+    _written(tmp_path, {name: values})
+    with reading(LocalStore(tmp_path).open()) as handle:
+        table = read_cube_table(StorePath(handle), "samples", backend, rows=4)
+    if backend in kept_by or backend == "pandas":
+        assert table_digest(table.native()) == table.digest()
+    else:
+        with pytest.raises(InputError, match=f"column '{name}' holds .* a {backend} frame"):
+            table.native()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_date_python_has_not_is_refused_as_edited(tmp_path: Path, backend: str) -> None:
+    """A date past 9999-12-31 (no writer of cube files stores one) is left to the frame, whose
+    canonical form is not the file's: the edit is found when the frame is made."""
+    cube = make_cube(samples={"dates": RETYPED["dates"][0]})
+    path = tmp_path / "c.cube.zarr"
+    write_cube(cube, path)
+    dates = zarr.open_array(path / "samples" / "dates", mode="r+")
+    dates[0] = np.datetime64("12000-01-01", "D")
+    read = read_cube(path, backend=backend)
+    with pytest.raises(FormatError, match="samples: column 'dates' does not match its stored"):
+        _ = read.samples

@@ -10,25 +10,29 @@ column digest (listed, with each column's encoding, in the ``tables`` attribute,
 digest and ids are known now and whose frame (pandas, polars or pyarrow) is built when first
 used; otherwise the frame itself, whose digest is then computed from it.
 
-:func:`stored_digest` gives the :func:`cytepool.fingerprint.table_digest` of the frame a table
-reads as, computed from what was read (UTF-8 buffers, numpy values, masks, codes): string
-columns are hashed from their UTF-8 bytes, as the canonical encoding (length-prefixed UTF-8) is
-built from them. It covers the columns whose canonical form is plain to see from the stored
-values, whatever the backend: strings with or without missing values, booleans, integers and
-floats, their nullable forms, categoricals of strings, and datetimes and durations in
-milliseconds to nanoseconds (the units every backend keeps). For a table with another kind of
-column (dates, which pandas reads in another form than polars and pyarrow; categories of
-numbers; seconds) it gives None, and the digest is then computed from the frame.
+:func:`stored_digest` gives the :func:`cytepool.fingerprint.table_digest` of the table as
+stored (of the frame it was written from), computed from what was read (UTF-8 buffers, numpy
+values, masks, codes): string columns are hashed from their UTF-8 bytes, as the canonical
+encoding (length-prefixed UTF-8) is built from them. It covers every kind of column a cube
+file's writer stores: strings with or without missing values, booleans, integers and floats,
+their nullable forms, categoricals (of strings, numbers, booleans or times), datetimes and
+durations (seconds to nanoseconds) and dates. For another kind (datetimes in minutes, say,
+written by another tool) it gives None, and the digest is then computed from the frame.
 
 A deferred table's frame is made by a :class:`StoredFrame`, which holds what was read (no
-open file, no closure), so a cube read from a file pickles before its tables were used; it
-verifies, when it makes the frame, the columns whose canonical form only the frame gives.
+open file, no closure), so a cube read from a file pickles before its tables were used. When
+it makes the frame, it verifies a column whose canonical form only the frame gives, and checks
+that the backend holds each column some backend holds in another type as stored: polars has no
+seconds and no categories but of strings, pandas no dates (it is given dates in pyarrow). A
+table read otherwise would no longer be the file's (its digest would not be its frame's), so
+that is refused, with the backends that hold it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, NoReturn
 
 import numpy as np
@@ -37,7 +41,7 @@ from cytepool._ids import BufferIds
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool._utf8 import Utf8Buffer
-from cytepool.errors import FormatError, StoredTypeError
+from cytepool.errors import FormatError, InputError, StoredTypeError
 from cytepool.fingerprint import (
     BLAKE3,
     CanonicalColumn,
@@ -47,7 +51,7 @@ from cytepool.fingerprint import (
     combined_digest,
 )
 from cytepool.io.tables import registry as _r
-from cytepool.io.tables.backends import INDEX, check_installed
+from cytepool.io.tables.backends import BACKENDS, INDEX, check_installed
 from cytepool.io.tables.columns import Categorical, Column, Dense
 from cytepool.io.tables.frames import StoredTable, read_stored_table_at
 from cytepool.io.tables.strings import Utf8Strings
@@ -67,7 +71,9 @@ __all__ = [
 _NUMBER_KINDS = "biuf"
 _NUMBER_TYPES = {"b": "Boolean", "i": "Int", "u": "UInt", "f": "Float"}
 _NULLABLE = {"nullable-integer": "iu", "nullable-boolean": "b", "nullable-float": "f"}
-_TIME_UNITS = ("ms", "us", "ns")  # polars has no seconds: a frame there would change the unit
+_TIME_UNITS = ("s", "ms", "us", "ns")
+_EPOCH = date(1970, 1, 1).toordinal()
+_DAYS = (date.min.toordinal() - _EPOCH, date.max.toordinal() - _EPOCH)  # what a date can be
 
 
 def read_cube_table(
@@ -79,15 +85,21 @@ def read_cube_table(
     UTF-8 buffer they were read as; its digest is made with ``algorithm``, the file's.
     """
     stored = read_stored_table_at(root / axis, rows=rows)
-    digest = stored_digest(stored, algorithm)
+    canonical = _stored_canonical(stored)
     index = stored.index
     named = stored.index_name == ID_COLUMNS[axis]
     strings = _plain_ids(index)
-    if digest is None or not named or strings is None:
+    if canonical is None or not named or strings is None:
         return stored.frame(backend)
+    digest = columns_digest(stored.n_rows, canonical, algorithm)
     check_installed(backend)
     ids = _checked_ids(strings, root, axis)
-    make = StoredFrame(stored, backend, axis)  # tells the schema from the stored columns
+    retyped = tuple(
+        (column.name, column_digest(stored.n_rows, column), column.tag)
+        for column in canonical
+        if not _kept_by_every_backend(column.tag)
+    )
+    make = StoredFrame(stored, backend, axis, retyped, str(root))
     return AxisTable.deferred(axis, make, ids, None, digest, algorithm=algorithm)
 
 
@@ -155,8 +167,8 @@ def read_lazy_cube_table(
     listed ``columns``), read whole now and verified from its stored values: its ids (strings,
     unique, matching their column digest), its columns (those listed) and each other column
     against its own digest (FormatError naming the column). A column whose canonical form only
-    its frame gives (dates, ...) is verified when the frame is made; the frame is made when
-    first used (:class:`StoredFrame`)."""
+    its frame gives (one stored in a form cytepool does not write) is verified when the frame
+    is made; the frame is made when first used (:class:`StoredFrame`)."""
     stored = read_stored_table_at(root / axis, rows=rows)
     name, index = stored.index_name, stored.index
     strings = _plain_ids(index)
@@ -184,10 +196,11 @@ def read_lazy_cube_table(
 
 def _verified(
     stored: StoredTable, columns: tuple[StoredColumn, ...], root: object, axis: str
-) -> tuple[tuple[str, str], ...]:
+) -> tuple[Pending, ...]:
     """Check that ``stored`` holds the ``columns`` listed, in their order, and each column
-    after the ids against its digest where its stored values give its canonical form; the
-    others (name, digest), to be verified from the frame."""
+    after the ids against its digest where its stored values give its canonical form. The
+    columns left to the frame (:data:`Pending`): those not verified (canonical form None),
+    and those verified whose canonical form some backend's frame changes."""
     named = [stored.index_name, *stored.columns]
     listed = [column.name for column in columns]
     if named != listed:
@@ -196,14 +209,35 @@ def _verified(
             f"its attributes list {listed}"
         )
         raise FormatError(message)
-    pending = []
+    pending: list[Pending] = []
     for entry in columns[1:]:
         canonical = _canonical(entry.name, stored.columns[entry.name])
         if canonical is None:
-            pending.append((entry.name, entry.digest))
+            pending.append((entry.name, entry.digest, None))
         elif column_digest(stored.n_rows, canonical) != entry.digest:
             _mismatch(root, axis, entry.name)
+        elif not _kept_by_every_backend(canonical.tag):
+            pending.append((entry.name, entry.digest, canonical.tag))
     return tuple(pending)
+
+
+def _kept_by_every_backend(tag: str) -> bool:
+    """Whether every backend's frame holds a column of canonical form ``tag`` as stored.
+
+    polars has no seconds and no categories but of strings; pandas no dates (a cube's
+    :class:`StoredFrame` gives it dates in pyarrow, when pyarrow is installed).
+
+    Examples
+    --------
+    >>> [_kept_by_every_backend(t) for t in ("int64", "categorical[string]", "datetime[ms]")]
+    [True, True, True]
+    >>> [_kept_by_every_backend(t) for t in ("categorical[int64]", "datetime[s,UTC]", "date")]
+    [False, False, False]
+    """
+    if tag.startswith("categorical["):
+        return tag == "categorical[string]"
+    unit = tag.partition("[")[2].rstrip("]").split(",")[0]
+    return tag != "date" and unit != "s"
 
 
 def _mismatch(root: object, axis: str, name: str) -> NoReturn:
@@ -243,25 +277,43 @@ def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
     return ids
 
 
+#: A column whose frame is checked when made: its name, its column digest, and the canonical
+#: form's tag its stored values gave (they were verified then), or None (not verified: the
+#: frame gives the canonical form).
+Pending = tuple[str, str, str | None]
+
+
 @dataclass(frozen=True)
 class StoredFrame:
     """Makes the frame of a table read from a cube file, from what was read: no open file,
-    no closure, so it pickles. The columns of ``pending`` (name, column digest), whose
-    canonical form only the frame gives, are verified then (FormatError naming ``root``)."""
+    no closure, so it pickles. The columns of ``pending`` are checked then: one not verified
+    yet against its digest (FormatError naming ``root``); one verified, whose stored type some
+    backend holds in another type (seconds, categories of numbers, ...), to be held by this
+    backend as stored (InputError otherwise: the table would no longer be the file's)."""
 
     stored: StoredTable
     backend: str
     axis: str
-    pending: tuple[tuple[str, str], ...] = ()
+    pending: tuple[Pending, ...] = ()
     root: str = ""
 
     def __call__(self) -> Any:
         """The frame, in the form a table holds (its ids were checked when it was read)."""
-        frame = AxisTable.user_frame(self.stored.frame(self.backend), self.axis)
-        for name, digest in self.pending:  # a kind seen in the frame only (dates, ...)
-            canonical = canonical_column(frame.get_column(name), name)
-            if column_digest(self.stored.n_rows, canonical) != digest:
+        native = self.stored.frame(self.backend)
+        if self.backend == "pandas":
+            native = _pandas_dates(native, self.stored)
+        frame = AxisTable.user_frame(native, self.axis)
+        for name, digest, tag in self.pending:
+            try:
+                canonical = canonical_column(frame.get_column(name), name)
+            except (TypeError, ValueError, OverflowError):  # a date Python has not, say
+                canonical = None
+            if canonical is not None and column_digest(self.stored.n_rows, canonical) == digest:
+                continue
+            if tag is None:
                 _mismatch(self.root, self.axis, name)
+            found = "values it cannot digest" if canonical is None else canonical.tag
+            raise _retyped(self.root, self.axis, name, tag, found, self.backend)
         return frame
 
     def schema(self) -> dict[str, str] | None:
@@ -273,6 +325,44 @@ class StoredFrame:
         names = {name: _type_name(column) for name, column in named}
         known = {name: kind for name, kind in names.items() if kind is not None}
         return known if not self.pending and len(known) == len(names) else None
+
+
+def _retyped(root: str, axis: str, name: str, tag: str, found: str, backend: str) -> InputError:
+    others = [other for other in BACKENDS if other != backend]
+    hint = " (install pyarrow)" if tag == "date" else ""
+    message = (
+        f"the cube file {root}: {axis}: column {name!r} holds {tag}, which a {backend} frame "
+        f"cannot hold (it would hold {found}, and the table would no longer be the file's); "
+        f"read the cube with backend={others[0]!r} or backend={others[1]!r}{hint}"
+    )
+    return InputError(message)
+
+
+def _pandas_dates(frame: Any, stored: StoredTable) -> Any:
+    """``frame`` (pandas) with its date columns as pyarrow dates, as stored, if pyarrow is
+    installed: pandas holds dates as ``datetime64[s]`` otherwise (as :func:`read_table` gives
+    them), which is not what the cube file holds."""
+    dates = {  # of the dates Python has (others are refused: their form is the frame's)
+        name: column.values
+        for name, column in stored.columns.items()
+        if isinstance(column, Dense)
+        and column.kind == "date"
+        and _dates(name, column.values) is not None
+    }
+    if not dates:
+        return frame
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return frame  # the column's check names the problem
+    import pandas as pd
+
+    frame = frame.copy(deep=False)
+    for name, stored_values in dates.items():
+        values = np.asarray(stored_values).astype("datetime64[D]")
+        array = pa.array(values, type=pa.date32(), mask=np.isnat(values))
+        frame[name] = pd.array(array, dtype=pd.ArrowDtype(pa.date32()))
+    return frame
 
 
 def _plain_ids(index: Column) -> Utf8Strings | None:
@@ -306,6 +396,13 @@ def stored_digest(table: StoredTable, algorithm: str = BLAKE3) -> str | None:
     None when a column is of a kind not covered here (or the index is unnamed or shared with
     a column).
     """
+    canonical = _stored_canonical(table)
+    return None if canonical is None else columns_digest(table.n_rows, canonical, algorithm)
+
+
+def _stored_canonical(table: StoredTable) -> list[CanonicalColumn] | None:
+    """The canonical form of each column of ``table``, its named index first, from the stored
+    values; None as :func:`stored_digest` says."""
     if table.index_name == INDEX or table.index_name in table.columns:
         return None
     canonical = []
@@ -314,7 +411,7 @@ def stored_digest(table: StoredTable, algorithm: str = BLAKE3) -> str | None:
         if found is None:
             return None
         canonical.append(found)
-    return columns_digest(table.n_rows, canonical, algorithm)
+    return canonical
 
 
 def _canonical(name: str, column: Column) -> CanonicalColumn | None:
@@ -331,6 +428,8 @@ def _canonical(name: str, column: Column) -> CanonicalColumn | None:
         return _nullable(name, column.values, np.asarray(column.mask, dtype=bool), column.kind)
     if column.kind in ("datetime", "duration"):
         return _temporal(name, column)
+    if column.kind == "date":
+        return _dates(name, column.values)
     return None
 
 
@@ -366,24 +465,44 @@ def _temporal(name: str, column: Dense) -> CanonicalColumn | None:
     return CanonicalColumn(name, tag, missing, out)
 
 
-def _categorical(name: str, column: Categorical) -> CanonicalColumn | None:
-    """A categorical column of strings: each row's category (its UTF-8), empty where missing."""
-    categories = column.categories
-    codes = np.asarray(column.codes)
-    if (
-        categories.kind != "string"
-        or not isinstance(categories.values, Utf8Strings)
-        or codes.ndim != 1
-        or codes.dtype.kind != "i"
-    ):
+def _dates(name: str, values: Any) -> CanonicalColumn | None:
+    """A date column: days since 1970-01-01 as int32 (None beyond the dates Python has,
+    whose canonical form the frame gives)."""
+    days = np.asarray(values)
+    if days.ndim != 1 or days.dtype != np.dtype("datetime64[D]"):
         return None
-    buffer = categories.values.buffer
+    missing = np.isnat(days)
+    out = np.where(missing, 0, days.view(np.int64))
+    if len(out) and (out.min() < _DAYS[0] or out.max() > _DAYS[1]):
+        return None
+    return CanonicalColumn(name, "date", missing, out.astype("<i4"))
+
+
+def _categorical(name: str, column: Categorical) -> CanonicalColumn | None:
+    """A categorical column: each row's category in the canonical form of the categories
+    (strings, numbers, dates, ...), null where missing."""
+    codes = np.asarray(column.codes)
+    if codes.ndim != 1 or codes.dtype.kind != "i":
+        return None
     missing = codes < 0
-    if len(buffer) == 0:  # no categories: every row is missing
-        values = Utf8Buffer.from_sizes(np.zeros(len(codes), dtype=np.int64), buffer.data[:0])
-    else:
-        values = buffer.take(np.where(missing, 0, codes)).blank(missing)
-    return CanonicalColumn(name, "categorical[string]", missing, values)
+    if not len(column.categories):  # no categories, no type: missing strings
+        empty = Utf8Buffer.from_sizes(np.zeros(len(codes), np.int64), np.zeros(0, np.uint8))
+        return CanonicalColumn(name, "categorical[string]", missing, empty)
+    inner = _canonical(name, column.categories)
+    if inner is None:
+        return None
+    rows = np.where(missing, 0, codes)
+    mask = missing | inner.mask[rows]
+    return CanonicalColumn(name, f"categorical[{inner.tag}]", mask, _taken(inner, rows, mask))
+
+
+def _taken(
+    column: CanonicalColumn, rows: np.ndarray[Any, Any], blank: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any] | Utf8Buffer:
+    """The canonical values of ``column`` at ``rows``, null (0 or empty) where ``blank``."""
+    if isinstance(column.values, Utf8Buffer):
+        return column.values.take(rows).blank(blank)
+    return np.where(blank, 0, column.values[rows]).astype(column.values.dtype)
 
 
 def _strings(name: str, column: Dense) -> CanonicalColumn | None:
@@ -395,11 +514,7 @@ def _strings(name: str, column: Dense) -> CanonicalColumn | None:
 
 
 def _numbers(name: str, values: np.ndarray[Any, Any]) -> CanonicalColumn | None:
-    if (
-        values.ndim != 1
-        or values.dtype.kind not in _NUMBER_KINDS
-        or (values.dtype.itemsize < 4 and values.dtype.kind == "f")
-    ):
+    if values.ndim != 1 or values.dtype.kind not in _NUMBER_KINDS:
         return None
     if values.dtype.kind == "b":
         return CanonicalColumn(
