@@ -263,7 +263,11 @@ def read_cube(
         The cube file's directory.
     backend
         The frame library of the tables: ``"pandas"`` (the default), ``"polars"`` or
-        ``"pyarrow"``.
+        ``"pyarrow"``. A frame holds each column as the file does (pandas holds dates as
+        pyarrow dates). A backend that cannot (polars: datetimes in seconds, categories of
+        numbers) is refused when the table's frame is made, with a ValueError
+        (:class:`~cytepool.errors.InputError`) that names the column and the backends that
+        hold it: a table held in another type would not be the file's.
 
     Returns
     -------

@@ -34,6 +34,7 @@ import tracemalloc
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,14 @@ def _write_cubes(root: Path) -> None:
                 "sample_id": [f"s{i}" for i in range(4)],
                 "age": [30, 31, 32, 33],
                 "donor": ["d1", None, "dé", "d1"],  # strings verified as stored, used later
+                "visit": pd.Categorical([2, 1, None, 2]),  # numbers by their codes
+                "seen": pd.to_datetime(["2020-01-01", None, "1960-05-01", "2020-01-02"]).as_unit(
+                    "s"
+                ),
+                "day": pd.array(  # dates by their days, as pyarrow dates in the frame
+                    [date(2020, 1, 1), None, date(1960, 5, 1), date(1, 1, 1)],
+                    dtype="date32[pyarrow]",
+                ),
             }
         ),
         groups=pd.DataFrame({"group_id": ["B", "T", "NK"]}),
