@@ -461,6 +461,8 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
     if tag == "date":
         return CanonicalColumn(name, "date", mask, _date_values(s, name, mask))
     fill: Any = False if tag == "bool" else 0
+    if tag == "float16":  # pyarrow 18 makes no float16 scalar to fill with: float32 holds them
+        s = s.cast(nw.Float32())
     values = np.asarray(s.fill_null(fill).to_numpy())
     if tag == "bool":
         values = values.astype(np.uint8)
