@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from cytepool._assemble import parts_of
 from cytepool._ids import BufferIds, _hashes, _hashes_by_byte, _keys
+from cytepool._table import _FEW_IDS
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import FormatError, UnknownIdError
 from cytepool.io import read_cube, write_cube
@@ -90,8 +92,9 @@ def test_ids_sharing_a_hash_are_told_apart_by_their_bytes() -> None:
 
 
 def test_a_cube_file_keeps_its_ids_as_stored_until_asked(tmp_path: Path) -> None:
-    features = [f"ENSG{i:05d}" for i in range(40)]
-    cube = make_cube(np.ones((2, 3, 40), dtype=np.int32), ids={"features": features})
+    n = _FEW_IDS + 1  # fewer are looked up in a dict of str (see the next test)
+    features = [f"ENSG{i:05d}" for i in range(n)]
+    cube = make_cube(np.ones((2, 3, n), dtype=np.int32), ids={"features": features})
     write_cube(cube, tmp_path / "c.cube.zarr")
     read = read_cube(tmp_path / "c.cube.zarr")
     table = parts_of(read).tables["features"]
@@ -104,6 +107,25 @@ def test_a_cube_file_keeps_its_ids_as_stored_until_asked(tmp_path: Path) -> None
     with pytest.raises(ValueError, match=r"selects \['ENSG00001'\] more than once"):
         read.select(features=["ENSG00001", "ENSG00001"])
     assert table.ids == features  # made when asked for
+
+
+def test_a_few_stored_ids_are_looked_up_in_a_dict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cell types and samples: a dict of a dozen str, made once, is cheaper than hashing the
+    ids asked for and searching the buffer (about 10 µs against 110 µs a lookup)."""
+    write_cube(make_cube(), tmp_path / "c.cube.zarr")
+    read = read_cube(tmp_path / "c.cube.zarr")
+
+    def refused(self: BufferIds, ids: Any) -> Any:
+        raise AssertionError("searched the buffer")
+
+    monkeypatch.setattr(BufferIds, "find", refused)
+    groups = parts_of(read).tables["groups"].ids
+    assert read.select(groups=[groups[1]]).groups.index.tolist() == [groups[1]]
+    np.testing.assert_array_equal(read.profiles(groups[0]), read.profiles(0))
+    with pytest.raises(UnknownIdError, match=r"unknown ids \['nope'\]"):
+        read.profiles("nope")
 
 
 def test_a_repeated_stored_id_is_refused(tmp_path: Path) -> None:

@@ -36,6 +36,10 @@ __all__ = [
     "unique_positions",
 ]
 
+# Up to as many stored ids (cell types, samples), a lookup uses a dict of the ids as str, made
+# once (about 10 µs for a dozen); more (genes) are found in the UTF-8 buffer, with no str each.
+_FEW_IDS = 1024
+
 
 class FrameMaker(Protocol):
     """What makes a deferred table's frame when it is first used; picklable (no closure)."""
@@ -250,7 +254,7 @@ class AxisTable:
         return self._position
 
     def locate(self, ids: Sequence[str]) -> Index:
-        if self._position is None and self._stored is not None:
+        if self._position is None and self._stored is not None and len(self) > _FEW_IDS:
             found = self._find(ids)
             if found is not None:
                 return found
