@@ -55,6 +55,8 @@ class CubeParts:
     cells_digest: str | None
     normalization_digest: str | None
     algorithm: str  # of every digest known (SHA-256 only for cubes of files of format 1.0, 1.1)
+    # once every digest is known, the fingerprint: digests are only ever filled in, never changed
+    _fingerprint: str | None = None
 
     @classmethod
     def checked(
@@ -270,15 +272,25 @@ class CubeParts:
             algorithm=self.algorithm,
         )
 
+    def fingerprint(self) -> str:
+        """The fingerprint, computing the digests not known yet (reading lazy layers)."""
+        if self._fingerprint is None:
+            self._fingerprint = self.digests(compute=True).fingerprint()
+        return self._fingerprint
+
     def known_fingerprint(self) -> str | None:
         """The fingerprint if known without reading a lazy layer (in-memory layers hashed)."""
+        if self._fingerprint is not None:
+            return self._fingerprint
         for name, layer in self.layers.items():
             if layer.eager and None in self.group_digests[name]:
                 for g, value in enumerate(self.group_digests[name]):
                     if value is None:
                         self.read(name, g)
         digests = self.digests(compute=False)
-        return digests.fingerprint() if digests.complete else None
+        if digests.complete:
+            self._fingerprint = digests.fingerprint()
+        return self._fingerprint
 
     def with_provenance(self, provenance: Iterable[Any]) -> CubeParts:
         """The same parts (shared) with other provenance records."""

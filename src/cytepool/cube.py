@@ -169,7 +169,7 @@ class Cube:
         layout, table backend, chunking, compression or laziness. Digests not known yet are
         computed, reading lazy layers group by group.
         """
-        return self._parts.digests(compute=True).fingerprint()
+        return self._parts.fingerprint()
 
     def __repr__(self) -> str:
         g, s, f = self.shape

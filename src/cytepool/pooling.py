@@ -715,8 +715,8 @@ def _pool_columns(
 
 def _add_block(sums: _Sums, block: Any, first: int, what: str) -> None:
     """Add a numpy array or scipy.sparse block of rows (a copy only for neither CSR nor CSC)."""
-    if isinstance(block, np.ndarray):
-        for start, csr in _dense_csr(block, what):
+    if isinstance(block, np.ndarray):  # a subclass (anndata's view of X, say) as a plain view
+        for start, csr in _dense_csr(np.asarray(block), what):
             sums.add(csr, first + start)
         return
     fmt = _sparse_format(block)

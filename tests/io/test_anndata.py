@@ -285,6 +285,22 @@ def test_dense_and_csc_in_memory(cells: Any, cube: Any) -> None:
         np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
 
 
+@pytest.mark.interop
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("matrix", ["dense", "csr", "csc"])
+def test_a_view_pools_as_its_copy(cells: Any, matrix: str, dtype: str) -> None:
+    """``adata[mask]``, the usual way to filter cells, is a view: its dense X is an ndarray
+    subclass whose ufunc hook numpy's ``add.at`` cannot go through (a TypeError before)."""
+    values = cells.X.toarray().astype(dtype)
+    x = {"dense": values, "csr": sparse.csr_matrix(values), "csc": sparse.csc_matrix(values)}
+    source = ad.AnnData(X=x[matrix], obs=cells.obs, var=cells.var)
+    view = source[source.obs["n_counts"] > 0.3]
+    assert view.is_view
+    pooled = from_anndata(view, sample_key="sample", group_key="cell_type")
+    expected = from_anndata(view.copy(), sample_key="sample", group_key="cell_type")
+    assert pooled.fingerprint == expected.fingerprint
+
+
 NOT_COUNTS = (
     r"^{matrix}: not every value is a count \(a whole number below 2\*\*31\), e.g. 0.5 at row 7 "
     r"\(cell 'cell7'\), column 10 \(feature 'gene10'\); the layer 'counts' holds float64 sums\. "
