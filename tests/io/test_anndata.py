@@ -301,6 +301,14 @@ def test_a_view_pools_as_its_copy(cells: Any, matrix: str, dtype: str) -> None:
     assert pooled.fingerprint == expected.fingerprint
 
 
+@pytest.mark.parametrize("data", [b"cells.h5ad", 3, None])
+def test_neither_data_nor_a_path_is_a_type_error(data: Any) -> None:
+    with pytest.raises(TypeError, match=r"adata: expected an AnnData, a path .* found "):
+        from_anndata(data, sample_key="sample", group_key="cell_type")
+    with pytest.raises(TypeError, match=r"mdata: expected a MuData, a path .* found "):
+        conv.from_mudata_cells(data, sample_key="sample", group_key="cell_type")
+
+
 NOT_COUNTS = (
     r"^{matrix}: not every value is a count \(a whole number below 2\*\*31\), e.g. 0.5 at row 7 "
     r"\(cell 'cell7'\), column 10 \(feature 'gene10'\); the layer 'counts' holds float64 sums\. "

@@ -196,10 +196,21 @@ def from_anndata(
     if isinstance(adata, str | os.PathLike):
         with open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, source):
             return _pool(matrix, obs, var, source, **_keys(locals()))
+    _check_kind(adata, ("obs", "var"), "adata", "an AnnData, a path to its .h5ad file or .zarr")
     matrix, var, source = matrix_of(adata, layer=layer, use_raw=use_raw)
     return _pool(
         matrix, as_pandas_frame(adata.obs), as_pandas_frame(var), source, **_keys(locals())
     )
+
+
+def _check_kind(data: Any, needs: tuple[str, ...], name: str, expected: str) -> None:
+    """InputTypeError unless ``data`` has the attributes ``needs`` (an AnnData, a MuData)."""
+    if not all(hasattr(data, attribute) for attribute in needs):
+        msg = (
+            f"{name}: expected {expected} store, or a list of such paths; found "
+            f"{type(data).__name__}"
+        )
+        raise InputTypeError(msg)
 
 
 def _keys(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -338,6 +349,7 @@ def from_mudata_cells(
     if isinstance(mdata, str | os.PathLike):
         with open_modalities(mdata) as (everyone, found):
             return pool(everyone, _chosen(found, wanted, os.fspath(mdata)))
+    _check_kind(mdata, ("mod", "obs"), "mdata", "a MuData, a path to its .h5mu file or .zarr")
     found = {name: _in_memory(mod, name) for name, mod in mdata.mod.items()}
     return pool(mdata.obs, _chosen(found, wanted, "mdata"))
 
