@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import time
 import warnings
@@ -167,6 +168,53 @@ def test_a_covariate_that_differs_between_files_is_dropped(tmp_path: Path) -> No
     assert "batch" in dropped
     with pytest.raises(InputError, match=r"column 'age' varies within sample 'x' .*samples="):
         from_anndata(paths, **KEYS, **HERE, samples=["age"], duplicates="add")
+
+
+def test_a_categorical_missing_in_a_whole_file_stays_categorical(tmp_path: Path) -> None:
+    """A file whose column holds no value reads back with categories of no type (object),
+    which pandas 3 will not unite with the others' (str): as concatenated in memory, the
+    covariate stays a categorical."""
+    adatas = [cells(i) for i in range(2)]
+    adatas[0].obs["site"] = pd.Categorical(["Lyon"] * 120)
+    adatas[1].obs["site"] = pd.Categorical([None] * 120, categories=pd.Index([], dtype=object))
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE)
+    same_cube(cube, expected(paths, **KEYS))
+    assert isinstance(cube.samples["site"].dtype, pd.CategoricalDtype)
+
+
+def test_a_covariate_of_two_numpy_types_is_promoted_as_in_memory(tmp_path: Path) -> None:
+    """True in one file and 1 in another: int64, as concatenating the cells in memory gives
+    (pandas alone would join them as objects, which no table column holds)."""
+    adatas = [cells(i) for i in range(2)]
+    adatas[0].obs["treated"] = True
+    adatas[1].obs["treated"] = 1
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE)
+    same_cube(cube, expected(paths, **KEYS))
+    assert cube.samples["treated"].dtype == np.dtype("int64")
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_a_covariate_of_two_types_without_a_common_one_is_dropped(
+    tmp_path: Path, named: bool
+) -> None:
+    """Text in one file (read back as a categorical) and numbers in another have no common
+    type: the column is not a covariate (the reason names both types and files), and naming
+    it is an error."""
+    adatas = [cells(i) for i in range(2)]
+    adatas[0].obs["seen"] = "early"
+    adatas[1].obs["seen"] = 3
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    reason = f"is category in {paths[0]} and int64 in {paths[1]}"
+    if named:
+        with pytest.raises(InputError, match=f"column 'seen' {re.escape(reason)}: it cannot"):
+            from_anndata(paths, **KEYS, **HERE, samples=["seen"])
+        return
+    cube = from_anndata(paths, **KEYS, **HERE)
+    assert cube.provenance[-1].parameters["covariates"]["dropped"]["seen"].startswith(reason)
+    assert "seen" not in cube.samples.columns
+    assert "seen" not in cube.groups.columns
 
 
 def test_features_that_differ_are_an_error_or_their_intersection(tmp_path: Path) -> None:

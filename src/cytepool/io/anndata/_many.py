@@ -545,12 +545,42 @@ def _values(
         pieces.append(piece)
     if all(isinstance(p.dtype, pd.CategoricalDtype) for p in pieces):
         try:
-            union = pd.api.types.union_categoricals(pieces, ignore_order=True)
+            union = pd.api.types.union_categoricals(_typed(pieces), ignore_order=True)
             index = pd.Index([k for p in pieces for k in p.index])
             return pd.Series(union, index=index), None
         except TypeError:  # categories of different types
             pass
-    return pd.concat(pieces), None
+    common = _common_dtype([p.dtype for p in pieces])
+    if common is not None:  # numpy types of one kind or another: numpy's promotion, as in memory
+        pieces = [p.astype(common) for p in pieces]
+    joined = pd.concat(pieces)
+    if joined.dtype == object and all(p.dtype != object for p in pieces):  # dates and numbers
+        i = next(i for i, p in enumerate(pieces) if p.dtype != pieces[0].dtype)
+        return joined, f"is {pieces[0].dtype} in {names[0]} and {pieces[i].dtype} in {names[i]}"
+    return joined, None
+
+
+def _common_dtype(dtypes: list[Any]) -> np.dtype[Any] | None:
+    """The type numpy promotes different numpy types (not objects) to, as concatenating the
+    files' cells in memory does (bool and int64: int64), or None (the same type, an extension
+    type, objects, or types without a common one, such as dates and numbers)."""
+    plain = [d for d in dtypes if isinstance(d, np.dtype) and d.kind != "O"]
+    if len(plain) != len(dtypes) or len(set(plain)) < 2:
+        return None
+    try:
+        common = np.result_type(*plain)
+    except TypeError:
+        return None
+    return None if common.kind == "O" else common
+
+
+def _typed(pieces: list[pd.Series]) -> list[pd.Series]:
+    """Categorical ``pieces``, those without categories (all missing, whose categories a file
+    read gives no type) given the empty categories of the first that has some."""
+    typed = next((p.cat.categories for p in pieces if len(p.cat.categories)), None)
+    if typed is None:
+        return pieces
+    return [p if len(p.cat.categories) else p.cat.set_categories(typed[:0]) for p in pieces]
 
 
 def _same(a: Any, b: Any) -> bool:
