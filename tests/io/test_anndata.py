@@ -744,6 +744,38 @@ def test_cube_file_to_anndata_file_keeps_fingerprint(tmp_path: Path, suffix: str
 
 
 @pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("suffix", ["h5ad", "zarr"])
+def test_dates_of_a_cube_file_go_to_anndata_and_back(tmp_path: Path, suffix: str) -> None:
+    """A cube read from a file holds dates as pyarrow dates, which anndata cannot write: they
+    go as ISO texts, and come back as dates (anndata raised IORegistryError before)."""
+    import datetime as dt
+
+    from cytepool.io import read_cube, write_cube
+
+    days = pd.array([dt.date(2024, 1, 1), None, dt.date(1, 1, 1)], dtype="date32[pyarrow]")
+    cube = cytepool.Cube(
+        {"counts": np.ones((1, 3, 2), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s1", "s2", "s3"], "day": days}),
+        groups=pd.DataFrame({"group_id": ["g"]}),
+        features=pd.DataFrame({"feature_id": ["f1", "f2"]}),
+        cells=np.ones((1, 3), dtype=np.int64),
+    )
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    pseudobulk = to_anndata(read_cube(tmp_path / "c.cube.zarr"))
+    path = tmp_path / f"pb.{suffix}"
+    if suffix == "h5ad":
+        pseudobulk.write_h5ad(path)
+        again = ad.read_h5ad(path)
+    else:
+        pseudobulk.write_zarr(path)
+        again = ad.read_zarr(path)
+    back = from_pseudobulk(again)
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.samples, cube.samples)
+
+
+@pytest.mark.interop
 def test_record_dtype_mismatch_is_an_error() -> None:
     pseudobulk = to_anndata(rich_cube())
     pseudobulk.X = pseudobulk.X * 0.5

@@ -191,14 +191,26 @@ def writable(frame: pd.DataFrame) -> pd.DataFrame:
     for column in frame.columns:
         series = frame[column]
         kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
-        if kind in ("m", "M") or isinstance(series.dtype, pd.DatetimeTZDtype):
-            series = series.map(lambda value: None if pd.isna(value) else value.isoformat())
+        timely = isinstance(series.dtype, pd.DatetimeTZDtype) or _arrow_dates(series.dtype)
+        if kind in ("m", "M") or timely:  # ISO texts, as objects (not pyarrow's strings)
+            texts = [None if pd.isna(value) else value.isoformat() for value in series]
+            series = pd.Series(texts, index=series.index, dtype=object)
         strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
         if strings and not _is_pandas3_str(series.dtype):
             has_null = bool(series.isna().any())
             series = series.astype("category") if has_null else series.astype(object)
         frame[column] = series
     return frame
+
+
+def _arrow_dates(dtype: Any) -> bool:
+    """Whether ``dtype`` is pandas' pyarrow dates (a cube read from a file holds dates so)."""
+    pyarrow_dtype = getattr(dtype, "pyarrow_dtype", None)
+    if pyarrow_dtype is None:
+        return False
+    import pyarrow as pa
+
+    return bool(pa.types.is_date(pyarrow_dtype))
 
 
 def _is_pandas3_str(dtype: Any) -> bool:
@@ -223,6 +235,8 @@ def restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
             series = pd.to_datetime(series.astype(object), format="ISO8601", utc="UTC" in name)
         elif name.startswith("timedelta64"):
             series = pd.to_timedelta(series.astype(object))
+        elif name.startswith("date") and name.endswith("[pyarrow]"):  # ISO dates: cast by arrow
+            series = series.astype(object).where(series.notna(), None)
         if series.dtype == "category" and name in {"object", "str"}:
             series = series.astype(object).where(series.notna(), None)
         frame[column] = series.astype(name)
