@@ -263,7 +263,7 @@ def _check_layers(layers: Any) -> tuple[str, ...]:
     unknown = [name for name in names if name not in LAYERS]
     if unknown or not names or len(set(names)) != len(names):
         msg = f"layers: expected distinct names among {list(LAYERS)}, found {list(names)}"
-        raise (TypeError if unknown else ValueError)(msg)
+        raise (InputTypeError if unknown else InputError)(msg)
     return names
 
 

@@ -776,6 +776,28 @@ def test_dates_of_a_cube_file_go_to_anndata_and_back(tmp_path: Path, suffix: str
 
 
 @pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_zone_with_summer_time_goes_to_anndata_and_back(tmp_path: Path) -> None:
+    """Winter and summer times of one zone are texts with two offsets: parsed as UTC, then
+    put in the zone (pandas 3 raised "Mixed timezones detected", pandas 2 warned)."""
+    when = pd.to_datetime(["2024-01-15 10:00", "2024-07-15 10:00", None])
+    cube = cytepool.Cube(
+        {"counts": np.ones((1, 3, 1), dtype=np.int64)},
+        samples=pd.DataFrame(
+            {"sample_id": ["s1", "s2", "s3"], "at": when.tz_localize("Europe/Berlin")}
+        ),
+        groups=pd.DataFrame({"group_id": ["g"]}),
+        features=pd.DataFrame({"feature_id": ["f"]}),
+        cells=np.ones((1, 3), dtype=np.int64),
+    )
+    assert from_pseudobulk(to_anndata(cube)).fingerprint == cube.fingerprint
+    to_anndata(cube).write_h5ad(tmp_path / "pb.h5ad")
+    back = from_pseudobulk(ad.read_h5ad(tmp_path / "pb.h5ad"))
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.samples, cube.samples)
+
+
+@pytest.mark.interop
 def test_record_dtype_mismatch_is_an_error() -> None:
     pseudobulk = to_anndata(rich_cube())
     pseudobulk.X = pseudobulk.X * 0.5

@@ -63,6 +63,11 @@ pa = pytest.importorskip("pyarrow")
             r"column 'c' has dtype interval",
             id="interval-categories",
         ),
+        pytest.param(  # pyarrow 18 cannot even fill the missing value (ArrowTypeError)
+            pa.table({"h": pa.array(np.array([1.5, 2.5], "float16"), mask=np.array([0, 1], bool))}),
+            r"column 'h': floats with missing values must be float32 or float64, found float16",
+            id="float16-with-nulls",
+        ),
     ],
 )
 def test_refused_dtypes(frame: Any, match: str, tmp_path: Path) -> None:

@@ -231,8 +231,8 @@ def restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
         if column not in frame.columns or _dtype_name(frame[column].dtype) == name:
             continue
         series = frame[column]
-        if name.startswith("datetime64"):
-            series = pd.to_datetime(series.astype(object), format="ISO8601", utc="UTC" in name)
+        if name.startswith("datetime64"):  # a zone's offsets may differ: parsed as UTC first
+            series = pd.to_datetime(series.astype(object), format="ISO8601", utc="," in name)
         elif name.startswith("timedelta64"):
             series = pd.to_timedelta(series.astype(object))
         elif name.startswith("date") and name.endswith("[pyarrow]"):  # ISO dates: cast by arrow

@@ -465,6 +465,12 @@ def _arrow_column(chunked: Any, name: str) -> Column:
         column_kind: Kind = "nullable-integer"
         if pa.types.is_floating(kind):
             column_kind = "nullable-float"
+            if pa.types.is_float16(kind):  # refused when written; pyarrow 18 cannot fill it
+                msg = (
+                    f"column {name!r}: floats with missing values must be float32 or float64, "
+                    "found float16"
+                )
+                raise InputTypeError(msg)
         if pa.types.is_boolean(kind):
             column_kind = "nullable-boolean"
         filler = pa.scalar(False if pa.types.is_boolean(kind) else 0, kind)
