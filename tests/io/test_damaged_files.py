@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 ad = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 h5py = pytest.importorskip("h5py")
+sparse = pytest.importorskip("scipy.sparse")
 
 from cytepool.errors import FormatError  # noqa: E402
 from cytepool.io.anndata import from_anndata  # noqa: E402
@@ -475,6 +477,21 @@ def test_damaged_zarr_group_metadata_is_a_format_error(tmp_path: Path, text: str
     root = next(path / name for name in ("zarr.json", ".zgroup") if (path / name).exists())
     root.write_text(text)
     with pytest.raises(FormatError, match=r"c\.zarr cannot be read as AnnData, its group is"):
+        from_anndata(path, **KEYS)
+
+
+@pytest.mark.parametrize("element", ["X", "X/data"])
+def test_an_element_gone_from_a_zarr_store_is_a_format_error(tmp_path: Path, element: str) -> None:
+    """The store's metadata (consolidated) still lists it: the store is damaged, whichever Zarr
+    version anndata wrote (the message said "no Zarr v3 metadata", a FileNotFoundError)."""
+    path = tmp_path / "c.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata = cells()
+        adata.X = sparse.csr_matrix(adata.X)
+        adata.write_zarr(path)
+    shutil.rmtree(path / element)
+    with pytest.raises(FormatError, match=r"X/data of .*c\.zarr is missing from the store \("):
         from_anndata(path, **KEYS)
 
 

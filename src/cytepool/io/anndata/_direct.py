@@ -158,6 +158,9 @@ def _source(root: Any, key: str, path: Path, where: str) -> ArraySource | None:
     if not path.is_dir():
         return h5_source(root[key], path, where)
     folder = path / key
+    if not folder.is_dir():  # listed by the group's metadata (consolidated), gone from the store
+        msg = f"{where} is missing from the store ({folder} does not exist): it is damaged"
+        raise FormatError(msg)
     if (folder / ".zarray").exists():
         found = zarr_v2_source(folder, where)
         return None if isinstance(found, str) else found
