@@ -195,6 +195,9 @@ def writable(frame: pd.DataFrame) -> pd.DataFrame:
         if kind in ("m", "M") or timely:  # ISO texts, as objects (not pyarrow's strings)
             texts = [None if pd.isna(value) else value.isoformat() for value in series]
             series = pd.Series(texts, index=series.index, dtype=object)
+        if isinstance(series.dtype, pd.Float32Dtype | pd.Float64Dtype):  # anndata cannot write
+            floats = series.to_numpy(dtype=series.dtype.numpy_dtype, na_value=np.nan)
+            series = pd.Series(floats, index=series.index)  # missing: NaN, as the digest has it
         strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
         if strings and not _is_pandas3_str(series.dtype):
             has_null = bool(series.isna().any())
