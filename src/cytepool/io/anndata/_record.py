@@ -39,9 +39,36 @@ def _pandas_table(table: Any, id_column: str) -> pd.DataFrame:
     if isinstance(table, pd.DataFrame) and table.index.name == id_column:
         frame = table.copy()
     else:
-        frame = nw.from_native(table, eager_only=True).to_pandas().set_index(id_column)
+        frame = _from_arrow(nw.from_native(table, eager_only=True).to_arrow()).set_index(id_column)
     frame.index = pd.Index([str(i) for i in frame.index], dtype=object, name=id_column)
     return frame
+
+
+def _from_arrow(table: Any) -> pd.DataFrame:
+    """A pyarrow table (of a polars or pyarrow frame) in pandas, each column in a type of the
+    same canonical form: numbers and booleans with missing values nullable (plain pandas
+    would make floats and objects of them), dates as pyarrow dates (not datetimes)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = table.to_pandas()
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        kind = column.type
+        if pa.types.is_date(kind):
+            frame[name] = pd.array(column, dtype=pd.ArrowDtype(kind))
+        elif column.null_count and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
+            frame[name] = column.to_pandas(types_mapper=_nullable_pandas_type)
+    return frame
+
+
+def _nullable_pandas_type(kind: Any) -> Any:
+    """pandas' nullable type of an arrow integer or boolean type (None for others)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if pa.types.is_boolean(kind):
+        return pd.BooleanDtype()
+    return pd.api.types.pandas_dtype(str(kind).capitalize().replace("Uint", "UInt"))
 
 
 def profile_rows(cube: Cube, layer: str, group_rows: np.ndarray, sample_rows: np.ndarray) -> Any:
