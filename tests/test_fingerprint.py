@@ -315,6 +315,15 @@ def variants(kind: str) -> list[Any]:
                 pa.schema([("x", pa.timestamp("us", tz="Europe/Berlin"))])
             ),
         ]
+    if kind == "datetime_zone_name":  # narwhals calls pandas' type Unknown for such a name
+        utc = pd.to_datetime(ts).tz_localize("UTC").as_unit("us")
+        return [
+            pd.DataFrame({"x": utc.tz_convert("America/Port-au-Prince")}),
+            pl.DataFrame({"x": pl.Series(ts, dtype=pl.Datetime("us", "UTC"))}).with_columns(
+                pl.col("x").dt.convert_time_zone("America/Port-au-Prince")
+            ),
+            pa.table({"x": pa.array(ts, type=pa.timestamp("us", tz="America/Port-au-Prince"))}),
+        ]
     if kind == "datetime":
         return [
             pd.DataFrame({"x": pd.to_datetime(ts).as_unit("ns")}),  # pandas 3 infers "us"
@@ -350,6 +359,7 @@ KINDS = [
     "categorical",
     "categorical_int",
     "datetime_tz",
+    "datetime_zone_name",
     "datetime",
     "date",
     "duration",

@@ -440,9 +440,11 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
     """
     import narwhals.stable.v2 as nw
 
+    from cytepool.io.tables.backends import series_dtype
+
     s = nw.from_native(series, series_only=True, allow_series=True)
     name = str(s.name) if name is None else name
-    dtype = s.dtype
+    dtype = series_dtype(s)
     if dtype == nw.Categorical or dtype == nw.Enum:
         inner, extra = _decode_categorical(s)
         col = canonical_column(inner, name)
@@ -450,7 +452,7 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
         return CanonicalColumn(name, f"categorical[{col.tag}]", mask, _blanked(col.values, mask))
     mask = np.asarray(s.is_null().to_numpy(), dtype=bool)
     if dtype == nw.Datetime or dtype == nw.Duration:
-        return _temporal(s, name, mask)
+        return _temporal(s, dtype, name, mask)
     if dtype == nw.Object:
         return _object_column(s, name, mask)
     tag = _dtype_tag(dtype)
@@ -588,15 +590,18 @@ def _object_column(s: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalCo
     raise _unsupported(name, f"Object holding {', '.join(names)}")
 
 
-def _temporal(s: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalColumn:
+def _temporal(s: Any, dtype: Any, name: str, mask: np.ndarray[Any, Any]) -> CanonicalColumn:
     import narwhals.stable.v2 as nw
 
-    unit = s.dtype.time_unit
+    unit = dtype.time_unit
     if unit not in _TIME_UNITS:  # pragma: no cover - narwhals knows only these
-        raise _unsupported(name, s.dtype)
-    if s.dtype == nw.Datetime:
-        tz = s.dtype.time_zone
-        if tz is not None:
+        raise _unsupported(name, dtype)
+    if dtype == nw.Datetime:
+        tz = dtype.time_zone
+        if tz is not None and s.dtype == nw.Unknown:  # a pandas zone narwhals cannot parse
+            native = s.to_native().dt.tz_convert("UTC").dt.tz_localize(None)
+            s = nw.from_native(native, series_only=True)
+        elif tz is not None:
             s = s.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
         tag = f"datetime[{unit}]" if tz is None else f"datetime[{unit},{tz}]"
         raw = np.asarray(s.to_numpy()).astype(f"datetime64[{unit}]")

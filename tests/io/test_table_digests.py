@@ -44,6 +44,10 @@ COVERED: dict[str, list[Any]] = {
         ["2020-01-01 10:00", None, "2021-06-01 00:00", "2022-01-01 23:59"]
     ).tz_localize("Europe/Paris"),
     "ms": pd.to_datetime(["2020-01-01", "1960-01-01", None, "2022-01-01"]).as_unit("ms"),
+    # a zone whose name narwhals does not parse for pandas (it calls the type Unknown)
+    "new-york": pd.to_datetime(
+        ["2020-01-01 10:00", None, "2021-06-01 00:00", "2022-07-01 23:59"]
+    ).tz_localize("America/New_York"),
     "took": pd.to_timedelta([1, None, -3, 4], unit="s"),
     "count": pd.array([1, None, 3, 4], dtype="Int64"),
     "small": pd.array([None, -2, 3, 4], dtype="Int8"),

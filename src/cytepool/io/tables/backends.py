@@ -143,10 +143,26 @@ def _check_node_name(name: str, what: str) -> None:
         raise InputError(msg)
 
 
+def series_dtype(series: Any) -> Any:
+    """The narwhals data type of the narwhals ``series``: as narwhals gives it, except for a
+    pandas datetime in a zone whose name narwhals does not parse, which it calls Unknown
+    (``America/New_York``, ``Etc/GMT+1``: names with ``_``, digits, ``+`` or ``-``)."""
+    import narwhals.stable.v2 as nw
+
+    dtype = series.dtype
+    if dtype == nw.Unknown and series.implementation.is_pandas_like():
+        native = series.to_native().dtype
+        unit, zone = getattr(native, "unit", None), getattr(native, "tz", None)
+        if zone is not None and unit in ("s", "ms", "us", "ns"):
+            return nw.Datetime(unit, str(zone))
+    return dtype
+
+
 def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
     import narwhals.stable.v2 as nw
 
-    for name, dtype in nw_frame.schema.items():
+    for name in nw_frame.columns:
+        dtype = series_dtype(nw_frame.get_column(name))
         if isinstance(dtype, nw.Object):
             msg = (
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "
