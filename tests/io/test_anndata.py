@@ -732,15 +732,17 @@ def test_cube_file_to_anndata_file_keeps_fingerprint(tmp_path: Path, suffix: str
     cube = rich_cube()
     write_cube(cube, tmp_path / "c.cube.zarr")
     lazy = read_cube(tmp_path / "c.cube.zarr")
-    pseudobulk = to_anndata(lazy)
-    path = tmp_path / f"pb.{suffix}"
-    if suffix == "h5ad":
-        pseudobulk.write_h5ad(path)
-        again = ad.read_h5ad(path)
-    else:
-        pseudobulk.write_zarr(path)
-        again = ad.read_zarr(path)
+    again = written_and_read(to_anndata(lazy), tmp_path / f"pb.{suffix}")
     assert from_pseudobulk(again).fingerprint == cube.fingerprint
+
+
+def written_and_read(pseudobulk: Any, path: Path) -> Any:
+    """``pseudobulk`` written by anndata to ``path`` (.h5ad or .zarr) and read back."""
+    if path.suffix == ".h5ad":
+        pseudobulk.write_h5ad(path)
+        return ad.read_h5ad(path)
+    pseudobulk.write_zarr(path)
+    return ad.read_zarr(path)
 
 
 @pytest.mark.interop
@@ -763,14 +765,7 @@ def test_dates_of_a_cube_file_go_to_anndata_and_back(tmp_path: Path, suffix: str
     )
     write_cube(cube, tmp_path / "c.cube.zarr")
     pseudobulk = to_anndata(read_cube(tmp_path / "c.cube.zarr"))
-    path = tmp_path / f"pb.{suffix}"
-    if suffix == "h5ad":
-        pseudobulk.write_h5ad(path)
-        again = ad.read_h5ad(path)
-    else:
-        pseudobulk.write_zarr(path)
-        again = ad.read_zarr(path)
-    back = from_pseudobulk(again)
+    back = from_pseudobulk(written_and_read(pseudobulk, tmp_path / f"pb.{suffix}"))
     assert back.fingerprint == cube.fingerprint
     pd.testing.assert_frame_equal(back.samples, cube.samples)
 
