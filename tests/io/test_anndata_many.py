@@ -472,6 +472,7 @@ def test_cli_pools_files_a_directory_or_a_glob(
 ) -> None:
     paths = files
     reference = expected(paths, **KEYS)
+    (tmp_path / "._part0.h5ad").write_bytes(b"\x00\x05\x16\x07")  # macOS's AppleDouble: hidden
     keys = ["--sample-key", "donor", "--group-key", "cell_type", "--no-progress"]
     inputs = {
         "files": paths,

@@ -287,8 +287,10 @@ def _inputs(typed: list[str]) -> list[str]:
 
 
 def _is_input(path: Path) -> bool:
-    """An input in a directory: .h5ad, .h5mu or .zarr, but not a cube file (.cube.zarr)."""
-    return path.suffix in _SUFFIXES and not path.name.endswith(".cube.zarr")
+    """An input in a directory: .h5ad, .h5mu or .zarr, but not a cube file (.cube.zarr) nor
+    a hidden file (macOS's ``._cells.h5ad`` beside ``cells.h5ad``, as a glob skips them)."""
+    name = path.name
+    return path.suffix in _SUFFIXES and not name.endswith(".cube.zarr") and name[:1] != "."
 
 
 def _is_store(path: Path) -> bool:

@@ -225,7 +225,8 @@ def _kept_by_every_backend(tag: str) -> bool:
     """Whether every backend's frame holds a column of canonical form ``tag`` as stored.
 
     polars has no seconds and no categories but of strings; pandas no dates (a cube's
-    :class:`StoredFrame` gives it dates in pyarrow, when pyarrow is installed).
+    :class:`StoredFrame` gives it dates in pyarrow, when pyarrow is installed). A zone given as
+    an offset (``+05:30``) only pyarrow keeps: pandas names it ``UTC+05:30``, polars refuses it.
 
     Examples
     --------
@@ -233,11 +234,13 @@ def _kept_by_every_backend(tag: str) -> bool:
     [True, True, True]
     >>> [_kept_by_every_backend(t) for t in ("categorical[int64]", "datetime[s,UTC]", "date")]
     [False, False, False]
+    >>> _kept_by_every_backend("datetime[us,+05:30]"), _kept_by_every_backend("datetime[us,UTC]")
+    (False, True)
     """
     if tag.startswith("categorical["):
         return tag == "categorical[string]"
-    unit = tag.partition("[")[2].rstrip("]").split(",")[0]
-    return tag != "date" and unit != "s"
+    unit, _, zone = tag.partition("[")[2].rstrip("]").partition(",")
+    return tag != "date" and unit != "s" and not zone.startswith(("+", "-"))
 
 
 def _mismatch(root: object, axis: str, name: str) -> NoReturn:

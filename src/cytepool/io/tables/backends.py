@@ -650,8 +650,23 @@ def _to_polars(column: Column, name: str) -> Any:
         return pl.Series(name, values.astype("datetime64[D]"), dtype=pl.Date)
     series = pl.Series(name, values)
     if kind == "datetime" and column.time_zone is not None:
-        series = series.dt.replace_time_zone("UTC").dt.convert_time_zone(column.time_zone)
+        series = _in_polars_zone(series.dt.replace_time_zone("UTC"), column.time_zone, name)
     return _polars_with_nulls(series, column.mask)
+
+
+def _in_polars_zone(series: Any, zone: str, name: str) -> Any:
+    """UTC times in ``zone``; InputError for a zone polars does not know (a fixed offset such
+    as ``+05:30``, which pandas and pyarrow hold; polars takes IANA names only)."""
+    import polars as pl
+
+    try:
+        return series.dt.convert_time_zone(zone)
+    except pl.exceptions.ComputeError:
+        msg = (
+            f"column {name!r}: polars cannot hold the time zone {zone!r} (it takes zone "
+            "names only); read it with backend='pandas' or backend='pyarrow'"
+        )
+        raise InputError(msg) from None
 
 
 def _to_arrow(column: Column, name: str) -> Any:
