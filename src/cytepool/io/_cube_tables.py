@@ -22,10 +22,10 @@ written by another tool) it gives None, and the digest is then computed from the
 A deferred table's frame is made by a :class:`StoredFrame`, which holds what was read (no
 open file, no closure), so a cube read from a file pickles before its tables were used. When
 it makes the frame, it verifies a column whose canonical form only the frame gives, and checks
-that the backend holds each column some backend holds in another type as stored: polars has no
-seconds and no categories but of strings, pandas no dates (it is given dates in pyarrow). A
-table read otherwise would no longer be the file's (its digest would not be its frame's), so
-that is refused, with the backends that hold it.
+that the backend holds every other column but strings as stored (polars has no seconds and no
+categories but of strings; pandas no dates, so it is given dates in pyarrow). A table read
+otherwise would no longer be the file's (its digest would not be its frame's), so that is
+refused, with the backends that hold it.
 """
 
 from __future__ import annotations
@@ -94,12 +94,7 @@ def read_cube_table(
     digest = columns_digest(stored.n_rows, canonical, algorithm)
     check_installed(backend)
     ids = _checked_ids(strings, root, axis)
-    retyped = tuple(
-        (column.name, column_digest(stored.n_rows, column), column.tag)
-        for column in canonical
-        if not _kept_by_every_backend(column.tag)
-    )
-    make = StoredFrame(stored, backend, axis, retyped, str(root))
+    make = StoredFrame(stored, backend, axis, root=str(root))
     return AxisTable.deferred(axis, make, ids, None, digest, algorithm=algorithm)
 
 
@@ -196,11 +191,10 @@ def read_lazy_cube_table(
 
 def _verified(
     stored: StoredTable, columns: tuple[StoredColumn, ...], root: object, axis: str
-) -> tuple[Pending, ...]:
+) -> tuple[tuple[str, str], ...]:
     """Check that ``stored`` holds the ``columns`` listed, in their order, and each column
-    after the ids against its digest where its stored values give its canonical form. The
-    columns left to the frame (:data:`Pending`): those not verified (canonical form None),
-    and those verified whose canonical form some backend's frame changes."""
+    after the ids against its digest where its stored values give its canonical form; the
+    others (name, digest), to be verified from the frame."""
     named = [stored.index_name, *stored.columns]
     listed = [column.name for column in columns]
     if named != listed:
@@ -209,38 +203,14 @@ def _verified(
             f"its attributes list {listed}"
         )
         raise FormatError(message)
-    pending: list[Pending] = []
+    pending = []
     for entry in columns[1:]:
         canonical = _canonical(entry.name, stored.columns[entry.name])
         if canonical is None:
-            pending.append((entry.name, entry.digest, None))
+            pending.append((entry.name, entry.digest))
         elif column_digest(stored.n_rows, canonical) != entry.digest:
             _mismatch(root, axis, entry.name)
-        elif not _kept_by_every_backend(canonical.tag):
-            pending.append((entry.name, entry.digest, canonical.tag))
     return tuple(pending)
-
-
-def _kept_by_every_backend(tag: str) -> bool:
-    """Whether every backend's frame holds a column of canonical form ``tag`` as stored.
-
-    polars has no seconds and no categories but of strings; pandas no dates (a cube's
-    :class:`StoredFrame` gives it dates in pyarrow, when pyarrow is installed). A zone given as
-    an offset (``+05:30``) only pyarrow keeps: pandas names it ``UTC+05:30``, polars refuses it.
-
-    Examples
-    --------
-    >>> [_kept_by_every_backend(t) for t in ("int64", "categorical[string]", "datetime[ms]")]
-    [True, True, True]
-    >>> [_kept_by_every_backend(t) for t in ("categorical[int64]", "datetime[s,UTC]", "date")]
-    [False, False, False]
-    >>> _kept_by_every_backend("datetime[us,+05:30]"), _kept_by_every_backend("datetime[us,UTC]")
-    (False, True)
-    """
-    if tag.startswith("categorical["):
-        return tag == "categorical[string]"
-    unit, _, zone = tag.partition("[")[2].rstrip("]").partition(",")
-    return tag != "date" and unit != "s" and not zone.startswith(("+", "-"))
 
 
 def _mismatch(root: object, axis: str, name: str) -> NoReturn:
@@ -280,24 +250,20 @@ def _checked_ids(strings: Utf8Strings, root: object, axis: str) -> BufferIds:
     return ids
 
 
-#: A column whose frame is checked when made: its name, its column digest, and the canonical
-#: form's tag its stored values gave (they were verified then), or None (not verified: the
-#: frame gives the canonical form).
-Pending = tuple[str, str, str | None]
-
-
 @dataclass(frozen=True)
 class StoredFrame:
     """Makes the frame of a table read from a cube file, from what was read: no open file,
-    no closure, so it pickles. The columns of ``pending`` are checked then: one not verified
-    yet against its digest (FormatError naming ``root``); one verified, whose stored type some
-    backend holds in another type (seconds, categories of numbers, ...), to be held by this
-    backend as stored (InputError otherwise: the table would no longer be the file's)."""
+    no closure, so it pickles. Then the columns of ``pending`` (name, column digest), whose
+    canonical form only the frame gives, are verified (FormatError naming ``root``); and every
+    other column but strings (which every backend holds as stored) must be held as stored:
+    a backend that gives another canonical form (polars: seconds, categories of numbers; an
+    offset zone such as ``+05:30``, which pandas calls ``UTC+05:30``) is refused with an
+    InputError, as the table would no longer be the file's."""
 
     stored: StoredTable
     backend: str
     axis: str
-    pending: tuple[Pending, ...] = ()
+    pending: tuple[tuple[str, str], ...] = ()
     root: str = ""
 
     def __call__(self) -> Any:
@@ -306,18 +272,29 @@ class StoredFrame:
         if self.backend == "pandas":
             native = _pandas_dates(native, self.stored)
         frame = AxisTable.user_frame(native, self.axis)
-        for name, digest, tag in self.pending:
-            try:
-                canonical = canonical_column(frame.get_column(name), name)
-            except (TypeError, ValueError, OverflowError):  # a date Python has not, say
-                canonical = None
-            if canonical is not None and column_digest(self.stored.n_rows, canonical) == digest:
-                continue
-            if tag is None:
-                _mismatch(self.root, self.axis, name)
-            found = "values it cannot digest" if canonical is None else canonical.tag
-            raise _retyped(self.root, self.axis, name, tag, found, self.backend)
+        unverified = dict(self.pending)
+        for name, column in self.stored.columns.items():
+            if name in unverified:
+                self._check(frame, name, unverified[name], None)
+            elif not _strings_alike(column):
+                stored = _canonical(name, column)
+                if stored is not None:
+                    self._check(frame, name, column_digest(self.stored.n_rows, stored), stored.tag)
         return frame
+
+    def _check(self, frame: Any, name: str, digest: str, tag: str | None) -> None:
+        """Check that the frame's column ``name`` has ``digest``: FormatError if the column was
+        not verified (``tag`` None), else InputError (the backend holds it otherwise)."""
+        try:
+            canonical = canonical_column(frame.get_column(name), name)
+        except (TypeError, ValueError, OverflowError):  # a date Python has not, say
+            canonical = None
+        if canonical is not None and column_digest(self.stored.n_rows, canonical) == digest:
+            return
+        if tag is None:
+            _mismatch(self.root, self.axis, name)
+        found = "values it cannot digest" if canonical is None else canonical.tag
+        raise _retyped(self.root, self.axis, name, tag, found, self.backend)
 
     def schema(self) -> dict[str, str] | None:
         """The column names with their narwhals data type names, from the stored columns (no
@@ -328,6 +305,14 @@ class StoredFrame:
         names = {name: _type_name(column) for name, column in named}
         known = {name: kind for name, kind in names.items() if kind is not None}
         return known if not self.pending and len(known) == len(names) else None
+
+
+def _strings_alike(column: Column) -> bool:
+    """Whether ``column`` holds strings (or categories of strings), which every backend
+    holds as stored (and whose canonical form is the costly one to make again)."""
+    if isinstance(column, Categorical):
+        column = column.categories
+    return column.kind in ("string", "nullable-string")
 
 
 def _retyped(root: str, axis: str, name: str, tag: str, found: str, backend: str) -> InputError:

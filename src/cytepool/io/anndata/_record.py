@@ -57,18 +57,9 @@ def _from_arrow(table: Any) -> pd.DataFrame:
         if pa.types.is_date(kind):
             frame[name] = pd.array(column, dtype=pd.ArrowDtype(kind))
         elif column.null_count and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
-            frame[name] = column.to_pandas(types_mapper=_nullable_pandas_type)
+            arrow = column.to_pandas(types_mapper=pd.ArrowDtype)  # int32[pyarrow] -> Int32
+            frame[name] = arrow.convert_dtypes(dtype_backend="numpy_nullable")
     return frame
-
-
-def _nullable_pandas_type(kind: Any) -> Any:
-    """pandas' nullable type of an arrow integer or boolean type (None for others)."""
-    import pandas as pd
-    import pyarrow as pa
-
-    if pa.types.is_boolean(kind):
-        return pd.BooleanDtype()
-    return pd.api.types.pandas_dtype(str(kind).capitalize().replace("Uint", "UInt"))
 
 
 def profile_rows(cube: Cube, layer: str, group_rows: np.ndarray, sample_rows: np.ndarray) -> Any:
