@@ -18,7 +18,8 @@ symbols' do: a reader cannot take them in runs of one length):
   target <= 1.0x (issue 16), with and without opening the file, and the number of chunk files
   opened (counted by wrapping ``os.open``, whose paths relative to an open directory are
   resolved through ``/proc/self/fd``, and ``open``), which must equal the number of chunks
-  holding the selection;
+  holding the selection; and vs zarr-python given the names, as a user has them (it reads the
+  group and feature ids and finds the positions with pandas before its ``oindex``), no target;
 * peak memory of writing, each in a fresh process: extra peak RSS (the peak ``VmHWM``, reset
   through ``/proc/self/clear_refs`` just before the write, minus the RSS then; Linux) and
   tracemalloc's peak, for a cube held in memory and for a cube read lazily from a cube file,
@@ -209,6 +210,26 @@ def selection_read(path: Path, group: str, genes: list[str]) -> np.ndarray:
     return read_cube(path).select(groups=[group], features=genes).profiles(group)
 
 
+def zarr_read_by_name(path: Path, group: str, genes: list[str]) -> np.ndarray:
+    """What a zarr-python user does to read one group and some genes by name: read the
+    group and feature ids (the arrays named by each table's ``_index``), find the positions
+    with pandas, then ``oindex`` the layer."""
+    import pandas as pd
+    import zarr
+
+    root = zarr.open_group(path, mode="r")
+
+    def ids(table: str) -> pd.Index:
+        index = root[table].attrs["_index"]
+        return pd.Index(root[f"{table}/{index}/values"][:])
+
+    position = ids("groups").get_loc(group)
+    positions = ids("features").get_indexer(genes)
+    if (positions < 0).any():
+        raise KeyError("a gene is not in the file")
+    return root["layers/counts"].oindex[position, :, positions]
+
+
 def bench_write_read(
     cube: Any, base: Path, compression: str, level: int, repeats: int
 ) -> tuple[list[dict[str, Any]], tuple[int, ...]]:
@@ -359,9 +380,17 @@ def bench_selection(
     def zarr_open_and_read() -> np.ndarray:
         return zarr.open_array(layer, mode="r").oindex[position, :, genes_at]
 
+    def zarr_by_name() -> np.ndarray:
+        return zarr_read_by_name(ours, group, genes)
+
     np.testing.assert_array_equal(zarr_open_and_read(), expected)
+    np.testing.assert_array_equal(zarr_by_name(), expected)
     cold = alternate(
-        {"cytepool": lambda: selection_read(ours, group, genes), "zarr-python": zarr_open_and_read},
+        {
+            "cytepool": lambda: selection_read(ours, group, genes),
+            "zarr-python": zarr_open_and_read,
+            "zarr-python, by name": zarr_by_name,
+        },
         repeats,
     )
     opened_cube = read_cube(ours)
@@ -381,6 +410,13 @@ def bench_selection(
             "ours": cold["cytepool"],
             "theirs": cold["zarr-python"],
             "limit": OPEN_SELECT_VS_ZARR,
+            "files": (len(opened), len(holding)),
+        },
+        {
+            "codec": codec,
+            "operation": "open + select + read; the peer finds the names too",
+            "ours": cold["cytepool"],
+            "theirs": cold["zarr-python, by name"],
             "files": (len(opened), len(holding)),
         },
         {
@@ -591,8 +627,10 @@ def main(argv: list[str] | None = None) -> int:
         "cytepool: `read_cube(path)` (attributes, tables and cells read and verified), "
         "`.select(groups=[g], features=genes).profiles(g)`; zarr-python: "
         "`zarr.open_array(path / 'layers' / 'counts')` and `oindex[g, :, positions]` on the same "
-        "array. Chunk files opened by the first cytepool read, counted by wrapping `os.open` and "
-        "`open`.\n"
+        "array, given the group's and the genes' positions. \"The peer finds the names too\": "
+        "zarr-python also reads the group and feature ids (the arrays the tables' `_index` "
+        "names) and finds the positions with pandas, as a user who has names must. Chunk files "
+        "opened by the first cytepool read, counted by wrapping `os.open` and `open`.\n"
     )
     print(rows_table(selection_rows, " chunk files opened | chunks holding the selection |"))
     print(f"\n### Peak memory of writing (gzip 4), one group of one layer = {mib(group_bytes)}\n")

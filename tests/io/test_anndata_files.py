@@ -30,7 +30,7 @@ numcodecs = pytest.importorskip("numcodecs")
 
 from anndata_stores import filter_indices  # noqa: E402
 
-from cytepool.errors import FormatError, InputError, NotCountsWarning  # noqa: E402
+from cytepool.errors import FormatError, InputError, InputTypeError, NotCountsWarning  # noqa: E402
 from cytepool.io.anndata import _direct as direct  # noqa: E402
 from cytepool.io.anndata import _readers as readers  # noqa: E402
 from cytepool.io.anndata import _sources as sources  # noqa: E402
@@ -288,6 +288,20 @@ def test_csc_file_names_the_cell_and_feature_of_a_bad_value(
         return
     with pytest.warns(NotCountsWarning, match=rf"not every value is a count .* 0\.5 at {place};"):
         from_anndata(path, **KEYS)
+
+
+@pytest.mark.parametrize("storage", ["h5ad", "zarr-v3"])
+@pytest.mark.parametrize("wanted", ["one", "many"])
+def test_an_error_about_a_file_names_it(tmp_path: Path, storage: str, wanted: str) -> None:
+    """One file, as a file of many does: the error names the file (and keeps its type)."""
+    adata = cells()
+    adata = ad.AnnData(adata.X.toarray().astype(np.float16), obs=adata.obs, var=adata.var)
+    path = write(adata, tmp_path / f"cells.{storage}", storage)
+    paths: Any = path if wanted == "one" else [path]
+    with pytest.raises(InputTypeError, match=r"^\S*cells\.(h5ad|zarr-v3): counts: .* float16"):
+        from_anndata(paths, **KEYS, jobs=1) if wanted == "many" else from_anndata(paths, **KEYS)
+    with pytest.raises(KeyError, match=r"'nope' .* of obs of \S*cells\.(h5ad|zarr-v3)"):
+        from_anndata(path, sample_key="nope", group_key="cell_type")
 
 
 @pytest.mark.parametrize("storage", ["h5ad", "zarr-v2", "zarr-v3"])

@@ -45,6 +45,7 @@ from cytepool.io.anndata._readers import (
     shown,
 )
 from cytepool.io.anndata._record import stamped
+from cytepool.io.anndata._running import naming_file
 
 
 def from_anndata(
@@ -194,8 +195,8 @@ def from_anndata(
         return pool_files(adata, pool_file, mudata=False, options=locals())
     check_single(locals())
     if isinstance(adata, str | os.PathLike):
-        with open_cells(adata, layer=layer, use_raw=use_raw) as (matrix, obs, var, source):
-            return _pool(matrix, obs, var, source, **_keys(locals()))
+        with naming_file(adata), open_cells(adata, layer=layer, use_raw=use_raw) as opened:
+            return _pool(*opened, **_keys(locals()))
     _check_kind(adata, ("obs", "var"), "adata", "an AnnData, a path to its .h5ad file or .zarr")
     matrix, var, source = matrix_of(adata, layer=layer, use_raw=use_raw)
     return _pool(
@@ -347,7 +348,7 @@ def from_mudata_cells(
     )
     wanted = _wanted_modalities(modalities)
     if isinstance(mdata, str | os.PathLike):
-        with open_modalities(mdata) as (everyone, found):
+        with naming_file(mdata), open_modalities(mdata) as (everyone, found):
             return pool(everyone, _chosen(found, wanted, os.fspath(mdata)))
     _check_kind(mdata, ("mod", "obs"), "mdata", "a MuData, a path to its .h5mu file or .zarr")
     found = {name: _in_memory(mod, name) for name, mod in mdata.mod.items()}

@@ -3,7 +3,9 @@ a dask client's workers (see :class:`Runner`); a failure raised naming its file.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -11,7 +13,7 @@ from typing import Any, Protocol
 from cytepool._unused import hide_unused
 from cytepool.errors import CytepoolError
 
-__all__ = ["Runner", "Task", "portable"]
+__all__ = ["Runner", "Task", "naming_file", "portable"]
 
 # What a worker needs, imported once by the fork server rather than by every worker
 _PRELOAD = ("cytepool.io.anndata", "cytepool.pooling", "pandas", "scipy.sparse", "h5py", "zarr")
@@ -193,6 +195,30 @@ def _outcome(future: Any, task: Task) -> tuple[int, Any]:
         return task.index, future.result()
     except Exception as error:
         raise _naming(error, task.path) from error
+
+
+@contextlib.contextmanager
+def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Raise an error of the documented kinds (ValueError, TypeError, KeyError) from within
+    naming ``path`` in its message, as a run over many files does, its type kept.
+
+    Examples
+    --------
+    >>> from cytepool.errors import InputTypeError
+    >>> try:
+    ...     with naming_file("cells.h5ad"):
+    ...         raise InputTypeError("counts: found float16")
+    ... except InputTypeError as error:
+    ...     print(error)
+    cells.h5ad: counts: found float16
+    """
+    try:
+        yield
+    except (ValueError, TypeError, KeyError) as error:
+        named = _naming(error, os.fspath(path))
+        if named is error or type(named) is not type(error):  # named, or cannot be remade
+            raise
+        raise named from error
 
 
 def _naming(error: Exception, path: str) -> Exception:
