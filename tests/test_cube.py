@@ -509,6 +509,13 @@ def test_merge_groups(backend: str) -> None:
     assert merged.provenance[-1].parameters == {"groups": {"lymphoid": ["NK", "B"]}}
 
 
+def test_merge_groups_may_take_the_id_of_a_member() -> None:
+    counts = counts_array()
+    merged = pbmc_cube().merge_groups({"NK": ["T", "NK"]})
+    assert ids_of(merged.groups, "group_id") == ["B", "NK"]
+    np.testing.assert_array_equal(merged.profiles("NK"), counts[1] + counts[2])
+
+
 def test_merge_groups_drops_varying_covariates() -> None:
     groups = pd.DataFrame({"group_id": GROUPS, "lineage": ["b", "t", "nk"], "kind": ["x"] * 3})
     merged = pbmc_cube(groups=groups).merge_groups({"L": ["B", "NK"]})
@@ -525,8 +532,9 @@ def test_merge_groups_errors() -> None:
         cube.merge_groups({"L": []})
     with pytest.raises(ValueError, match=r"group 'B' is merged twice \(into 'L' and 'M'\)"):
         cube.merge_groups({"L": ["B", "T"], "M": ["B"]})
-    with pytest.raises(ValueError, match=r"groups: the ids must be unique; it would hold \['T'\]"):
-        cube.merge_groups({"T": ["B", "NK"]})
+    for new, merged in [("T", ["B", "NK"]), ("B", ["T", "NK"])]:  # kept after, and before
+        with pytest.raises(ValueError, match=rf"the new ids \['{new}'\] are ids of groups that"):
+            cube.merge_groups({new: merged})
     with pytest.raises(TypeError, match="must map to a list of group ids"):
         cube.merge_groups({"L": "B"})
     with pytest.raises(TypeError, match="new group ids must be strings"):

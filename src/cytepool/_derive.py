@@ -120,13 +120,16 @@ def merge_groups(parts: CubeParts, groups: Mapping[str, Sequence[str]]) -> CubeP
                 raise InputError(msg)
             owner[i] = new
         members_of[new] = idx
+    _check_not_kept(table.ids, owner, members_of)
     members: list[Index] = []
     new_ids: list[str] = []
+    placed: set[str] = set()  # the new ids placed (a kept id may equal one: an error below)
     for i, gid in enumerate(table.ids):
         if i not in owner:
             members.append(np.array([i], dtype=np.intp))
             new_ids.append(gid)
-        elif owner[i] not in new_ids:
+        elif owner[i] not in placed:
+            placed.add(owner[i])
             members.append(members_of[owner[i]])
             new_ids.append(owner[i])
     check_unique(new_ids, "groups", "would hold")
@@ -148,6 +151,18 @@ def merge_groups(parts: CubeParts, groups: Mapping[str, Sequence[str]]) -> CubeP
     params = {"groups": {k: [table.ids[i] for i in v.tolist()] for k, v in members_of.items()}}
     made = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
     return _successor(parts, "merge_groups", params, **made, group_digests=digests)
+
+
+def _check_not_kept(ids: Sequence[str], owner: Mapping[int, str], merges: Iterable[str]) -> None:
+    """InputError if a new id of a merge is the id of a group that is kept."""
+    kept = {gid for i, gid in enumerate(ids) if i not in owner}
+    clash = [new for new in merges if new in kept]
+    if clash:
+        msg = (
+            f"merge_groups: the new ids {clash} are ids of groups that are kept; give the "
+            "merge another id, or merge that group too"
+        )
+        raise InputError(msg)
 
 
 def pool_samples(parts: CubeParts, by: str) -> CubeParts:

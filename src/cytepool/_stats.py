@@ -187,10 +187,24 @@ def _float_numerator(
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_sq = s * (s / n)
     num = q - mean_sq
-    # rounding leaves at most a few ulps of q and (Σx)²/n; more is not rounding
-    bad = num < -8 * _EPS * (q + np.nan_to_num(mean_sq))
-    _check_consistent(bad & (n > 0), num, where)
+    tolerance = _rounding(n, sums.dtype, np.asarray(squares).dtype)
+    bad = num < -tolerance * (q + np.nan_to_num(mean_sq))
+    _check_consistent(bad & (n > 0), num, where, "Σx² − (Σx)²/n")
     return np.maximum(num, 0.0)
+
+
+def _rounding(n: np.ndarray[Any, Any], *dtypes: Any) -> np.ndarray[Any, Any]:
+    """How far, relative to ``Σx² + (Σx)²/n``, rounding may take ``Σx² − (Σx)²/n`` below 0
+    when the sums were added up from ``n`` values (``x >= 0``) in the layers' types.
+
+    A sum of n values rounded at each addition is off by at most ``(n − 1) u`` times the sum
+    of their sizes (u: half the machine epsilon of the type), whatever the order (Higham,
+    *Accuracy and Stability of Numerical Algorithms*, §4.2); ``(Σx)²/n`` doubles that, and
+    the float64 steps here add a few u. So ``(n + 4) ε`` of the widest-spaced type bounds it;
+    a shortfall beyond is no rounding: the squares are not those of the same cells.
+    """
+    eps = max([_EPS] + [float(np.finfo(dtype).eps) for dtype in dtypes if dtype.kind == "f"])
+    return (np.asarray(n, dtype=np.float64) + 4) * eps
 
 
 def _exact_variance(
@@ -262,17 +276,20 @@ def _wide_variance(
     return out
 
 
-def _check_consistent(bad: np.ndarray[Any, Any], numerator: Any, where: Locate) -> None:
-    """ConstraintError at the first position of ``bad``, naming it and its numerator."""
+def _check_consistent(
+    bad: np.ndarray[Any, Any], numerator: Any, where: Locate, what: str = "n·Σx² − (Σx)²"
+) -> None:
+    """ConstraintError at the first position of ``bad``, naming it and its numerator
+    (``what``)."""
     if bad.any():
         i, j = (int(k) for k in np.argwhere(bad)[0])
-        _inconsistent(where(i, j), numerator[i, j])
+        _inconsistent(where(i, j), numerator[i, j], what)
 
 
-def _inconsistent(place: str, numerator: Any) -> None:
+def _inconsistent(place: str, numerator: Any, what: str = "n·Σx² − (Σx)²") -> None:
     msg = (
         f"variance, {place}: the sum of squares is smaller than the square of the sum "
-        f"allows (n·Σx² − (Σx)² = {numerator}, expected >= 0); the squares layer does "
+        f"allows ({what} = {numerator}, expected >= 0); the squares layer does "
         "not hold the sums of x² over the same cells as the sums"
     )
     raise ConstraintError(msg)

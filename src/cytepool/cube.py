@@ -341,7 +341,8 @@ class Cube:
         groups
             A mapping of new group id to the ids of the groups it sums, such as
             ``{"T cells": ["CD4 T", "CD8 T"]}``. A merged group takes the place of its
-            first member; a group may be in at most one merge.
+            member that comes first in the cube; a group may be in at most one merge, and a
+            new id may not be the id of a group that is kept (InputError).
 
         Returns
         -------
