@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import cytepool
 from cytepool import from_cells
-from cytepool.errors import NotCountsWarning
+from cytepool.errors import NotCountsWarning, SumOverflowError
 
 pytestmark = pytest.mark.usefixtures("pooling_path")
 
@@ -231,6 +231,47 @@ def test_detected_ignores_stored_zeros_and_counts_duplicates_once(fmt: str) -> N
     np.testing.assert_array_equal(cube.to_numpy("detected")[0], detected)
     assert list(cube.layers) == ["detected", "counts"]
     assert x.data.tolist() == data.tolist()  # the input is not modified
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.float64])
+def test_a_cell_stored_twice_is_one_cell_in_every_layer(fmt: str, dtype: Any) -> None:
+    """scipy reads values stored twice at one place as their sum: its square is that of the
+    sum (it was the sum of their squares), as pooling the matrix made canonical gives."""
+    rng = np.random.default_rng(3)
+    n_cells, n_features, n_values = 60, 7, 400
+    rows, columns = rng.integers(0, n_cells, n_values), rng.integers(0, n_features, n_values)
+    values = rng.integers(1, 6, n_values).astype(dtype)
+    if dtype == np.float64:
+        values = values / 4
+    lines, positions = (rows, columns) if fmt == "csr" else (columns, rows)
+    order = np.argsort(lines, kind="stable")  # lines in order, positions as they came
+    n_lines = n_cells if fmt == "csr" else n_features
+    indptr = np.r_[0, np.cumsum(np.bincount(lines, minlength=n_lines))]
+    kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+    x = kind((values[order], positions[order], indptr), shape=(n_cells, n_features))
+    assert not x.has_canonical_format
+    canonical = x.copy()
+    canonical.sum_duplicates()
+    labels = {
+        "sample_labels": rng.choice(["a", "b"], n_cells),
+        "group_labels": rng.choice(["g", "h", "k"], n_cells),
+        "layers": ["counts", "detected", "squares"],
+        "allow_float": True,
+    }
+    found, expected = from_cells(x, **labels), from_cells(canonical, **labels)
+    for name in labels["layers"]:
+        np.testing.assert_array_equal(found.to_numpy(name), expected.to_numpy(name))
+    assert found.fingerprint == expected.fingerprint
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_a_cell_stored_twice_whose_square_does_not_fit_int64_is_an_overflow(fmt: str) -> None:
+    big = np.array([2**31 - 1, 2**31 - 1], dtype=np.int64)  # one cell: 2**32 - 2
+    kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+    x = kind((big, np.array([0, 0]), np.array([0, 2])), shape=(1, 1))
+    with pytest.raises(SumOverflowError, match="layer 'squares': a sum of squares of group 'g'"):
+        from_cells(x, sample_labels=["s"], group_labels=["g"], layers=["counts", "squares"])
 
 
 def test_empty_profiles_have_no_cells_and_zero_values() -> None:

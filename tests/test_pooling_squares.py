@@ -70,13 +70,13 @@ def test_squares_follow_counts_to_float64(kind: str) -> None:
     np.testing.assert_allclose(cube.to_numpy("squares"), reference(x, s, g), rtol=1e-12)
 
 
-def test_squares_count_repeated_columns_of_a_row_each_time() -> None:
+def test_squares_square_a_repeated_column_of_a_row_once() -> None:
     x = sp.csr_matrix(
         (np.array([2.0, 3.0, 1.0]), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 2)
     )
     cube = from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=ALL)
-    # row 0 holds (2 + 3) at column 1: scipy sums duplicates, x² is of each stored value
-    np.testing.assert_array_equal(cube.to_numpy("squares"), [[[1, 13]]])
+    # row 0 holds (2 + 3) at column 1, as scipy reads it: x² is of that cell, 25 (not 4 + 9)
+    np.testing.assert_array_equal(cube.to_numpy("squares"), [[[1, 25]]])
     np.testing.assert_array_equal(cube.to_numpy("detected"), [[[1, 1]]])
 
 

@@ -232,6 +232,79 @@ def _add_floats(
     return True
 
 
+# Beyond this, a whole number's square does not fit int64 (3037000499**2 < 2**63 - 1).
+_ROOT_INT64 = 3037000499
+
+
+@numba.njit(cache=True, nogil=True)
+def cell_scratch(n: int, squares: Any) -> Any:  # pragma: no cover - compiled
+    """The scratch of :func:`add_cell_squares` for lines of ``n`` positions: (mark, cell)."""
+    return np.full(n, -1, np.int64), np.zeros(n, squares.dtype)
+
+
+@numba.njit(cache=True, nogil=True)
+def add_cell_squares(
+    squares: Any, values: Any, columns: Any, scratch: Any, row: int, integers: bool
+) -> bool:  # pragma: no cover - compiled
+    """Add the square of each cell of a row that may repeat a column into ``squares``: the
+    values of a repeated column are one cell, whose value is their sum (as scipy reads it),
+    so its square is added once. ``mark`` (the last row seen per column, never a negative
+    one) and ``cell`` (a value per column), ``scratch = (mark, cell)``, are of the row's
+    width. False if a sum of squares of whole numbers (``integers``) no longer fits int64 (a
+    cell's square alone may not)."""
+    mark, cell = scratch
+    for k in range(values.shape[0]):
+        c = np.uint64(columns[k])
+        if mark[c] != row:
+            mark[c] = row
+            cell[c] = values[k]
+        else:
+            cell[c] += values[k]
+    fits = True
+    for k in range(values.shape[0]):
+        c = np.uint64(columns[k])
+        if mark[c] == row:
+            mark[c] = -1  # squared: once
+            x = cell[c]
+            if integers and x > _ROOT_INT64:
+                fits = False
+                continue
+            total = squares[c] + x * x
+            squares[c] = total
+            fits &= total >= 0
+    return fits
+
+
+@numba.njit(cache=True, nogil=True)
+def add_column_squares(
+    squares: Any, values: Any, rows: Any, profiles: Any, scratch: Any, column: int, integers: bool
+) -> bool:  # pragma: no cover - compiled
+    """:func:`add_cell_squares` for a CSC column that may repeat a row: ``squares`` is the
+    column of the sums of squares of every profile, ``profiles`` the profile of each row,
+    ``scratch`` = (mark, cell) of the rows' length."""
+    mark, cell = scratch
+    for k in range(values.shape[0]):
+        r = np.uint64(rows[k])
+        if mark[r] != column:
+            mark[r] = column
+            cell[r] = values[k]
+        else:
+            cell[r] += values[k]
+    fits = True
+    for k in range(values.shape[0]):
+        r = np.uint64(rows[k])
+        if mark[r] == column:
+            mark[r] = -1
+            x, p = cell[r], profiles[r]
+            if integers and x > _ROOT_INT64:
+                fits = False
+                continue
+            total = squares[p] + x * x
+            squares[p] = total
+            fits &= total >= 0
+    return fits
+
+
 @numba.njit(cache=True, nogil=True)
 def problem(flags: int, integers: bool) -> int:  # pragma: no cover - compiled
     """The status a row with these check_row flags gives: DONE if it can be added."""
@@ -274,8 +347,10 @@ def scatter(
     n_samples = (starts.shape[0] - 1) // resume.shape[0]
     n_columns = out.shape[1]
     count = detected.shape[1] > 0
-    plain = integers and not count and squares.shape[1] == 0
+    square = squares.shape[1] > 0
+    plain = integers and not count and not square
     stamp = np.full(0, -1, np.int64)
+    mark, cell = cell_scratch(0, squares)  # made when a row repeats a column
     first = resume[group]
     resume[group] = starts[(group + 1) * n_samples]
     for p in range(group * n_samples, (group + 1) * n_samples):
@@ -287,11 +362,21 @@ def scatter(
             r = rows[i]
             values = data[indptr[r] : indptr[r + 1]]
             cols = indices[indptr[r] : indptr[r + 1]]
-            flags = check_row(values, cols, n_columns, count, integers)
+            flags = check_row(values, cols, n_columns, count or square, integers)
             status = problem(flags, integers)
             if status != DONE:
                 resume[group] = i
                 return status
+            if square and flags & _UNSORTED:  # a column may repeat: its cell squared once
+                if mark.shape[0] == 0:
+                    mark, cell = cell_scratch(n_columns, squares)
+                if count and stamp.shape[0] == 0:
+                    stamp = np.full(n_columns, -1, np.int64)
+                add_row((out[p], detected[p], squares[p, :0]), values, cols, integers, stamp, r)
+                if not add_cell_squares(squares[p], values, cols, (mark, cell), r, integers):
+                    resume[group] = i
+                    return OVERFLOW
+                continue
             if plain:  # counts alone, whole numbers: the loop here saves a call per row
                 if bound.shape[0]:  # narrow sums
                     if not add_narrow(out[p], values, cols, bound, p):
@@ -336,19 +421,31 @@ def scatter_columns(
     count = detected.shape[1] > 0
     square = squares.shape[1] > 0
     stamp = np.full(0, -1, np.int64)
+    mark, cell = cell_scratch(0, squares)  # made when a column repeats a row
     first = resume[task]
     resume[task] = bounds[task + 1]
     for j in range(first, bounds[task + 1]):
         values = data[indptr[j] : indptr[j + 1]]
         rows = indices[indptr[j] : indptr[j + 1]]
-        flags = check_row(values, rows, n_rows, count, integers)
+        flags = check_row(values, rows, n_rows, count or square, integers)
         status = problem(flags, integers)
         if status != DONE:
             resume[task] = j
             return status
         fits = True
         c = column0 + j
-        if integers:
+        if square and flags & _UNSORTED:  # a row may repeat: its cell squared once
+            if mark.shape[0] == 0:
+                mark, cell = cell_scratch(n_rows, squares)
+            scratch = (mark, cell)
+            fits = add_column_squares(squares[:, c], values, rows, profiles, scratch, j, integers)
+            for k in range(values.shape[0]):
+                p = profiles[np.uint64(rows[k])]
+                if integers:
+                    out[p, c] += np.int64(values[k])
+                else:
+                    out[p, c] += np.float64(values[k])
+        elif integers:
             for k in range(values.shape[0]):
                 p, v = profiles[np.uint64(rows[k])], np.int64(values[k])
                 out[p, c] += v

@@ -41,6 +41,7 @@ __all__ = [
     "SQUARES_LIMIT",
     "Overflow",
     "check_wrap",
+    "distinct_lines",
     "first_fraction",
     "overflow_error",
     "piece",
@@ -110,7 +111,8 @@ def scatter(
 
     ``n_positions`` is the number of columns (CSR) or rows (CSC) the indices must be below;
     ``profiles`` the profile of each row; the block's lines (rows of CSR, columns of CSC) are
-    those from ``first_line`` on (a :func:`piece`). Returns ``(status, line)``: DONE, or
+    those from ``first_line`` on (a :func:`piece`). With squares wanted, no line may repeat a
+    position (:func:`distinct_lines`). Returns ``(status, line)``: DONE, or
     INVALID for a value that is negative, infinite or NaN or an index out of range, or (with
     ``integers``) NOT_INTEGER for a value that is no whole number below 2**31, with the first
     line that holds one; nothing was added then.
@@ -188,6 +190,14 @@ def _unsigned(positions: Any) -> Any:
     return (
         positions.view(f"u{positions.dtype.itemsize}") if positions.dtype.kind == "i" else positions
     )
+
+
+def distinct_lines(block: tuple[Any, Any, Any]) -> bool:
+    """Whether the positions increase strictly within each line of a CSR or CSC block: no
+    line repeats a position (a repeated one is one cell, its values summed, which
+    :func:`scatter` would square apart; the kernels square it once)."""
+    indptr = block[2]
+    return _sorted(block[1][: int(indptr[-1])], indptr)
 
 
 def _sorted(positions: Any, indptr: Any) -> bool:

@@ -90,7 +90,9 @@ def from_cells(
         a time: for data that does not fit in memory), or a dask array of numpy or
         scipy.sparse chunks (such as anndata's lazy readers give), pooled on dask's scheduler
         in use (see "Pooling an atlas on dask"). Values must be finite and >= 0; data types
-        bool, integers, float32 and float64.
+        bool, integers, float32 and float64. A sparse matrix that stores a cell's value in
+        pieces (scipy's duplicate entries) holds their sum, as scipy reads it: that cell is
+        detected once and squared once.
     sample_labels, group_labels
         One label per cell (any 1-D array-like: a pandas Categorical or Series, numpy array,
         list of strings or integers, ...). The ids are the labels' ``str`` values, in sorted
@@ -487,6 +489,8 @@ class _Sums:
         values = block[0][: int(block[2][-1])]
         if values.size > self.small_values:
             return False
+        if self.squares.shape[1] and not _pool_sums.distinct_lines(block):
+            return False  # a repeated cell is squared once: the kernels do that
         self._widen()
         if self.squares_bound is None:
             self.squares_bound = float(self.squares.max(initial=0))
