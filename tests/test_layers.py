@@ -341,6 +341,32 @@ def test_lazy_sums_check_values_of_their_inputs() -> None:
         pooled.pool_samples(by="d").profiles("g0")
 
 
+SUMS_OF_A_CUBE = {
+    "profiles": lambda c: c.profiles("g0"),
+    "to_numpy": lambda c: c.to_numpy(),
+    "merge_groups": lambda c: c.merge_groups({"both": ["g0", "g1"]}).profiles("both"),
+    "pool_samples": lambda c: c.pool_samples(by="d").profiles("g0"),
+    "select": lambda c: c.select(samples=["s1"]).profiles("g0"),
+}
+
+
+@pytest.mark.parametrize("call", list(SUMS_OF_A_CUBE))
+def test_a_lazy_layer_given_to_a_cube_is_checked_against_its_cells(call: str) -> None:
+    """Another cube's lazy layer holds values checked against that cube's cells, or none: a
+    cube given it checks every read, its sums too (merge_groups and pool_samples read it)."""
+    base = make_cube(np.full((2, 2, 1), 7), samples={"d": ["x", "x"]})
+    cells = np.array([[1, 0], [1, 1]])  # g0 in s1 pools no cell, but holds 7
+    cube = make_cube(base.select().layers["counts"], samples={"d": ["x", "x"]}, cells=cells)
+    with pytest.raises(ConstraintError, match="group 'g0', sample 's1': the profile pools 0 cells"):
+        SUMS_OF_A_CUBE[call](cube)
+    values = np.full((2, 2, 1), 7)
+    values[0, 1] = 0
+    stat = make_cube(values, cells=cells).mean()  # NaN where no cell is pooled
+    cube = make_cube(stat, samples={"d": ["x", "x"]})
+    with pytest.raises(ConstraintError, match=r"group 'g0', sample 's1': value nan .* not finite"):
+        SUMS_OF_A_CUBE[call](cube)
+
+
 @pytest.mark.parametrize("dtype", ["int32", "float64"])
 def test_a_whole_read_checks_every_band_it_hashes(tmp_path: Path, dtype: str) -> None:
     from cytepool.io.zarr import open_array, write_array

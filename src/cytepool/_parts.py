@@ -26,7 +26,15 @@ from cytepool.errors import (
     InputTypeError,
     UnknownIdError,
 )
-from cytepool.layers import ArrayLayer, LazyLayer, check_block, is_full, positions, values_fine
+from cytepool.layers import (
+    ArrayLayer,
+    CheckedLayer,
+    LazyLayer,
+    check_block,
+    is_full,
+    positions,
+    values_fine,
+)
 
 __all__ = ["CubeParts", "check_provenance"]
 
@@ -217,7 +225,7 @@ class CubeParts:
         s = None if is_full(s, n_s) else s
         f = None if is_full(f, n_f) else f
         block = lay.read(g, s, f)
-        if not (isinstance(lay, ArrayLayer) and (lay.checked or lay.cells is self.cells)):
+        if not lay.checked_against(self.cells):
             row = self.cells[g]
             check_block(
                 block,
@@ -423,8 +431,16 @@ def _build_layer(
     algorithm: str,
 ) -> tuple[LazyLayer, Any]:
     """Check a layer and wrap it: (the layer read through, the object ``cube.layers`` gives)."""
+    ids = {a: TableIds(tables[a]) for a in AXES}  # for messages: no list made now
     if isinstance(value, LazyLayer) and digests is None:
-        layer: LazyLayer = value
+        layer: LazyLayer = CheckedLayer(
+            value,
+            name=name,
+            group_ids=ids["groups"],
+            sample_ids=ids["samples"],
+            feature_ids=ids["features"],
+            cells=cells,
+        )
         exposed = value
     else:
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
@@ -439,7 +455,6 @@ def _build_layer(
             if value.ndim == 3 and not value.dtype.isnative:
                 value = value.astype(value.dtype.newbyteorder("="))
         exposed = value
-        ids = {a: TableIds(tables[a]) for a in AXES}  # for messages: no list made now
         layer = ArrayLayer(
             value,
             name=name,

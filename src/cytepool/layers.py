@@ -32,6 +32,7 @@ from cytepool.fingerprint import BLAKE3, group_digest, layer_dtype
 
 __all__ = [
     "ArrayLayer",
+    "CheckedLayer",
     "ConcatLayer",
     "GroupSumLayer",
     "LazyLayer",
@@ -276,6 +277,11 @@ class LazyLayer:
         their chunks at once, and the reads share one opening of the store. A no-op here."""
         return contextlib.nullcontext()
 
+    def checked_against(self, cells: Any) -> bool:
+        """Whether every read is checked already against the cell numbers ``cells`` (the
+        cube's): a cube then need not check a block again."""
+        return False
+
     def _where(self, group: int) -> str:
         ids = getattr(self, "group_ids", None)
         gid = repr(ids[group]) if ids is not None else f"#{group}"
@@ -463,6 +469,10 @@ class ArrayLayer(LazyLayer):
         read_into(out, on_rows=accept)
         return digests
 
+    def checked_against(self, cells: Any) -> bool:
+        """Whether the values were checked already, or are checked against ``cells``."""
+        return self.checked or cells is self.cells
+
     def _group_id(self, group: int) -> str:
         return self.group_ids[group] if self.group_ids is not None else f"#{group}"
 
@@ -526,6 +536,56 @@ class ArrayLayer(LazyLayer):
 
 
 # --------------------------------------------------------------------------- derived
+
+
+class CheckedLayer(LazyLayer):
+    """A lazy layer given to a cube (another cube's layer, a statistic), read through and
+    each block checked against that cube's cell numbers and ids, as a stored array is: the
+    values it reads were checked against other profiles, or never, and a cube's sums
+    (``merge_groups``, ``pool_samples``) read it directly."""
+
+    def __init__(
+        self,
+        base: LazyLayer,
+        *,
+        name: str,
+        group_ids: Sequence[str],
+        sample_ids: Sequence[str],
+        feature_ids: Sequence[str],
+        cells: np.ndarray[Any, Any],
+    ):
+        self.base = base
+        self.name, self.dtype, self.shape = name, base.dtype, base.shape
+        self.group_ids, self.sample_ids, self.feature_ids = group_ids, sample_ids, feature_ids
+        self.cells = cells
+
+    def read(
+        self, group: int, samples: Index | None = None, features: Index | None = None
+    ) -> np.ndarray[Any, Any]:
+        """Read one group's block from the base layer, checked."""
+        block = self.base.read(group, samples, features)
+        row = self.cells[group]
+        check_block(
+            block,
+            layer=self.name,
+            group=self.group_ids[group],
+            sample_ids=self.sample_ids,
+            feature_ids=self.feature_ids,
+            samples=samples,
+            features=features,
+            cells=row if samples is None else row[samples],
+        )
+        return block
+
+    def reading(
+        self, groups: Sequence[int], samples: Index | None = None, features: Index | None = None
+    ) -> contextlib.AbstractContextManager[object]:
+        """The base layer's ``reading`` block."""
+        return self.base.reading(groups, samples, features)
+
+    def checked_against(self, cells: Any) -> bool:
+        """Whether ``cells`` are those this layer checks against."""
+        return cells is self.cells
 
 
 class SelectLayer(LazyLayer):
