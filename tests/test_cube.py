@@ -675,6 +675,42 @@ def test_concat_tables_with_other_columns() -> None:
     assert joined.samples["site"].isna().tolist() == [True, False]
 
 
+JOINED_COLUMNS = {  # a column of the first cube's samples table; the second has none or other
+    "int missing": ({"age": [31, 45]}, {}),
+    "bool missing": ({"stim": [True, False]}, {}),
+    "uint8 missing": ({"n": np.array([1, 2], dtype=np.uint8)}, {}),
+    "in the second only": ({}, {"age": [3]}),
+    "categories differ": ({"c": pd.Categorical(["x", "x"])}, {"c": pd.Categorical(["y"])}),
+    "categorical missing": ({"c": pd.Categorical(["x", "y"])}, {}),
+    "dates missing": ({"d": pd.to_datetime(["2020-01-01", "2021-05-06"])}, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(JOINED_COLUMNS))
+def test_concat_gives_one_table_in_every_backend(case: str) -> None:
+    """pandas' own concat made floats of integers and objects of booleans where a column is
+    missing, and strings of categoricals of other categories: another table than polars' and
+    pyarrow's, and another fingerprint (or an error)."""
+    first, second = JOINED_COLUMNS[case]
+    tables = (
+        pd.DataFrame({"sample_id": ["s1", "s2"], **first}),
+        pd.DataFrame({"sample_id": ["s3"], **second}),
+    )
+    convert = {
+        "pandas": lambda f: f,
+        "polars": pl.from_pandas,
+        "pyarrow": lambda f: pa.Table.from_pandas(f, preserve_index=False),
+    }
+    joined = {
+        backend: cytepool.concat(
+            [make_cube(np.ones((1, len(t), 2), int), samples=to(t)) for t in tables],
+            axis="samples",
+        )
+        for backend, to in convert.items()
+    }
+    assert len({cube.fingerprint for cube in joined.values()}) == 1
+
+
 def test_concat_normalization() -> None:
     factors = np.arange(1, 13, dtype=float).reshape(3, 4)
     cube = pbmc_cube(normalization=Normalization("n", factors))

@@ -56,6 +56,54 @@ def reset_index(frame: Any) -> Any:
     return frame
 
 
+def pandas_joined(frames: Sequence[Any]) -> Any:
+    """The rows of pandas ``frames`` one after the other, their columns in the order they
+    first appear, each column of the type polars and pyarrow give it (so a cube's table, and
+    its digest, do not depend on its backend): a column a frame lacks is missing there in the
+    column's nullable type (integers stay integers, booleans booleans, where pandas' own
+    concat makes floats and objects), and categoricals of different categories stay one
+    categorical over the union of their categories (pandas makes strings)."""
+    import pandas as pd
+
+    names = list(dict.fromkeys(name for frame in frames for name in frame.columns))
+    columns = {}
+    for name in names:
+        like = next(frame[name].dtype for frame in frames if name in frame.columns)
+        parts = [
+            frame[name].reset_index(drop=True)
+            if name in frame.columns
+            else pd.Series([None] * len(frame), dtype=_nullable(like))
+            for frame in frames
+        ]
+        columns[name] = _joined_column(parts)
+    return pd.DataFrame(columns)
+
+
+def _nullable(dtype: Any) -> Any:
+    """A pandas type that holds the values of ``dtype`` and missing values."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.CategoricalDtype):
+        return pd.CategoricalDtype(dtype.categories[:0], ordered=dtype.ordered)
+    kind = getattr(dtype, "kind", "O") if isinstance(dtype, np.dtype) else "O"
+    if kind in "iu":
+        return f"{'U' if kind == 'u' else ''}Int{8 * dtype.itemsize}"
+    return "boolean" if kind == "b" else dtype
+
+
+def _joined_column(parts: list[Any]) -> Any:
+    """One column of pandas Series ``parts`` joined: categoricals over their categories'
+    union (when pandas can make it), others as pandas joins them."""
+    import pandas as pd
+
+    if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
+        try:
+            return pd.Series(pd.api.types.union_categoricals(parts))
+        except TypeError:  # categories of other types, or ordered differently: as pandas does
+            pass
+    return pd.concat(parts, ignore_index=True)
+
+
 class AxisTable:
     """A validated table: the id column first, then covariates; pandas with a default index."""
 
@@ -346,7 +394,11 @@ class AxisTable:
         ]
         same = all(f.columns == frames[0].columns for f in frames)
         try:
-            frame = nw.concat(frames, how="vertical" if same else "diagonal")
+            if impl is nw.Implementation.PANDAS:  # its own rules would change types
+                natives = [f.to_native() for f in frames]
+                frame = nw.from_native(pandas_joined(natives), eager_only=True)
+            else:
+                frame = nw.concat(frames, how="vertical" if same else "diagonal")
         except Exception as err:
             msg = f"{axis}: the tables cannot be joined ({type(err).__name__}: {err})"
             raise InputError(msg) from err
