@@ -582,6 +582,43 @@ def test_pool_samples_categorical_and_selection() -> None:
     )
 
 
+POOLED_TIMES = {
+    "durations": (pd.to_timedelta([1, 2, 1], unit="h").as_unit("us"), ["1:00:00", "2:00:00"]),
+    "nanoseconds": (
+        pd.to_datetime(["2020-01-01"] * 3).as_unit("ns") + pd.to_timedelta([1, 2, 1], unit="ns"),
+        ["2020-01-01 00:00:00.000000001", "2020-01-01 00:00:00.000000002"],
+    ),
+    "zone": (
+        pd.to_datetime(["2020-03-29 12:00", "2020-01-01 00:00", "2020-03-29 12:00"])
+        .as_unit("us")
+        .tz_localize("Europe/Berlin"),
+        ["2020-03-29 12:00:00+02:00", "2020-01-01 00:00:00+01:00"],
+    ),
+    "categorical durations": (
+        pd.Categorical(pd.to_timedelta([30, 30, 90], unit="s").as_unit("us")),
+        ["0:00:30", "0:01:30"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLED_TIMES))
+def test_pool_samples_names_times_alike_in_every_backend(case: str) -> None:
+    """pandas wrote a duration '0 days 01:00:00', polars and pyarrow '1:00:00' (another
+    fingerprint), and polars' Python values dropped nanoseconds (ids that repeat)."""
+    values, names = POOLED_TIMES[case]
+    samples = pd.DataFrame({"sample_id": ["s1", "s2", "s3"], "t": values})
+    convert = {"pandas": lambda f: f, "polars": pl.from_pandas, "pyarrow": pa.Table.from_pandas}
+    cubes = {
+        b: make_cube(np.ones((1, 3, 1), int), samples=to(samples)) for b, to in convert.items()
+    }
+    pooled = {backend: cube.pool_samples("t") for backend, cube in cubes.items()}
+    for cube in pooled.values():
+        assert parts_of(cube).tables["samples"].ids == names
+    # the same when the cubes are (polars holds categories of durations as durations)
+    kept = len({cube.fingerprint for cube in cubes.values()})
+    assert len({cube.fingerprint for cube in pooled.values()}) == kept
+
+
 def test_pool_samples_errors() -> None:
     cube = pbmc_cube()
     with pytest.raises(KeyError, match="pool_samples: no column 'site' in the samples table"):

@@ -17,6 +17,7 @@ from cytepool import fingerprint as _fp
 from cytepool._parts import CubeParts
 from cytepool._records import Normalization, stamp
 from cytepool._table import check_unique
+from cytepool._value_texts import time_text
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import (
     Accumulator,
@@ -177,7 +178,8 @@ def pool_samples(parts: CubeParts, by: str) -> CubeParts:
         msg = f"pool_samples: no column {by!r} in the samples table; found {table.frame.columns}"
         raise UnknownIdError(msg, unknown=by, known=table.frame.columns)
     series = table.frame.get_column(by)
-    keys = _fp.canonical_column(series, by).row_keys()
+    canonical = _fp.canonical_column(series, by)
+    keys = canonical.row_keys()
     missing = [table.ids[i] for i, k in enumerate(keys) if k is None]
     if missing:
         msg = (
@@ -191,7 +193,9 @@ def pool_samples(parts: CubeParts, by: str) -> CubeParts:
     names: dict[Any, str] = {}
     for i, key in enumerate(keys):
         order.setdefault(key, []).append(i)
-        names.setdefault(key, str(raw[i]))
+        if key not in names:  # a time as Python writes it, whatever the backend
+            text = time_text(canonical.tag, key)
+            names[key] = str(raw[i]) if text is None else text
     members = [np.array(v, dtype=np.intp) for v in order.values()]
     new_ids = list(names.values())
     check_unique(new_ids, "samples", "would hold")

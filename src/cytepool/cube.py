@@ -393,7 +393,9 @@ class Cube:
         ----------
         by
             A column of the samples table, such as ``"donor"``. The new samples are named
-            by the ``str`` of its values, in the order they first appear.
+            by the ``str`` of its values, in the order they first appear; a time as Python
+            writes it (``1:00:00`` for an hour; nanoseconds after the microseconds), so the
+            names are the same whatever the backend.
 
         Returns
         -------
