@@ -1156,6 +1156,27 @@ def test_from_anndata_records_the_covariates_kept_and_dropped(cells: Any) -> Non
     assert named.provenance[-1].parameters["covariates"]["groups"] == ["lineage"]
 
 
+UNSTORABLE = {
+    "ints as objects": lambda donors: pd.Series([int(d[1:]) for d in donors], dtype=object),
+    "complex": lambda donors: [complex(int(d[1:])) for d in donors],
+    "periods": lambda donors: pd.PeriodIndex([f"2020-0{d[1:]}" for d in donors], freq="M"),
+    "intervals": lambda donors: pd.IntervalIndex.from_tuples([(0, int(d[1:])) for d in donors]),
+}
+
+
+@pytest.mark.parametrize("kind", list(UNSTORABLE))
+def test_a_column_no_table_can_hold_is_dropped_with_its_reason(cells: Any, kind: str) -> None:
+    """Constant within each sample, but of a type a cube's table cannot hold: not a reason
+    to fail the pooling (it was an InputTypeError), a reason to drop it, named."""
+    cells.obs["odd"] = np.asarray(UNSTORABLE[kind](cells.obs["donor"].astype(str).tolist()))
+    if kind == "ints as objects":
+        cells.obs["odd"] = cells.obs["odd"].astype(object)
+    cube = from_anndata(cells, sample_key="sample", group_key="cell_type")
+    dropped = cube.provenance[-1].parameters["covariates"]["dropped"]
+    assert "odd" not in cube.samples.columns
+    assert re.match(r"holds values a cube's table cannot hold \(table column 'odd'", dropped["odd"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Properties
 # ---------------------------------------------------------------------------------------------

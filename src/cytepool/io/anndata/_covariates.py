@@ -9,7 +9,8 @@ import numpy as np
 
 from cytepool import _words
 from cytepool._labels import factorize
-from cytepool.errors import InputError, UnknownIdError
+from cytepool.errors import InputError, InputTypeError, UnknownIdError
+from cytepool.fingerprint import canonical_column
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,10 +149,22 @@ def _variation(
         return "holds unhashable values"
     varying = np.flatnonzero(values != values[first][codes])
     if not len(varying):
-        return None
+        return _unstorable(column.iloc[first])
     row = varying[0]
     one, other = column.iloc[first[codes[row]]], column.iloc[row]
     return f"varies within {axis} {ids[codes[row]]!r} ({_brief(one)} and {_brief(other)})"
+
+
+def _unstorable(column: pd.Series) -> str | None:
+    """Why a cube's table cannot hold ``column`` (a value per id), or None if it can."""
+    import narwhals.stable.v2 as nw
+
+    series = nw.from_native(column.reset_index(drop=True), series_only=True)
+    try:
+        canonical_column(series, str(column.name))
+    except (InputTypeError, InputError) as error:
+        return f"holds values a cube's table cannot hold ({error})"
+    return None
 
 
 def _brief(value: Any) -> str:
