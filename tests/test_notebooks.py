@@ -5,13 +5,15 @@ them), so that the README's links and the docs show what the code does. Here tha
 the stored files, and every notebook is executed again in a fresh kernel: a cell that raises fails
 the test with the cell's traceback, and so does a warning a cell prints; the outputs must have the
 same kinds, cell by cell, as those stored (their values may differ in the last digits with other
-versions of the libraries). A last test runs a small notebook of its own: progress bars show in
+versions of the libraries), and what cytepool itself writes (a cube's repr, a fingerprint) must be
+the same. A last test runs a small notebook of its own: progress bars show in
 Jupyter as a live display, never on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,22 @@ def _kinds(notebook: Any) -> list[list[tuple[str, ...]]]:
             found.append((output["output_type"], detail))
         kinds.append(found)
     return kinds
+
+
+_OURS = re.compile(r"<Cube [^>]*>|blake3:[0-9a-f]{64}|[0-9a-f]{64}")
+
+
+def _ours(notebook: Any) -> list[list[str]]:
+    """Per code cell, what cytepool itself wrote in its plain-text outputs (a cube's repr, a
+    fingerprint): the same with any version of the other libraries."""
+    found = []
+    for cell in _code_cells(notebook):
+        texts = []
+        for output in cell.get("outputs", []):
+            text = output.get("text") or output.get("data", {}).get("text/plain", "")
+            texts.append("".join(text) if isinstance(text, list) else text)
+        found.append(_OURS.findall("\n".join(texts)))
+    return found
 
 
 def _stderr(notebook: Any) -> list[str]:
@@ -77,7 +95,7 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     notebook = nbformat.read(path, as_version=4)
-    stored = _kinds(notebook)
+    stored, stored_ours = _kinds(notebook), _ours(notebook)
     client = nbclient.NotebookClient(
         notebook,
         timeout=300,
@@ -87,6 +105,7 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     client.execute()
     assert _stderr(notebook) == []
     assert _kinds(notebook) == stored, f"{path.name}: run scripts/run-notebooks.py"
+    assert _ours(notebook) == stored_ours, f"{path.name}: run scripts/run-notebooks.py"
 
 
 PROGRESS_CELLS = [
