@@ -263,6 +263,8 @@ def test_variance_of_large_integers_is_exact() -> None:
         (lambda c: c.variance(ddof=-1), InputError, r"ddof must be >= 0, found -1"),
         (lambda c: c.variance(ddof=1.0), InputTypeError, r"ddof must be an integer"),
         (lambda c: c.variance(squares="sq"), UnknownIdError, r"variance needs the layer 'sq'"),
+        (lambda c: c.mean(["counts"]), InputTypeError, r"mean: expected a layer's name \(a str"),
+        (lambda c: c.variance(squares=1), InputTypeError, r"variance: expected a layer's name"),
     ],
 )
 def test_statistic_errors(cube: Cube, call: Any, error: type, match: str) -> None:

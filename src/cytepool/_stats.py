@@ -77,7 +77,11 @@ class Statistic(LazyLayer):
 
 
 def _needed(parts: CubeParts, name: str, what: str, hint: str) -> str:
-    """``name`` if the cube has that layer, else UnknownIdError saying what needs it."""
+    """``name`` if the cube has that layer, else UnknownIdError saying what needs it
+    (InputTypeError if it is no name)."""
+    if not isinstance(name, str):
+        msg = f"{what}: expected a layer's name (a string), found {name!r}; {hint}"
+        raise InputTypeError(msg)
     if name not in parts.layers:
         msg = f"{what} needs the layer {name!r}, but the cube has layers {list(parts.layers)}"
         msg += f"; {hint}"
