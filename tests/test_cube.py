@@ -720,6 +720,8 @@ JOINED_COLUMNS = {  # a column of the first cube's samples table; the second has
     "categories differ": ({"c": pd.Categorical(["x", "x"])}, {"c": pd.Categorical(["y"])}),
     "categorical missing": ({"c": pd.Categorical(["x", "y"])}, {}),
     "dates missing": ({"d": pd.to_datetime(["2020-01-01", "2021-05-06"])}, {}),
+    "integers and floats": ({"c": [1, 2]}, {"c": [1.5]}),
+    "int8 and int64": ({"c": np.array([1, 2], np.int8)}, {"c": [300]}),
 }
 
 

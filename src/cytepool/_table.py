@@ -56,6 +56,35 @@ def reset_index(frame: Any) -> Any:
     return frame
 
 
+_NUMBERS = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64")
+_NUMBERS += ("Float32", "Float64")
+
+
+def numbers_alike(frames: Sequence[Any]) -> list[Any]:
+    """The narwhals ``frames`` with each column that holds numbers of other types in
+    different frames cast to their common type (numpy's, as pandas joins them: integers and
+    floats make floats), which polars and pyarrow do not find when they join."""
+    import narwhals.stable.v2 as nw
+
+    kinds: dict[str, set[str]] = {}
+    for frame in frames:
+        for name, dtype in frame.schema.items():
+            kinds.setdefault(name, set()).add(str(dtype))
+    common = {
+        name: str(np.result_type(*(found.lower() for found in types)))
+        for name, types in kinds.items()
+        if len(types) > 1 and types <= set(_NUMBERS)
+    }
+    if not common:
+        return list(frames)
+    named = {numbers.lower(): numbers for numbers in _NUMBERS}
+    target = {name: getattr(nw, named[numpy_name]) for name, numpy_name in common.items()}
+    return [
+        frame.with_columns(*(nw.col(n).cast(t) for n, t in target.items() if n in frame.columns))
+        for frame in frames
+    ]
+
+
 def pandas_joined(frames: Sequence[Any]) -> Any:
     """The rows of pandas ``frames`` one after the other, their columns in the order they
     first appear, each column of the type polars and pyarrow give it (so a cube's table, and
@@ -398,6 +427,7 @@ class AxisTable:
                 natives = [f.to_native() for f in frames]
                 frame = nw.from_native(pandas_joined(natives), eager_only=True)
             else:
+                frames = numbers_alike(frames)
                 frame = nw.concat(frames, how="vertical" if same else "diagonal")
         except Exception as err:
             msg = f"{axis}: the tables cannot be joined ({type(err).__name__}: {err})"
