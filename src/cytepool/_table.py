@@ -56,8 +56,8 @@ def reset_index(frame: Any) -> Any:
     return frame
 
 
-_NUMBERS = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64")
-_NUMBERS += ("Float32", "Float64")
+_NUMBERS: tuple[str, ...] = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32")
+_NUMBERS += ("UInt64", "Float32", "Float64")
 
 
 def numbers_alike(frames: Sequence[Any]) -> list[Any]:
