@@ -1082,6 +1082,15 @@ def test_read_missing_part(plain: Path, part: str) -> None:
     assert isinstance(info.value, FormatError)
 
 
+@pytest.mark.parametrize("part", ["samples", "groups", "features", "cells"])
+def test_read_part_whose_folder_is_gone(stored: Path, part: str) -> None:
+    """The consolidated metadata still lists it and its arrays read as their fill value: the
+    error said the ids repeat ('' more than once) or a digest differs."""
+    shutil.rmtree(stored / part)
+    with pytest.raises(FormatError, match=rf"is corrupt: the folder {part}/ \(the .*\) is missing"):
+        read_cube(stored)
+
+
 def test_store_replaced_while_read(stored: Path, other: Cube, monkeypatch) -> None:
     original = cubes._read_cells
 

@@ -815,7 +815,38 @@ def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
     except FileNotFoundError as error:
         message = f"the cube file {root} is corrupt: a part is missing ({error})"
         raise FormatError(message) from error
+    except (ValueError, TypeError):  # a part read as fill values: say if its folder is gone
+        _check_folders(root)
+        raise
     return _assemble(root, header, tables, cells, normalization, layers)
+
+
+_FOLDERS = {
+    "samples": "the sample table",
+    "groups": "the group table",
+    "features": "the feature table",
+    "cells": "the cell numbers",
+}
+
+
+def _check_folders(root: StorePath) -> None:
+    """Raise FormatError if the folder of a table (or of the cell numbers) is gone.
+
+    The consolidated metadata in the root document still lists such a part, and its arrays
+    then read as their fill value (empty strings, zeros): the error found in them (ids that
+    repeat, a digest that differs) would not say what happened. Asked only after an error,
+    so an intact file costs no request.
+    """
+    inner = getattr(root.handle, "inner", None)
+    if inner is None:  # not read through consolidated metadata: a missing part is missing
+        return
+    for name, what in _FOLDERS.items():
+        try:
+            gone = inner.version(join(root.key, f"{name}/{METADATA_FILE}")) is None
+        except OSError:  # the store cannot be asked: the error found stands
+            return
+        if gone:
+            _corrupt(root, f"the folder {name}/ ({what}) is missing")
 
 
 def _assemble(
@@ -841,6 +872,7 @@ def _assemble(
         message = f"the cube file {root} holds a value of a type a cube does not accept: {error}"
         raise StoredTypeError(message) from error
     except ValueError as error:  # FormatError, ConstraintError and the checks of the tables
+        _check_folders(root)
         message = f"the cube file {root} is corrupt or was edited: {error}"
         raise FormatError(message) from error
 
