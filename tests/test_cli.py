@@ -543,3 +543,57 @@ def test_pool_layers_usage_errors(flags: list[str], message: str, capsys: Any) -
     assert code == 2
     assert err.count("\n") == 1
     assert message in err
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments, outputs and messages
+# ---------------------------------------------------------------------------------------------
+
+
+KEYS = ["--sample-key", "donor", "--group-key", "cell_type"]
+
+
+@pytest.mark.interop
+def test_what_an_input_that_is_not_anndata_is(
+    tmp_path: Path,
+    h5ad: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cube file and an HDF5 file that is not AnnData said only "... has no X"; --layer X
+    said the file has no layer X (X is read without --layer)."""
+    import h5py
+
+    from cytepool.io import write_cube
+
+    monkeypatch.chdir(tmp_path)
+    write_cube(from_anndata(str(h5ad), sample_key="donor", group_key="cell_type"), "c.cube.zarr")
+    with h5py.File(tmp_path / "plain.h5ad", "w") as file:
+        file["a"] = [1, 2]
+    cases = [
+        (
+            ["pool", "c.cube.zarr", "x.cube.zarr", *KEYS],
+            "error: c.cube.zarr is a cube file (cells already pooled), not AnnData cells; to "
+            "make a pseudobulk AnnData of it, run: cytepool export CUBE OUTPUT.h5ad",
+        ),
+        (
+            ["pool", "plain.h5ad", "x.cube.zarr", *KEYS],
+            "error: plain.h5ad is not an AnnData file or store: it has neither obs nor var (it "
+            "holds 'a')",
+        ),
+        (
+            ["pool", "cells.h5ad", "x.cube.zarr", *KEYS, "--layer", "X"],
+            "error: cells.h5ad has no layer 'X'; its layers are ['counts']; --layer names a "
+            "layer of adata.layers, and X is read when --layer is not given",
+        ),
+    ]
+    for args, message in cases:
+        code, out, err = run(args, capsys)
+        assert_one_line_error(code, err, message)
+        assert out == ""
+    _, out, _ = run(["pool", "--help"], capsys)
+    assert "without --layer (or --raw), X is pooled" in " ".join(out.split())
+    with pytest.raises(ValueError, match=r"is a cube file .* open it with cytepool\.io\.read_cube"):
+        from_anndata("c.cube.zarr", sample_key="donor", group_key="cell_type")
+    with pytest.raises(KeyError, match=r"layer= names a layer of adata\.layers"):
+        from_anndata("cells.h5ad", sample_key="donor", group_key="cell_type", layer="X")

@@ -32,6 +32,10 @@ _OPTIONS = {
     "intersection": ("features='intersection'", "--features intersection"),
     "duplicates": ("duplicates='add'", "--duplicates add"),
     "not_modality": ("pool it with from_anndata", "drop --modality to pool it"),
+    "cube_to_anndata": (
+        "open it with cytepool.io.read_cube (to_anndata makes a pseudobulk AnnData of it)",
+        "to make a pseudobulk AnnData of it, run: cytepool export CUBE OUTPUT.h5ad",
+    ),
 }
 
 

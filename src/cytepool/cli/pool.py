@@ -68,7 +68,11 @@ def add(commands: Any) -> None:
     )
     pool.add_argument("--group-key", required=True, help="obs column with each cell's group")
     matrix = pool.add_mutually_exclusive_group()
-    matrix.add_argument("--layer", help="the layer holding the counts (default: X)")
+    matrix.add_argument(
+        "--layer",
+        help="the layer of the input's layers (adata.layers) holding the counts; without "
+        "--layer (or --raw), X is pooled",
+    )
     matrix.add_argument("--raw", action="store_true", help="pool raw.X, features from raw.var")
     matrix.add_argument(
         "--modality",

@@ -63,8 +63,7 @@ def matrix_of(
         return adata.raw.X, adata.raw.var, Source(owner, "raw.X")
     if layer is not None:
         if layer not in adata.layers:
-            msg = f"{owner} has no layer {layer!r}; its layers are {layer_keys(adata)}"
-            raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
+            raise _no_layer(owner, layer, layer_keys(adata))
         return adata.layers[layer], adata.var, Source(owner, f"layers[{layer!r}]")
     if adata.X is None:
         msg = (
@@ -218,12 +217,22 @@ def _layer_name(layer: str | None) -> str:
 
 def _missing_element(root: Any, element: str, source: Source) -> KeyError:
     """The error for an element an AnnData file lacks, named as anndata names it."""
-    what = element.replace("/", ".") if element != "raw/X" else "raw.X"
     if element.startswith("layers/"):
         layers = sorted(root["layers"]) if "layers" in root else []
-        what = f"{_layer_name(element.removeprefix('layers/'))}; its layers are {layers}"
+        return _no_layer(source.owner, element.removeprefix("layers/"), layers)
+    what = element.replace("/", ".") if element != "raw/X" else "raw.X"
     msg = f"{source.owner} has no {what}"
     return UnknownIdError(msg)
+
+
+def _no_layer(owner: str, layer: str, layers: list[str]) -> UnknownIdError:
+    """The error for a layer an AnnData lacks; asked for ``"X"``, it says that X is no layer
+    but what is read when no layer is named."""
+    msg = f"{owner} has no layer {layer!r}; its layers are {layers}"
+    if layer == "X":
+        option = _words.option("layer")
+        msg += f"; {option} names a layer of adata.layers, and X is read when {option} is not given"
+    return UnknownIdError(msg, unknown=layer, known=layers)
 
 
 _PER_ROW = {"categorical": ("codes",), "nullable-integer": ("values", "mask")}
@@ -339,11 +348,27 @@ def _is_legacy(root: Any) -> bool:
 
 
 def _check_anndata(root: Any, source: Source) -> None:
+    """Refuse a file or store that is not AnnData cells, saying what it is: a MuData, a
+    cube file, or anything else without obs and var."""
+    if root.attrs.get("format") == "cytepool.cube":
+        msg = (
+            f"{source.owner} is a cube file (cells already pooled), not AnnData cells; "
+            f"{_words.option('cube_to_anndata')}"
+        )
+        raise InputError(msg)
     if "mod" in root and "X" not in root:
         names = ", ".join(map(repr, _modality_order(root["mod"])))
         msg = (
             f"{source.owner} is a MuData file (modalities {names}): pool one with "
             f"{_words.option('modality')}"
+        )
+        raise InputError(msg)
+    if "obs" not in root and "var" not in root:
+        held = sorted(root)
+        listed = ", ".join(map(repr, held[:5])) + (", ..." if len(held) > 5 else "")
+        msg = (
+            f"{source.owner} is not an AnnData file or store: it has neither obs nor var "
+            f"(it holds {listed or 'nothing'})"
         )
         raise InputError(msg)
 
@@ -376,8 +401,7 @@ def _legacy_cells(
         msg = f"{source.owner} has no raw.X"
         raise UnknownIdError(msg)
     if layer is not None and layer not in adata.layers:
-        msg = f"{source.owner} has no {_layer_name(layer)}; its layers are {layer_keys(adata)}"
-        raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
+        raise _no_layer(source.owner, layer, layer_keys(adata))
     matrix, var, _ = matrix_of(adata, layer=layer, use_raw=use_raw)
     return matrix, as_pandas_frame(adata.obs), as_pandas_frame(var), source
 
