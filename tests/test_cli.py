@@ -597,3 +597,29 @@ def test_what_an_input_that_is_not_anndata_is(
         from_anndata("c.cube.zarr", sample_key="donor", group_key="cell_type")
     with pytest.raises(KeyError, match=r"layer= names a layer of adata\.layers"):
         from_anndata("cells.h5ad", sample_key="donor", group_key="cell_type", layer="X")
+
+
+@pytest.mark.interop
+def test_info_shows_columns_named_as_another_tables_ids(
+    tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sample covariate named feature_id, a feature column named group_id: each table
+    drops only its own id column."""
+    from cytepool.cli._shared import without_ids
+
+    cells = ad.read_h5ad(h5ad)
+    cells.obs["feature_id"] = cells.obs["donor"].map({"D1": "a", "D2": "b", "D3": "c"})
+    cells.var["group_id"] = "g"
+    cells.write_h5ad(tmp_path / "ids.h5ad")
+    cube_path = tmp_path / "ids.cube.zarr"
+    assert run(pool(tmp_path / "ids.h5ad", cube_path), capsys)[0] == 0
+    code, out, _ = run(["info", str(cube_path)], capsys)
+    assert code == 0
+    assert "samples    feature_id (Categorical)" in out
+    assert "features   group_id (Categorical)" in out
+    info = json.loads(run(["info", str(cube_path), "--json"], capsys)[1])
+    assert info["covariates"]["samples"] == {"feature_id": "Categorical"}
+    assert info["covariates"]["features"] == {"group_id": "Categorical"}
+    schema = {"sample_id": "String", "group_id": "String", "feature_id": "Int64"}
+    assert without_ids(schema, "samples") == {"group_id": "String", "feature_id": "Int64"}
+    assert without_ids(schema, "features") == {"sample_id": "String", "group_id": "String"}

@@ -150,10 +150,12 @@ def pooled_covariates(cube: Cube) -> dict[str, Any] | None:
     return None
 
 
-def without_ids(schema: dict[str, str]) -> dict[str, str]:
-    """A schema (column name: data type) without the id columns."""
-    id_columns = {"sample_id", "group_id", "feature_id"}
-    return {name: dtype for name, dtype in schema.items() if name not in id_columns}
+def without_ids(schema: dict[str, str], axis: str) -> dict[str, str]:
+    """A schema (column name: data type) of the table ``axis`` (``"samples"``, ``"groups"``
+    or ``"features"``) without its id column; a column named as another table's ids stays."""
+    from cytepool._records import ID_COLUMNS
+
+    return {name: dtype for name, dtype in schema.items() if name != ID_COLUMNS[axis]}
 
 
 # ---------------------------------------------------------------------------------------------

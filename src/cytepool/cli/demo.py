@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> None:
     print(
         f"2. pooled the backed .h5ad with from_anndata, reading it in row blocks: "
         f"{cube.shape[0]} cell types x {cube.shape[1]} samples x {cube.shape[2]:,} genes, "
-        f"layers {layers}; sample covariates {_columns(cube.samples)}, group covariates "
-        f"{_columns(cube.groups)} [{took()}]"
+        f"layers {layers}; sample covariates {_columns(cube.samples, 'samples')}, group "
+        f"covariates {_columns(cube.groups, 'groups')} [{took()}]"
     )
     with _step() as took:
         write_cube(cube, cube_path)
@@ -121,12 +121,12 @@ def run(args: argparse.Namespace) -> None:
     print(f"next: {_command()} info {shlex.quote(str(cube_path))}")
 
 
-def _columns(table: Any) -> list[str]:
-    """The names of the columns of a table but its ids."""
+def _columns(table: Any, axis: str) -> list[str]:
+    """The names of the columns of the table ``axis`` but its ids."""
     import narwhals.stable.v2 as nw
 
     schema = nw.from_native(table, eager_only=True).schema
-    return list(without_ids({str(name): str(dtype) for name, dtype in schema.items()}))
+    return list(without_ids({str(name): str(dtype) for name, dtype in schema.items()}, axis))
 
 
 def _command() -> str:

@@ -71,7 +71,8 @@ def _summary(cube: Cube) -> dict[str, Any]:
             for g, gid in enumerate(group_ids)
         },
         "covariates": {
-            name: without_ids(tables[name].schema()) for name in ("samples", "groups", "features")
+            name: without_ids(tables[name].schema(), name)
+            for name in ("samples", "groups", "features")
         },
         "dropped": (pooled_covariates(cube) or {}).get("dropped", {}),
         "normalization": None if normalization is None else normalization.method,
