@@ -53,8 +53,8 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
-def assert_one_line_error(code: int, err: str, pattern: str) -> None:
-    assert code == 1
+def assert_one_line_error(code: int, err: str, pattern: str, status: int = 1) -> None:
+    assert code == status
     assert err.count("\n") == 1, err
     assert "Traceback" not in err
     assert pattern in err, err
@@ -190,7 +190,6 @@ def test_errors_are_one_line(
             f"{h5ad} has no layer 'spliced'; its layers are ['counts']",
         ),
         ([*pool(h5ad, cube_path), "--raw"], f"{h5ad} has no raw.X"),
-        ([*pool(h5ad, cube_path), "--compression", "gzip", "--level", "42"], "level"),
         (["info", str(tmp_path / "nothing.cube.zarr")], "nothing.cube.zarr"),
         (["info", str(h5ad)], "cells.h5ad"),
         (["export", str(tmp_path / "nothing.cube.zarr"), str(tmp_path / "o.h5ad")], "nothing"),
@@ -408,14 +407,6 @@ def test_errors_name_what_exists_with_paths_as_typed(
         ),
         (["pool", "cells.h5ad", "cells.h5ad", *keys, "--overwrite"], "not an .h5ad file"),
         (["pool", "cells.h5ad", "x.H5MU", *keys], "error: x.H5MU: OUTPUT (the last argument)"),
-        (
-            ["pool", "cells.h5ad", "q.cube.zarr", *keys, "--compression", "none", "--level", "3"],
-            "error: --level needs --compression gzip or zstd",
-        ),
-        (
-            ["pool", "cells.h5ad", "q.cube.zarr", *keys, "--level", "42"],
-            "error: --level: the gzip level must be from 0 to 9, not 42",
-        ),
         (["info", "missing.cube.zarr"], "error: there is no cube file at missing.cube.zarr\n"),
         (["info", "other"], "error: other is not a cube file"),
         (["export", "missing.cube.zarr", "x.h5ad"], "error: there is no cube file at missing"),
@@ -623,3 +614,100 @@ def test_info_shows_columns_named_as_another_tables_ids(
     schema = {"sample_id": "String", "group_id": "String", "feature_id": "Int64"}
     assert without_ids(schema, "samples") == {"group_id": "String", "feature_id": "Int64"}
     assert without_ids(schema, "features") == {"sample_id": "String", "group_id": "String"}
+
+
+@pytest.fixture
+def no_pooling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pooling fails the test: what is checked must be refused before it."""
+    import cytepool.io.anndata
+
+    def pooled(*_: Any, **__: Any) -> None:
+        pytest.fail("pooled before the arguments and the output were checked")
+
+    monkeypatch.setattr(cytepool.io.anndata, "from_anndata", pooled)
+    monkeypatch.setattr(cytepool.io.anndata, "from_mudata_cells", pooled)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["pool", "--level", "42", *KEYS],
+            "error: --level: the gzip level must be from 0 to 9, not 42",
+        ),
+        (
+            ["pool", "--compression", "none", "--level", "3", *KEYS],
+            "error: --level needs --compression gzip or zstd",
+        ),
+        (["pool", "--compression", "zstd", "--level", "23", *KEYS], "error: --level: the zstd"),
+        (["pool", "--jobs", "0", *KEYS], "error: argument --jobs: expected a positive integer"),
+        (
+            ["demo", "--cells", "50"],
+            "error: argument --cells: expected a whole number of at least 100",
+        ),
+        (["demo", "--cells", "many"], "error: argument --cells: expected a whole number"),
+        (["export", "--group", "B", "--group", "B"], "error: --group B is given twice"),
+    ],
+)
+def test_bad_values_of_arguments_exit_with_status_2(
+    tmp_path: Path,
+    h5ad: Path,
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_pooling: None,
+) -> None:
+    """Out of range, not going together, repeated: status 2, as argparse's usage errors
+    (they exited 1, but --jobs 0 2); checked before anything is read or written."""
+    from cytepool.io import write_cube
+
+    monkeypatch.chdir(tmp_path)
+    write_cube(from_anndata(str(h5ad), sample_key="donor", group_key="cell_type"), "c.cube.zarr")
+    paths = {
+        "pool": ["cells.h5ad", "q.cube.zarr"],
+        "demo": ["d"],
+        "export": ["c.cube.zarr", "b.h5ad"],
+    }
+    command, *flags = args
+    code, out, err = run([command, *paths[command], *flags], capsys)
+    assert_one_line_error(code, err, message, status=2)
+    assert err.endswith(f" (see cytepool {command} --help)\n")
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.cube.zarr", "cells.h5ad"]
+
+
+def test_help_states_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["--help"], capsys)
+    text = " ".join(out.split())
+    assert "Exit status: 0 on success, 1 on an error, 2 for bad arguments" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["pool", "", "out.cube.zarr", *KEYS], "INPUT"),
+        (["pool", "cells.h5ad", "", *KEYS], "OUTPUT"),
+        (["pool", "cells.h5ad", "", "out.cube.zarr", *KEYS], "INPUT"),
+        (["info", ""], "CUBE"),
+        (["export", "", "b.h5ad"], "CUBE"),
+        (["export", "c.cube.zarr", ""], "OUTPUT"),
+        (["demo", ""], "DIR"),
+    ],
+)
+def test_an_empty_name_is_no_path(
+    tmp_path: Path,
+    h5ad: Path,
+    args: list[str],
+    name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_pooling: None,
+) -> None:
+    """An empty INPUT pooled every file of the working directory (Path('') is '.'), an
+    empty OUTPUT said "error:  exists"."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(args, capsys)
+    message = f"error: argument {name}: expected a path, found an empty name ('')"
+    assert_one_line_error(code, err, message, status=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.h5ad"]

@@ -12,10 +12,12 @@ Each command is a module of this package (``pool``, ``info``, ``export``, ``demo
 the help formatter, one-line errors, output checks) is in ``_shared``.
 
 The command speaks its own language: an error is one line on stderr, in the words of its
-flags (``--layer``, not ``layer=``), with paths as they were given, and exit status 1 (2 for
-bad arguments), never a traceback; a warning is one line too. Output cut short by the reader
-(``cytepool info CUBE | head -1``) ends quietly with status 0. It starts quickly: this package
-imports the standard library only (``--help`` needs no numpy).
+flags (``--layer``, not ``layer=``), with paths as they were given, and exit status 1, never a
+traceback; bad arguments (an unknown flag, a value out of range, flags that do not go
+together, an empty name) exit with status 2, whether argparse finds them or a command does
+(:class:`~cytepool.cli._shared.UsageError`). A warning is one line too. Output cut short by
+the reader (``cytepool info CUBE | head -1``) ends quietly with status 0. It starts quickly:
+this package imports the standard library only (``--help`` needs no numpy).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cytepool.cli import demo, export, info, pool
-from cytepool.cli._shared import Formatter, Parser, Version, as_typed, one_line
+from cytepool.cli._shared import Formatter, Parser, UsageError, Version, as_typed, one_line
 
 __all__ = ["main", "run"]
 
@@ -41,6 +43,9 @@ _EXAMPLES = """
       cytepool export cells.cube.zarr b_cells.h5ad --group B
 
     Each command has --help.
+
+    Exit status: 0 on success, 1 on an error, 2 for bad arguments (an unknown flag, a value
+    out of range, flags that do not go together), 130 when interrupted.
     """
 
 
@@ -117,6 +122,11 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("cytepool: interrupted", file=sys.stderr)
         return 130
+    except UsageError as error:  # a bad argument, as argparse reports one
+        message = as_typed(one_line(error), args)
+        see = f"see cytepool {args.command} --help"
+        print(f"cytepool {args.command}: error: {message} ({see})", file=sys.stderr)
+        return 2
     except Exception as error:  # every failure is one line, never a traceback
         message = as_typed(one_line(error), args)
         print(f"cytepool {args.command}: error: {message}", file=sys.stderr)

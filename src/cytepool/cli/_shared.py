@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Formatter",
     "Parser",
+    "UsageError",
     "Version",
     "add_command",
     "as_typed",
     "check_output",
     "one_line",
+    "path_argument",
     "pooled_covariates",
     "without_ids",
     "write_anndata",
@@ -65,6 +67,11 @@ def one_line(error: BaseException | str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------------------------
+
+
+class UsageError(InputError):
+    """A bad argument found after the arguments were parsed (a value out of range, flags that
+    do not go together): the command exits with status 2, as for argparse's usage errors."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -109,6 +116,15 @@ class Version(argparse.Action):
 
         print(f"cytepool {__version__}")
         parser.exit()
+
+
+def path_argument(text: str) -> str:
+    """A path typed on the command line (an argparse type): not an empty name, which
+    ``Path`` would read as the working directory."""
+    if not text:
+        msg = "expected a path, found an empty name ('')"
+        raise argparse.ArgumentTypeError(msg)
+    return text
 
 
 def add_command(

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cytepool.cli._shared import add_command, without_ids, write_anndata
-from cytepool.errors import CytepoolError, InputError
+from cytepool.cli._shared import add_command, path_argument, without_ids, write_anndata
+from cytepool.errors import CytepoolError
 
 __all__ = ["add"]
 
@@ -25,6 +25,7 @@ EXAMPLES = """
     """
 
 _DEMO_SEED = 20240611
+_FEWEST_CELLS = 100
 _DEMO_GROUP = "CD4 T"
 _DEMO_OUTPUTS = ("cells.h5ad", "cells.cube.zarr", f"{_DEMO_GROUP.replace(' ', '_')}.h5ad")
 
@@ -45,10 +46,17 @@ def add(commands: Any) -> None:
         metavar="DIR",
         nargs="?",
         default="cytepool-demo",
+        type=path_argument,
         help="where to write (default: ./cytepool-demo); it must be new, empty or the output "
         "of an earlier demo",
     )
-    demo.add_argument("--cells", type=int, default=20_000, help="about how many cells")
+    demo.add_argument(
+        "--cells",
+        type=_cells,
+        default=20_000,
+        metavar="N",
+        help=f"about how many cells, at least {_FEWEST_CELLS} (default: 20000)",
+    )
     demo.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
 
@@ -61,9 +69,6 @@ def run(args: argparse.Namespace) -> None:
     from cytepool.io import read_cube, write_cube
     from cytepool.io.anndata import from_anndata, to_anndata
 
-    if args.cells < 100:
-        msg = f"--cells must be at least 100, found {args.cells}"
-        raise InputError(msg)
     directory = prepare_directory(Path(args.directory), _DEMO_OUTPUTS)
     cells_path, cube_path = (directory / name for name in _DEMO_OUTPUTS[:2])
     export_path = directory / _DEMO_OUTPUTS[2]
@@ -119,6 +124,18 @@ def run(args: argparse.Namespace) -> None:
         f"{export_path} ({_size(export_path)}) [{took()}]"
     )
     print(f"next: {_command()} info {shlex.quote(str(cube_path))}")
+
+
+def _cells(text: str) -> int:
+    """The number of --cells (an argparse type): a whole number, at least the fewest."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < _FEWEST_CELLS:
+        msg = f"expected a whole number of at least {_FEWEST_CELLS}, found {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def _columns(table: Any, axis: str) -> list[str]:

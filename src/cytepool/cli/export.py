@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cytepool.cli._shared import add_command, check_output, write_anndata
+from cytepool.cli._shared import (
+    UsageError,
+    add_command,
+    check_output,
+    path_argument,
+    write_anndata,
+)
 from cytepool.errors import InputError, UnknownIdError
 
 __all__ = ["add"]
@@ -30,8 +36,12 @@ def add(commands: Any) -> None:
         EXAMPLES,
         run,
     )
-    export.add_argument("cube", metavar="CUBE", help="a cube file (*.cube.zarr)")
-    export.add_argument("output", metavar="OUTPUT", help="OUTPUT.h5ad or OUTPUT.zarr")
+    export.add_argument(
+        "cube", metavar="CUBE", type=path_argument, help="a cube file (*.cube.zarr)"
+    )
+    export.add_argument(
+        "output", metavar="OUTPUT", type=path_argument, help="OUTPUT.h5ad or OUTPUT.zarr"
+    )
     export.add_argument("--layer", default="counts", help="the layer that becomes X")
     export.add_argument("--group", action="append", help="export only this group (repeatable)")
     export.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -46,6 +56,7 @@ def run(args: argparse.Namespace) -> None:
     if output.suffix not in {".h5ad", ".zarr"}:
         msg = f"OUTPUT must end in .h5ad or .zarr, found {output.name!r}"
         raise InputError(msg)
+    _check_groups(args.group or [])
     check_output(args.output, overwrite=args.overwrite, cube=False)
     cube = read_cube(args.cube)
     if args.group:
@@ -58,6 +69,16 @@ def run(args: argparse.Namespace) -> None:
     adata = to_anndata(cube, layer=args.layer)
     write_anndata(adata, output)
     print(f"exported {adata.n_obs} profiles x {adata.n_vars:,} features -> {args.output}")
+
+
+def _check_groups(groups: list[str]) -> None:
+    """Refuse a group given twice with --group (it would be exported once)."""
+    seen: set[str] = set()
+    for group in groups:
+        if group in seen:
+            msg = f"--group {group} is given twice; give each group once"
+            raise UsageError(msg)
+        seen.add(group)
 
 
 def _ids(table: Any, id_column: str) -> list[str]:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from cytepool.cli._shared import add_command, pooled_covariates, without_ids
+from cytepool.cli._shared import add_command, path_argument, pooled_covariates, without_ids
 
 if TYPE_CHECKING:
     from cytepool.cube import Cube
@@ -31,7 +31,7 @@ def add(commands: Any) -> None:
         EXAMPLES,
         run,
     )
-    info.add_argument("cube", metavar="CUBE", help="a cube file (*.cube.zarr)")
+    info.add_argument("cube", metavar="CUBE", type=path_argument, help="a cube file (*.cube.zarr)")
     info.add_argument("--json", action="store_true", help="print JSON for machines")
 
 

@@ -8,8 +8,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cytepool.cli._shared import add_command, check_output, pooled_covariates
-from cytepool.errors import InputError
+from cytepool.cli._shared import (
+    UsageError,
+    add_command,
+    check_output,
+    path_argument,
+    pooled_covariates,
+)
 
 if TYPE_CHECKING:
     from cytepool.cube import Cube
@@ -55,10 +60,13 @@ def add(commands: Any) -> None:
         "input",
         metavar="INPUT",
         nargs="+",
+        type=path_argument,
         help="an .h5ad file or AnnData .zarr store; several inputs (or a directory of them, "
         "or a glob) are pooled into one cube",
     )
-    pool.add_argument("output", metavar="OUTPUT", help="the cube file to write (*.cube.zarr)")
+    pool.add_argument(
+        "output", metavar="OUTPUT", type=path_argument, help="the cube file to write (*.cube.zarr)"
+    )
     samples = pool.add_mutually_exclusive_group(required=True)
     samples.add_argument("--sample-key", help="obs column with each cell's sample")
     samples.add_argument(
@@ -206,12 +214,12 @@ def run(args: argparse.Namespace) -> None:
     compression = None if args.compression == "none" else args.compression
     if compression is None and args.level is not None:
         msg = "--level needs --compression gzip or zstd"
-        raise InputError(msg)
+        raise UsageError(msg)
     try:
         check_compression(compression, args.level)  # before the long part
     except ValueError as error:
         msg = f"--level: {error}"
-        raise InputError(msg) from error
+        raise UsageError(msg) from error
     check_output(args.output, overwrite=args.overwrite, cube=True)
     started = time.perf_counter()
     cube = _pooled(args)
