@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,3 +49,33 @@ def client() -> Iterator[Any]:
         distributed.Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.fixture
+def unwritable_directory(tmp_path: Path) -> Iterator[Path]:
+    """An empty directory nothing can be made in: without write permission, or, for root
+    (whom permissions do not stop), immutable (``chattr +i``); skipped where neither holds."""
+    directory = tmp_path / "unwritable"
+    directory.mkdir()
+    immutable = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+    if immutable:
+        chattr = shutil.which("chattr")
+        made = (
+            chattr is not None
+            and not subprocess.run(
+                [chattr, "+i", directory], check=False, capture_output=True
+            ).returncode
+        )
+        if not made:
+            pytest.skip("running as root, and the directory cannot be made immutable")
+    else:
+        directory.chmod(0o555)
+    try:
+        if os.access(directory, os.W_OK) and not immutable:
+            pytest.skip("the directory stays writable")
+        yield directory
+    finally:
+        if immutable:
+            subprocess.run([str(shutil.which("chattr")), "-i", directory], check=True)
+        else:
+            directory.chmod(0o755)

@@ -711,3 +711,134 @@ def test_an_empty_name_is_no_path(
     message = f"error: argument {name}: expected a path, found an empty name ('')"
     assert_one_line_error(code, err, message, status=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.h5ad"]
+
+
+def test_overwrite_never_replaces_the_working_directory(
+    tmp_path: Path,
+    h5ad: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_pooling: None,
+) -> None:
+    """write_cube's rules, before pooling and in the command's words (it said so after
+    pooling, in the words of write_cube: overwrite=True)."""
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path / "empty")
+    for output in (".", "../empty"):
+        code, out, err = run(["pool", "../cells.h5ad", output, *KEYS, "--overwrite"], capsys)
+        assert_one_line_error(
+            code, err, f"error: {output} is the working directory or holds it; --overwrite never"
+        )
+        assert "overwrite=True" not in err
+        assert out == ""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["export", "c.cube.zarr", "empty.zarr", "--overwrite"], capsys)
+    assert_one_line_error(code, err, "there is no cube file at c.cube.zarr")
+
+
+def test_an_output_in_an_unwritable_directory_is_refused_first(
+    tmp_path: Path,
+    h5ad: Path,
+    unwritable_directory: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    no_pooling: None,
+) -> None:
+    """Before pooling, naming the path as typed (the error came after pooling and named a
+    hidden temporary directory, absolute)."""
+    from cytepool.io import write_cube
+
+    monkeypatch.chdir(tmp_path)
+    write_cube(from_anndata(str(h5ad), sample_key="donor", group_key="cell_type"), "c.cube.zarr")
+    cases = [
+        (["pool", "cells.h5ad", "unwritable/x.cube.zarr", *KEYS], "unwritable/x.cube.zarr"),
+        (["export", "c.cube.zarr", "unwritable/x.h5ad"], "unwritable/x.h5ad"),
+        (["demo", "unwritable"], "unwritable"),
+        (["demo", "unwritable/new/demo"], "unwritable/new/demo"),
+    ]
+    for args, typed in cases:
+        code, out, err = run(args, capsys)
+        message = f"error: cannot write {typed}: the directory unwritable is not writable ("
+        assert_one_line_error(code, err, message)
+        assert "cytepool-tmp" not in err
+        assert str(tmp_path) not in err
+        assert out == ""
+    assert list(unwritable_directory.iterdir()) == []
+
+
+def test_an_anndata_not_written_is_named_as_given(
+    tmp_path: Path, unwritable_directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the temporary directory it is built in, whether that cannot be made or a write
+    into it fails."""
+    import errno
+
+    from cytepool.cli._shared import write_anndata
+
+    adata = ad.AnnData(np.ones((2, 3), dtype=np.float32))
+    output = unwritable_directory / "x.h5ad"
+    with pytest.raises(PermissionError, match=rf"{re.escape(str(output))} could not be written: "):
+        write_anndata(adata, output)
+
+    def full(self: Any, path: Path, *_: Any, **__: Any) -> None:
+        raise OSError(errno.ENOSPC, f"No space left on device: {path}")
+
+    monkeypatch.setattr(ad.AnnData, "write_h5ad", full)
+    output = tmp_path / "y.h5ad"
+    with pytest.raises(OSError, match=r"y\.h5ad could not be written: No space") as info:
+        write_anndata(adata, output)
+    assert str(info.value).endswith(f"No space left on device: {output}")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_an_output_is_never_what_is_read(
+    tmp_path: Path,
+    h5ad: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """export CUBE CUBE --overwrite replaced the cube with an AnnData; the same, spelled
+    otherwise, inside it or holding it, and pool's OUTPUT as one of its INPUTs."""
+    from cytepool.io import write_cube
+
+    monkeypatch.chdir(tmp_path)
+    cube = from_anndata(str(h5ad), sample_key="donor", group_key="cell_type")
+    write_cube(cube, "c.cube.zarr")
+    (tmp_path / "link.cube.zarr").symlink_to("c.cube.zarr")
+    (tmp_path / "sub").mkdir()
+    write_cube(cube, (tmp_path / "big.zarr").mkdir() or "big.zarr/c.cube.zarr")
+    (tmp_path / "sub" / "cells.h5ad").hardlink_to(h5ad)
+    (tmp_path / "cells.zarr").mkdir()  # an AnnData store, as far as the checks look
+    (tmp_path / "cells.zarr" / "zarr.json").write_text("{}")
+    (tmp_path / "same.zarr").symlink_to("cells.zarr")
+    cases = [
+        (["export", "c.cube.zarr", "c.cube.zarr"], "OUTPUT c.cube.zarr is CUBE c.cube.zarr"),
+        (
+            ["export", "link.cube.zarr", "./c.cube.zarr"],
+            "OUTPUT ./c.cube.zarr is CUBE link.cube.zarr",
+        ),
+        (
+            ["export", "c.cube.zarr", "c.cube.zarr/x.zarr"],
+            "OUTPUT c.cube.zarr/x.zarr is inside CUBE c.cube.zarr",
+        ),
+        (["export", "big.zarr/c.cube.zarr", "big.zarr"], "OUTPUT big.zarr holds CUBE big."),
+        (["pool", "cells.zarr", "cells.zarr", *KEYS], "OUTPUT cells.zarr is INPUT cells.zarr"),
+        (["pool", "cells.zarr", "same.zarr", *KEYS], "OUTPUT same.zarr is INPUT cells.zarr"),
+        (
+            ["pool", "cells.zarr", "cells.zarr/c.cube.zarr", *KEYS],
+            "OUTPUT cells.zarr/c.cube.zarr is inside INPUT",
+        ),
+        (["pool", "sub/cells.h5ad", "sub", *KEYS], "OUTPUT sub holds INPUT sub/cells.h5ad"),
+        (["pool", "sub", "sub", *KEYS], "OUTPUT sub holds INPUT sub/cells.h5ad"),
+    ]
+    for args, message in cases:
+        for overwrite in ([], ["--overwrite"]):
+            code, out, err = run([*args, *overwrite], capsys)
+            assert_one_line_error(code, err, f"error: {message}")
+            assert err.rstrip().endswith(
+                "writing it would change what is read; name another OUTPUT"
+            )
+            assert out == ""
+    assert read_cube("c.cube.zarr").fingerprint == cube.fingerprint
+    assert ad.read_h5ad("sub/cells.h5ad").n_obs == 150
+    assert sorted(p.name for p in (tmp_path / "cells.zarr").iterdir()) == ["zarr.json"]

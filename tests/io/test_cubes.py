@@ -594,6 +594,18 @@ def test_write_missing_parent(tmp_path: Path, cube: Cube) -> None:
         write_cube(cube, tmp_path / "file" / "a.cube.zarr")
 
 
+def test_write_to_an_unwritable_directory_names_the_path(
+    unwritable_directory: Path, cube: Cube
+) -> None:
+    """Not the hidden temporary directory the write makes first (a name nobody gave)."""
+    target = unwritable_directory / "c.cube.zarr"
+    with pytest.raises(PermissionError) as info:
+        write_cube(cube, target)
+    assert info.value.filename == str(target)
+    assert "cytepool-tmp" not in str(info.value)
+    assert list(unwritable_directory.iterdir()) == []
+
+
 def test_write_exists(stored: Path, cube: Cube, other: Cube) -> None:
     with pytest.raises(FileExistsError, match="overwrite=True"):
         write_cube(other, stored)

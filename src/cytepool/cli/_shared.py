@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import textwrap
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -35,6 +35,7 @@ __all__ = [
     "add_command",
     "as_typed",
     "check_output",
+    "check_writable",
     "one_line",
     "path_argument",
     "pooled_covariates",
@@ -183,13 +184,25 @@ _HDF5_SUFFIXES = (".h5ad", ".h5mu", ".h5", ".hdf5")
 """Names of HDF5 files, which a cube file (a Zarr directory) must not take."""
 
 
-def check_output(typed: str, *, overwrite: bool, cube: bool) -> None:
-    """Refuse to replace something unless asked to, and then only what the command writes.
+def check_output(
+    typed: str,
+    *,
+    overwrite: bool,
+    cube: bool,
+    reading: Sequence[str] = (),
+    role: str = "INPUT",
+) -> None:
+    """Refuse to replace something unless asked to, and then only what the command writes;
+    refuse an output that is what the command reads (``reading``, named ``role`` in
+    messages; see ``_check_apart``) or whose directory cannot be written. Before any long
+    work.
 
-    A cube file replaces only a cube file or an empty directory (as write_cube does), an
-    AnnData only a file, a Zarr store or an empty directory; never a symbolic link. A cube
-    file is not written under the name of an HDF5 file (``out.h5ad``: the directory would
-    look like an AnnData file that nothing opens; or an input typed last, OUTPUT forgotten).
+    A cube file replaces only a cube file or an empty directory, by the rules of write_cube
+    (:func:`cytepool.io._atomic.refusal`); an AnnData only a file, a Zarr store or an empty
+    directory; never a symbolic link, nor the working directory or one that holds it. A
+    cube file is not written under the name of an HDF5 file (``out.h5ad``: the directory
+    would look like an AnnData file that nothing opens; or an input typed last, OUTPUT
+    forgotten).
     """
     path = Path(typed)
     if cube and path.suffix.lower() in _HDF5_SUFFIXES:
@@ -199,26 +212,88 @@ def check_output(typed: str, *, overwrite: bool, cube: bool) -> None:
             f"cube, then run: cytepool export CUBE {typed}"
         )
         raise InputError(msg)
-    if not path.exists() and not path.is_symlink():
-        if not path.parent.is_dir():
-            msg = f"the directory {os.path.dirname(typed) or '.'} does not exist"
-            raise FileNotFoundError(msg)
-        return
-    if not overwrite:
-        msg = f"{typed} exists; pass --overwrite to replace it"
-        raise FileExistsError(msg)
-    empty = path.is_dir() and not any(path.iterdir())
+    _check_apart(typed, reading, role)
+    if os.path.lexists(path):
+        if not overwrite:
+            msg = f"{typed} exists; pass --overwrite to replace it"
+            raise FileExistsError(msg)
+        _check_replaceable(typed, cube=cube)
+    elif not path.parent.is_dir():
+        msg = f"the directory {path.parent} does not exist"
+        raise FileNotFoundError(msg)
+    check_writable(str(path.parent), typed)
+
+
+def _check_replaceable(typed: str, *, cube: bool) -> None:
+    """Refuse what ``--overwrite`` does not replace at ``typed`` (which exists)."""
+    from cytepool.io._atomic import refusal
+
+    path = Path(typed)
     if cube:
-        replaceable, what = _is_cube_file(path) or empty, "a cube file or an empty directory"
+        what = "a cube file or an empty directory"
+        found = refusal(path, _is_cube_file)
     else:
-        is_store = any((path / name).is_file() for name in (_ZARR_JSON, ".zgroup"))
-        replaceable, what = path.is_file() or is_store or empty, "a file or a Zarr store"
-    if path.is_symlink():
+        what = "a file or a Zarr store"
+        is_file = path.is_file() and not path.is_symlink()
+        found = None if is_file else refusal(path, _is_store)
+    if found == "symbolic link":
         msg = f"{typed} is a symbolic link; --overwrite replaces only {what}: name its target"
-        raise FileExistsError(msg)
-    if not replaceable:
+    elif found == "working directory":
+        msg = (
+            f"{typed} is the working directory or holds it; --overwrite never replaces it "
+            f"(only {what}): name another OUTPUT"
+        )
+    elif found is not None:
         msg = f"{typed} exists and is not {what}; --overwrite replaces only {what}"
-        raise FileExistsError(msg)
+    else:
+        return
+    raise FileExistsError(msg)
+
+
+def check_writable(directory: str, typed: str) -> None:
+    """Refuse ``typed`` (an output) if its ``directory`` cannot be written: a temporary
+    directory is made there and removed, as writing makes one (permissions, a read-only
+    file system, an immutable directory; root included)."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".cytepool-probe-", dir=directory)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        msg = f"cannot write {typed}: the directory {directory} is not writable ({reason})"
+        raise OSError(error.errno, msg) from error
+    os.rmdir(probe)
+
+
+def _check_apart(output: str, sources: Sequence[str], role: str) -> None:
+    """Refuse an OUTPUT that is one of ``sources`` (the same file or directory, whatever the
+    spelling or links), lies inside one, or holds one: writing it would change what is read.
+    ``role`` names the sources in messages (``"CUBE"``, ``"INPUT"``)."""
+    written = os.path.realpath(output)
+    for source in sources:
+        read = os.path.realpath(source)
+        if read == written or _same_file(output, source):
+            relation = "is"
+        elif written.startswith(read.rstrip(os.sep) + os.sep):
+            relation = "is inside"
+        elif read.startswith(written.rstrip(os.sep) + os.sep):
+            relation = "holds"
+        else:
+            continue
+        msg = (
+            f"OUTPUT {output} {relation} {role} {source}: writing it would change what is "
+            f"read; name another OUTPUT"
+        )
+        raise InputError(msg)
+
+
+def _same_file(first: str, second: str) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # either is missing
+        return False
+
+
+def _is_store(path: Path) -> bool:
+    return any((path / name).is_file() for name in (_ZARR_JSON, ".zgroup"))
 
 
 def _is_cube_file(path: Path) -> bool:
@@ -231,10 +306,14 @@ def _is_cube_file(path: Path) -> bool:
 
 
 def write_anndata(adata: anndata.AnnData, output: Path) -> None:
-    """Write .h5ad or .zarr (Zarr v3) next to ``output``, then move it into place."""
+    """Write .h5ad or .zarr (Zarr v3) next to ``output``, then move it into place; an
+    OSError names ``output``, not the temporary directory it is built in."""
     import anndata as ad
 
-    temporary = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        temporary = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as error:
+        raise _not_written(error, output, "") from error
     try:
         built = temporary / output.name
         if output.suffix == ".h5ad":
@@ -245,8 +324,20 @@ def write_anndata(adata: anndata.AnnData, output: Path) -> None:
                 warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
                 adata.write_zarr(built)
         _replace(built, output)
+    except OSError as error:
+        raise _not_written(error, output, str(temporary)) from error
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _not_written(error: OSError, output: Path, temporary: str) -> OSError:
+    """``error`` as the failure to write ``output``, without the ``temporary`` path in it."""
+    reason = error.strerror or str(error) or type(error).__name__
+    if temporary:
+        reason = reason.replace(os.path.join(temporary, output.name), str(output))
+        reason = reason.replace(temporary, str(output.parent))
+    message = f"{output} could not be written: {reason}"
+    return OSError(message) if error.errno is None else OSError(error.errno, message)
 
 
 def _zarr_v3(ad: Any) -> contextlib.AbstractContextManager[Any]:

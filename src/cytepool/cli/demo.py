@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cytepool.cli._shared import add_command, path_argument, without_ids, write_anndata
+from cytepool.cli._shared import (
+    add_command,
+    check_writable,
+    path_argument,
+    without_ids,
+    write_anndata,
+)
 from cytepool.errors import CytepoolError
 
 __all__ = ["add"]
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> None:
     from cytepool.io import read_cube, write_cube
     from cytepool.io.anndata import from_anndata, to_anndata
 
+    _check_directory(args.directory)
     directory = prepare_directory(Path(args.directory), _DEMO_OUTPUTS)
     cells_path, cube_path = (directory / name for name in _DEMO_OUTPUTS[:2])
     export_path = directory / _DEMO_OUTPUTS[2]
@@ -136,6 +143,16 @@ def _cells(text: str) -> int:
         msg = f"expected a whole number of at least {_FEWEST_CELLS}, found {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
+
+
+def _check_directory(typed: str) -> None:
+    """Refuse DIR, before simulating, if it (or, if new, the directory it goes in) cannot be
+    written."""
+    path = Path(typed)
+    existing = path if path.is_dir() else path.parent
+    while not existing.is_dir() and existing != existing.parent:  # DIR's parents are made too
+        existing = existing.parent
+    check_writable(str(existing), typed)
 
 
 def _columns(table: Any, axis: str) -> list[str]:

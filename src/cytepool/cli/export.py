@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> None:
         msg = f"OUTPUT must end in .h5ad or .zarr, found {output.name!r}"
         raise InputError(msg)
     _check_groups(args.group or [])
-    check_output(args.output, overwrite=args.overwrite, cube=False)
+    check_output(
+        args.output, overwrite=args.overwrite, cube=False, reading=[args.cube], role="CUBE"
+    )
     cube = read_cube(args.cube)
     if args.group:
         known = _ids(cube.groups, "group_id")

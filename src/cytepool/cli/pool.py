@@ -220,9 +220,10 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as error:
         msg = f"--level: {error}"
         raise UsageError(msg) from error
-    check_output(args.output, overwrite=args.overwrite, cube=True)
+    inputs = _inputs(args.input)
+    check_output(args.output, overwrite=args.overwrite, cube=True, reading=inputs)
     started = time.perf_counter()
-    cube = _pooled(args)
+    cube = _pooled(args, inputs)
     write_cube(
         cube, args.output, compression=compression, level=args.level, overwrite=args.overwrite
     )
@@ -241,11 +242,11 @@ def run(args: argparse.Namespace) -> None:
         print(f"dropped: {name} ({reason})")
 
 
-def _pooled(args: argparse.Namespace) -> Cube:
-    """The cube ``pool`` makes: of an AnnData, or of one modality of a MuData."""
+def _pooled(args: argparse.Namespace, inputs: list[str]) -> Cube:
+    """The cube ``pool`` makes of the ``inputs`` (``args.input`` found): of AnnData, or of
+    one modality of MuData."""
     from cytepool.io.anndata import from_anndata, from_mudata_cells
 
-    inputs = _inputs(args.input)
     many: dict[str, Any] = {}
     if len(inputs) > 1 or args.sample_from_filename:
         many = {"jobs": args.jobs, "duplicates": args.duplicates}

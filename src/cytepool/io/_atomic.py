@@ -39,8 +39,9 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["replace_directory"]
+__all__ = ["Refusal", "refusal", "replace_directory"]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -82,13 +83,19 @@ def replace_directory(
     FileExistsError
         If ``target`` exists and ``overwrite`` is False, or holds something that may not be
         replaced (checked first, again right before the move, and after an exchange).
+    OSError
+        If the temporary directory cannot be made or filled (its parent is not writable, the
+        disk is full): the error of the system, naming ``target`` (not the temporary
+        directory, a name nobody typed).
     """
     target = Path(os.path.realpath(target.parent)) / target.name
     _recover_and_clean(target, replaceable)
     _check_replaceable(target, overwrite=overwrite, replaceable=replaceable, what=what, hint=hint)
-    temporary, lock = _make_sibling(target, "tmp")
+    with _naming_target(target):
+        temporary, lock = _make_sibling(target, "tmp")
     try:
-        build(temporary)
+        with _naming_target(target):
+            build(temporary)
         _install(temporary, target, overwrite=overwrite, replaceable=replaceable, what=what)
     finally:
         # After an exchange the temporary name holds what the path held.
@@ -295,6 +302,22 @@ def _put_back(
             return
 
 
+@contextlib.contextmanager
+def _naming_target(target: Path) -> Iterator[None]:
+    """An OSError about a temporary sibling of ``target`` (a name nobody typed) becomes one
+    about ``target``, of the same kind (its error number)."""
+    try:
+        yield
+    except OSError as error:
+        prefix = os.fspath(target.with_name(f".{target.name}.cytepool-"))
+        names = (error.filename, error.filename2)
+        if error.errno is None or not any(
+            isinstance(name, str) and name.startswith(prefix) for name in names
+        ):
+            raise
+        raise OSError(error.errno, error.strerror, os.fspath(target)) from error
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks
 
@@ -313,18 +336,51 @@ def _holds_working_directory(path: Path) -> bool:
     return working == real or working.startswith(real.rstrip(os.sep) + os.sep)
 
 
-def _why_not_replaceable(path: Path, replaceable: Callable[[Path], bool], what: str) -> str | None:
-    """Why ``overwrite=True`` may not replace what is at ``path`` (None if it may)."""
+Refusal = Literal["symbolic link", "not a directory", "working directory", "not replaceable"]
+"""Why a directory write with ``overwrite=True`` may not replace what is at a path."""
+
+
+def refusal(path: Path, replaceable: Callable[[Path], bool]) -> Refusal | None:
+    """Why :func:`replace_directory` with ``overwrite=True`` would not replace what is at
+    ``path`` (which must exist), or None if it would: the rules it follows, for callers that
+    check them ahead and say why in their own words (the ``cytepool`` command).
+
+    Parameters
+    ----------
+    path
+        What is there; only its last component is looked at (a symbolic link is not followed).
+    replaceable
+        Whether a directory may be replaced (besides an empty one).
+
+    Returns
+    -------
+    str or None
+        ``"symbolic link"`` (never replaced), ``"not a directory"``, ``"working directory"``
+        (the working directory or one that holds it), ``"not replaceable"`` (neither an
+        empty directory nor one ``replaceable`` accepts), or None.
+    """
     status = os.lstat(path)
     if stat.S_ISLNK(status.st_mode):
-        return "is a symbolic link (a write never replaces one; write to its target)"
+        return "symbolic link"
     if not stat.S_ISDIR(status.st_mode):
-        return "is not a directory"
+        return "not a directory"
     if _holds_working_directory(path):
-        return "is the working directory or holds it"
+        return "working directory"
     if not (replaceable(path) or _is_empty_directory(path)):
-        return f"is neither {what} nor an empty directory"
+        return "not replaceable"
     return None
+
+
+def _why_not_replaceable(path: Path, replaceable: Callable[[Path], bool], what: str) -> str | None:
+    """Why ``overwrite=True`` may not replace what is at ``path`` (None if it may)."""
+    reasons: dict[Refusal, str] = {
+        "symbolic link": "is a symbolic link (a write never replaces one; write to its target)",
+        "not a directory": "is not a directory",
+        "working directory": "is the working directory or holds it",
+        "not replaceable": f"is neither {what} nor an empty directory",
+    }
+    found = refusal(path, replaceable)
+    return None if found is None else reasons[found]
 
 
 def _check_replaceable(
