@@ -3,7 +3,10 @@
 An id is the text (``str``) of its labels, so the labels of a column and their texts must
 correspond one to one: two labels that differ but read the same (``1`` and ``"1"``), or that
 are equal but read differently (``1`` and ``1.0``, ``0.0`` and ``-0.0``), are an error rather
-than a silent merge or split. Ids are sorted by code point, whatever the order of the cells.
+than a silent merge or split; labels that are equal and read the same (``1.0`` and
+``numpy.float32(1.0)``) are one id. Equal means equal as numbers: numpy finds ``0.1`` equal
+to ``numpy.float32(0.1)`` (compared in float32), which is not. Ids are sorted by code point,
+whatever the order of the cells.
 """
 
 from __future__ import annotations
@@ -14,19 +17,27 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import InputError
+from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["factorize"]
 
 # pandas' inferred types of object arrays whose equal values always read the same
 _UNAMBIGUOUS = frozenset({"string", "integer", "boolean", "empty"})
+# types whose equal values (of the one type) always read the same
+_PLAIN = frozenset(
+    {str, bytes, int, bool, np.str_, np.bytes_, np.bool_}
+    | {np.dtype(code).type for code in np.typecodes["AllInteger"]}
+)
+# float types: their equal values read the same but for zeros (0.0 and -0.0)
+_FLOATS = frozenset({float} | {np.dtype(code).type for code in np.typecodes["Float"]})
 
 
 def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
     """Codes (int64, one per cell) into the sorted ids of the labels that occur.
 
     ``what`` names the labels in messages (``"sample_labels"``, ``"obs column 'donor'"``).
-    Raises ValueError for a missing label or labels that do not match their texts one to one.
+    Raises ValueError for a missing label, labels that are not 1-D or that do not match their
+    texts one to one, and TypeError for a label that cannot be hashed.
     """
     codes, values = _raw_codes(labels, what)
     if (codes < 0).any():
@@ -39,11 +50,10 @@ def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
     used = np.bincount(codes, minlength=len(values)) > 0
     values = [value for value, keep in zip(values, used, strict=True) if keep]
     codes = (np.cumsum(used) - 1)[codes]
+    # labels of one text are equal (checked): one id, such as 1.0 and numpy.float32(1.0)
     names = np.array(_texts(values, what), dtype=object)
-    order = np.argsort(names, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[codes], [str(name) for name in names[order]]
+    ids, rank = np.unique(names, return_inverse=True)
+    return rank.reshape(-1).astype(np.int64)[codes], [str(name) for name in ids]
 
 
 def _texts(values: Sequence[Any], what: str) -> list[str]:
@@ -79,10 +89,17 @@ def _read_differently(what: str, values: tuple[Any, Any], texts: tuple[str, str]
 
 
 def _equal(a: Any, b: Any) -> bool:
+    """Whether two labels are equal, exactly: numpy compares ``0.1 == numpy.float32(0.1)``
+    in float32 (True), so its numbers are compared as Python's."""
     try:
-        return bool(a == b)
+        return bool(_exact(a) == _exact(b))
     except (TypeError, ValueError):
         return False
+
+
+def _exact(value: Any) -> Any:
+    """A numpy number as the Python number of the same value (exact), else ``value``."""
+    return value.item() if isinstance(value, np.number) else value
 
 
 def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]:
@@ -90,11 +107,12 @@ def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]
     # asked of the type: a pandas Series would look the names up in its index (slow)
     if hasattr(type(labels), "compute") and hasattr(type(labels), "dask"):
         labels = labels.compute()
+    labels = _from_arrow(labels)
     categorical = _categorical(labels)
     if categorical is not None:
         return np.asarray(categorical.codes, dtype=np.int64), list(categorical.categories)
     # a list or tuple as it is: numpy would turn [1, "1"] into ["1", "1"], [True, 1] into [1, 1]
-    array = np.asarray(labels) if hasattr(labels, "dtype") else _object_array(labels)
+    array = np.asarray(labels) if hasattr(labels, "dtype") else _object_array(labels, what)
     if array.ndim != 1:
         msg = f"{what}: expected a 1-D array-like of labels, found shape {array.shape}"
         raise InputError(msg)
@@ -102,7 +120,7 @@ def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]
     codes = np.full(array.size, -1, dtype=np.int64)
     present = array[~missing]
     if array.dtype.kind == "O":
-        codes[~missing], values = _object_codes(present)
+        codes[~missing], values = _object_codes(present, what)
         return codes, values
     if array.dtype.kind == "f":  # np.unique would keep one of 0.0 and -0.0
         signs = np.signbit(present[present == 0])
@@ -113,22 +131,92 @@ def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]
     return codes, list(distinct)
 
 
-def _object_codes(present: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], list[Any]]:
+def _object_codes(
+    present: np.ndarray[Any, Any], what: str
+) -> tuple[np.ndarray[Any, Any], list[Any]]:
     """Codes into the distinct labels of an object array: by type and value, so that labels
     that are equal yet of different types (``1``, ``1.0``) stay apart to be checked."""
     pd = sys.modules.get("pandas")
     if pd is not None and pd.api.types.infer_dtype(present, skipna=False) in _UNAMBIGUOUS:
         codes, uniques = pd.factorize(present)
         return np.asarray(codes, dtype=np.int64), list(uniques)
+    labels = present.tolist()
     index: dict[tuple[type, Any], int] = {}
-    keys = [(type(v), v) for v in present.tolist()]
-    codes = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
-    return codes, [value for _, value in index]
+    try:
+        found = [index.setdefault((type(v), v), len(index)) for v in labels]
+    except TypeError:  # a value that cannot be hashed: a list, a dict, a set, ...
+        label = next((label for label in labels if not _hashable(label)), None)
+        if label is None:
+            raise
+        raise _unhashable(label, what) from None
+    codes = np.array(found, dtype=np.int64)
+    values = [value for _, value in index]
+    _check_same_texts(labels, codes, values, what)
+    return codes, values
 
 
-def _object_array(labels: Any) -> np.ndarray[Any, Any]:
+def _check_same_texts(
+    labels: list[Any], codes: np.ndarray[Any, Any], values: list[Any], what: str
+) -> None:
+    """Raise if labels of one code (of one type, equal) read differently: ``0.0`` and
+    ``-0.0``, ``Decimal("1.0")`` and ``Decimal("1.00")``. Only the labels whose type may do
+    so are read: zeros of floats, and values of types other than strings and integers."""
+    suspect = np.array([_may_read_differently(value) for value in values], dtype=bool)
+    first: dict[int, tuple[Any, str]] = {}
+    for i in np.flatnonzero(suspect[codes]).tolist():
+        label, text = labels[i], str(labels[i])
+        other, other_text = first.setdefault(int(codes[i]), (label, text))
+        if other_text != text:
+            raise _read_differently(what, (other, label), (other_text, text))
+
+
+def _may_read_differently(value: Any) -> bool:
+    """Whether a value equal to ``value``, of its type, may read differently."""
+    kind = type(value)
+    if kind in _FLOATS:
+        return bool(value == 0)
+    return kind not in _PLAIN
+
+
+def _unhashable(label: Any, what: str) -> InputTypeError:
+    """The error for a label that cannot be hashed."""
+    text = repr(label)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    msg = (
+        f"{what}: expected hashable labels (strings, numbers, ...), found a label of type "
+        f"{type(label).__name__}, {text}; give one string or number per cell (e.g. the "
+        f"text of each label)"
+    )
+    return InputTypeError(msg)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _from_arrow(labels: Any) -> Any:
+    """A pyarrow Array or ChunkedArray as a numpy array (nulls as None, NaN or NaT: missing
+    labels); anything else as it is. pyarrow is not imported for this."""
+    pa = sys.modules.get("pyarrow")
+    if pa is None or not isinstance(labels, pa.Array | pa.ChunkedArray):
+        return labels
+    return labels.to_numpy(zero_copy_only=False)
+
+
+def _object_array(labels: Any, what: str) -> np.ndarray[Any, Any]:
     values = list(labels)
-    shaped = np.asarray(values)
+    try:
+        shaped = np.asarray(values)
+    except ValueError:  # numpy: nested sequences of different lengths
+        msg = (
+            f"{what}: expected a 1-D array-like of labels, found nested sequences of "
+            f"different lengths; give one string or number per cell"
+        )
+        raise InputError(msg) from None
     if shaped.ndim != 1:  # nested sequences: refused by the caller
         return shaped
     array = np.empty(len(values), dtype=object)

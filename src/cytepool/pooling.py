@@ -95,13 +95,15 @@ def from_cells(
         detected once and squared once.
     sample_labels, group_labels
         One label per cell (any 1-D array-like: a pandas Categorical or Series, numpy array,
-        list of strings or integers, ...). The ids are the labels' ``str`` values, in sorted
-        order (by code point; ``"10"`` sorts before ``"9"``) whatever the cells' order or the
-        labels' type, so pooling the same cells always gives the same cube. Categories that
-        no cell has are left out. As an id is a label's text, labels and texts must match one
-        to one: labels that differ but read the same (``1`` and ``"1"``) or are equal but
+        pyarrow array, polars Series, list of strings or integers, ...). The ids are the
+        labels' ``str`` values, in sorted order (by code point; ``"10"`` sorts before
+        ``"9"``) whatever the cells' order or the labels' type, so pooling the same cells
+        always gives the same cube. Categories that no cell has are left out. As an id is a
+        label's text, labels and texts must match one to one: labels that differ but read
+        the same (``1`` and ``"1"``, ``0.1`` and ``numpy.float32(0.1)``) or are equal but
         read differently (``1`` and ``1.0``, ``True`` and ``1``, ``0.0`` and ``-0.0``) are an
-        error, never merged or split silently; give such labels one type first.
+        error, never merged or split silently; give such labels one type first. Labels that
+        are equal and read the same are one id (``1.0`` and ``numpy.float32(1.0)``).
     samples, groups
         Optional tables (pandas, polars or pyarrow) with one row per id, in any order, the
         ids in a column ``sample_id`` / ``group_id`` (pandas: or the index, so named). Rows
@@ -142,7 +144,8 @@ def from_cells(
     Raises
     ------
     TypeError
-        For an unsupported input type or data type, or unknown layers.
+        For an unsupported input type or data type, unknown layers, or a label that cannot
+        be hashed (a list, a dict).
     ImportError
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
@@ -150,8 +153,9 @@ def from_cells(
         When a sum of squares does not fit int64 (or is infinite in float64): a
         :class:`~cytepool.errors.SumOverflowError` naming the layer, group and sample.
     ValueError
-        For a missing label (the message counts them), labels that do not match their texts
-        one to one (naming two of them), labels and counts of different lengths, a value
+        For a missing label (None, NaN, NA or null: the message counts them), labels that
+        are not 1-D, labels that do not match their texts one to one (naming two of them),
+        labels and counts of different lengths, a value
         that is negative, infinite or NaN (naming the cell and feature), a table lacking
         rows for ids the labels hold or holding rows for ids they do not (both named), or a
         features table of the wrong length.

@@ -1,0 +1,179 @@
+"""Labels of from_cells and from_anndata: one id per text, every 1-D array-like, clear errors."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from cytepool import from_cells
+from cytepool.errors import InputError, InputTypeError
+
+
+def pool(labels: Any) -> Any:
+    """The cube of one cell per label, all in one group."""
+    n = len(labels)
+    return from_cells(np.ones((n, 1), dtype=np.int64), sample_labels=labels, group_labels=["g"] * n)
+
+
+def objects(*values: Any) -> np.ndarray:
+    """An object array of ``values`` as they are (numpy would make floats of them)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+# --------------------------------------------------------------------------- one to one
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pytest.param([0.0, -0.0], id="list"),
+        pytest.param(objects(0.0, -0.0), id="object-array"),
+        pytest.param(objects(np.float64(0.0), np.float64(-0.0)), id="numpy-scalars"),
+        pytest.param(pd.Series([0.0, -0.0], dtype=object), id="object-series"),
+        pytest.param([1.0, 0.0, 2.0, -0.0], id="among-others"),
+    ],
+)
+def test_signed_zeros_are_an_error_in_any_container(labels: Any) -> None:
+    with pytest.raises(InputError, match=r"^sample_labels: the labels (np\.float64\()?0\.0"):
+        pool(labels)
+    with pytest.raises(InputError, match=r"are equal but read differently \('0\.0' and '-0\.0'\)"):
+        pool(labels)
+
+
+def test_signed_zeros_of_an_obs_column_are_an_error() -> None:
+    ad = pytest.importorskip("anndata")
+    from cytepool.io.anndata import from_anndata
+
+    obs = pd.DataFrame({"s": objects(0.0, -0.0), "g": ["g", "g"]}, index=["c1", "c2"])
+    adata = ad.AnnData(np.ones((2, 1), dtype=np.float32), obs=obs)
+    match = r"^column 's' of adata\.obs \(sample_key\): the labels 0\.0 and -0\.0 are equal"
+    with pytest.raises(InputError, match=match):
+        from_anndata(adata, sample_key="s", group_key="g")
+
+
+def test_equal_labels_of_one_type_that_read_differently_are_an_error() -> None:
+    with pytest.raises(InputError, match=r"Decimal\('1\.0'\) and Decimal\('1\.00'\) are equal"):
+        pool([Decimal("1.0"), Decimal("1.00")])
+
+
+@pytest.mark.parametrize(
+    ("labels", "ids"),
+    [
+        pytest.param([1.0, np.float32(1.0)], ["1.0"], id="float-float32"),
+        pytest.param([0.5, np.float32(0.5), np.float16(0.5)], ["0.5"], id="three-types"),
+        pytest.param([np.float64(2.0), np.float16(2.0), 3.0], ["2.0", "3.0"], id="float16"),
+        pytest.param([Decimal(1), 1, 2], ["1", "2"], id="decimal-int"),
+        pytest.param([True, np.True_, False], ["False", "True"], id="bools"),
+    ],
+)
+def test_equal_labels_that_read_the_same_are_one_id(labels: list[Any], ids: list[str]) -> None:
+    cube = pool(labels)
+    assert list(cube.samples.index) == ids
+    assert cube.cells.sum() == len(labels)
+    assert cube.cells[0, 0] == sum(str(label) == ids[0] for label in labels)
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        pytest.param(
+            [0.1, np.float32(0.1)],
+            r"the labels 0\.1 \(float\) and np\.float32\(0\.1\) \(float32\) differ but read the "
+            r"same, '0\.1'",
+            id="float-float32",
+        ),
+        pytest.param(
+            [np.float32(0.1), np.float64(0.1)],
+            r"the labels np\.float32\(0\.1\) \(float32\) and np\.float64\(0\.1\) "
+            r"\(float64\) differ",
+            id="float32-float64",
+        ),
+        pytest.param(
+            [np.float16(0.1), 0.1],
+            r"the labels np\.float16\(0\.1\) \(float16\) and 0\.1 \(float\) differ",
+            id="float16-float",
+        ),
+    ],
+)
+def test_labels_that_differ_but_read_the_same_are_an_error(labels: list[Any], match: str) -> None:
+    """numpy finds ``0.1 == numpy.float32(0.1)`` (in float32): the labels are not equal."""
+    with pytest.raises(InputError, match=rf"^sample_labels: {match}.*make them one type first"):
+        pool(labels)
+
+
+# --------------------------------------------------------------------------- array-likes
+
+
+@pytest.mark.parametrize(
+    ("labels", "ids"),
+    [
+        pytest.param(pa.array(["b", "a", "b"]), ["a", "b"], id="arrow-strings"),
+        pytest.param(pa.chunked_array([["b"], ["a", "b"]]), ["a", "b"], id="arrow-chunked"),
+        pytest.param(pa.array(["b", "a", "b"]).dictionary_encode(), ["a", "b"], id="dictionary"),
+        pytest.param(pa.array([9, 10, 9]), ["10", "9"], id="arrow-ints"),
+        pytest.param(pa.array([1.5, -0.5, 1.5]), ["-0.5", "1.5"], id="arrow-floats"),
+        pytest.param(pa.array(["b", "a", "b"], pa.large_string()), ["a", "b"], id="large"),
+        pytest.param(pl.Series(["b", "a", "b"], dtype=pl.Categorical), ["a", "b"], id="polars"),
+        pytest.param(pl.Series([2, 1, 2]), ["1", "2"], id="polars-ints"),
+    ],
+)
+def test_arrow_and_polars_labels(labels: Any, ids: list[str]) -> None:
+    cube = pool(labels)
+    assert list(cube.samples.index) == ids
+    np.testing.assert_array_equal(cube.cells, [[1, 2]])
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pytest.param(pa.array(["a", None, None]), id="arrow-null"),
+        pytest.param(pa.chunked_array([["a", None], [None]]), id="arrow-chunked-null"),
+        pytest.param(pa.array([0.0, float("nan"), None]), id="arrow-nan"),
+        pytest.param(pa.array([1, None, None]), id="arrow-int-null"),
+        pytest.param(pa.array([True, None, None]), id="arrow-bool-null"),
+        pytest.param(pl.Series(["a", None, None]), id="polars-null"),
+        pytest.param(pl.Series([1.0, float("nan"), None]), id="polars-nan"),
+    ],
+)
+def test_arrow_and_polars_nulls_are_missing_labels(labels: Any) -> None:
+    with pytest.raises(InputError, match=r"^sample_labels: 2 of 3 cells have a missing label"):
+        pool(labels)
+
+
+# --------------------------------------------------------------------------- other errors
+
+
+@pytest.mark.parametrize(
+    ("labels", "kind"),
+    [
+        pytest.param([{"a": 1}, {"a": 1}], "dict", id="dicts"),
+        pytest.param(objects([1], [2]), "list", id="lists-in-object-array"),
+        pytest.param(objects("a", {1}), "set", id="mixed"),
+        pytest.param(objects((1, [2]), (1, [2])), "tuple", id="tuple-holding-a-list"),
+    ],
+)
+def test_unhashable_labels_are_a_type_error(labels: Any, kind: str) -> None:
+    match = rf"^sample_labels: expected hashable labels .*found a label of type {kind}\b"
+    with pytest.raises(InputTypeError, match=match):
+        pool(labels)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        pytest.param([[1], [1, 2]], id="ragged-lists"),
+        pytest.param([("a",), ("a", "b")], id="ragged-tuples"),
+        pytest.param([[1], [2]], id="nested"),
+    ],
+)
+def test_nested_labels_must_be_one_dimensional(labels: Any) -> None:
+    with pytest.raises(InputError, match=r"^sample_labels: expected a 1-D array-like of labels"):
+        pool(labels)
