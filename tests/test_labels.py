@@ -1,7 +1,9 @@
-"""Labels of from_cells and from_anndata: one id per text, every 1-D array-like, clear errors."""
+"""Labels and arguments of from_cells and from_anndata: one id per text, every 1-D array-like,
+clear errors (also for sums that overflow and feature columns given as arrays)."""
 
 from __future__ import annotations
 
+import warnings
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 from cytepool import from_cells
-from cytepool.errors import InputError, InputTypeError
+from cytepool.errors import InputError, InputTypeError, SumOverflowError
+from test_pooling import INPUTS
 
 
 def pool(labels: Any) -> Any:
@@ -177,3 +180,43 @@ def test_unhashable_labels_are_a_type_error(labels: Any, kind: str) -> None:
 def test_nested_labels_must_be_one_dimensional(labels: Any) -> None:
     with pytest.raises(InputError, match=r"^sample_labels: expected a 1-D array-like of labels"):
         pool(labels)
+
+
+# --------------------------------------------------------------------------- overflow
+
+HUGE = 1e308  # finite; two of them sum to inf in float64
+
+
+@pytest.mark.usefixtures("pooling_path")
+@pytest.mark.parametrize("kind", sorted(INPUTS))
+@pytest.mark.parametrize("layers", [("counts",), ("counts", "detected"), ("squares", "counts")])
+def test_finite_values_whose_float_sum_overflows_name_the_layer(
+    kind: str, layers: tuple[str, ...]
+) -> None:
+    x = np.ones((5, 2))
+    x[[1, 3], 1] = HUGE
+    s, g = ["s1", "s2", "s1", "s2", "s1"], ["T", "B", "T", "B", "T"]
+    match = r"^layer 'counts': a sum of group 'B' in sample 's2' does not fit its data type"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow in add: not leaked
+        with pytest.raises(SumOverflowError, match=match):
+            from_cells(INPUTS[kind](x), sample_labels=s, group_labels=g, layers=layers)
+
+
+def test_an_infinite_sum_of_a_dask_array_names_the_layer() -> None:
+    dask = pytest.importorskip("dask")
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(np.array([[HUGE, 1.0], [HUGE, 2.0]]), chunks=(1, 2))  # a chunk a cell
+    with warnings.catch_warnings(), dask.config.set(scheduler="sync"):
+        warnings.simplefilter("error")
+        with pytest.raises(SumOverflowError, match=r"^layer 'counts': a sum of group 'g'"):
+            from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
+
+
+@pytest.mark.usefixtures("pooling_path")
+def test_an_infinite_sum_of_counts_not_asked_for_is_no_error() -> None:
+    x = np.array([[HUGE, 1.0], [HUGE, 2.5]])
+    cube = from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=("detected",))
+    np.testing.assert_array_equal(cube.to_numpy("detected"), [[[2, 2]]])
+    with pytest.raises(SumOverflowError, match=r"^layer 'squares': a sum of squares of group"):
+        from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=("squares",))

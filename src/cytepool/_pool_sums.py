@@ -23,7 +23,7 @@ that meets a fraction switches the sums to float64 and adds that piece again.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ __all__ = [
     "SMALL_VALUES",
     "SQUARES_LIMIT",
     "Overflow",
+    "check_finite",
     "check_wrap",
     "distinct_lines",
     "first_fraction",
@@ -131,9 +132,9 @@ def scatter(
     else:
         keys = profiles[positions] * n_features + np.repeat(own, sizes)
     added = values.astype(total.dtype)
-    np.add.at(total.reshape(-1), keys, added)
-    if squares.shape[1]:
-        with np.errstate(over="ignore"):  # float64 squares: infinite ones raise later
+    with np.errstate(over="ignore"):  # infinite float64 sums raise later (check_finite)
+        np.add.at(total.reshape(-1), keys, added)
+        if squares.shape[1]:
             np.add.at(squares.reshape(-1), keys, added * added)
     if detected.shape[1]:
         lines = np.repeat(own, sizes)
@@ -222,19 +223,44 @@ def _count(
 
 
 class Overflow(Exception):
-    """A sum of squares of a profile (``args[0]``) does not fit int64, or is infinite."""
+    """A sum of a profile does not fit its layer's data type: a sum of squares that does not
+    fit int64 or is infinite, or a float64 sum of counts that is infinite. ``args`` are the
+    profile and the layer."""
+
+    def __init__(self, profile: int, layer: str = "squares") -> None:
+        super().__init__(profile, layer)
+        self.profile, self.layer = profile, layer
 
 
-def overflow_error(profile: int, group_ids: list[str], sample_ids: list[str]) -> OverflowError:
+def overflow_error(error: Overflow, group_ids: list[str], sample_ids: list[str]) -> OverflowError:
     """The error for an Overflow: the layer, group and sample named."""
-    group, sample = divmod(profile, len(sample_ids))
-    msg = (
-        f"layer 'squares': a sum of squares of group {group_ids[group]!r} in sample "
-        f"{sample_ids[sample]!r} does not fit its data type (int64: at most 2**63 - 1; "
-        "float64: finite); expected smaller sums: pool without 'squares', or fewer cells "
-        "or smaller values per profile"
-    )
+    group, sample = divmod(error.profile, len(sample_ids))
+    where = f"group {group_ids[group]!r} in sample {sample_ids[sample]!r}"
+    if error.layer == "counts":
+        msg = (
+            f"layer 'counts': a sum of {where} does not fit its data type (float64: finite, "
+            "as each value is); expected smaller sums: fewer cells or smaller values per "
+            "profile (such as the values divided by a constant)"
+        )
+    else:
+        msg = (
+            f"layer 'squares': a sum of squares of {where} does not fit its data type (int64: "
+            "at most 2**63 - 1; float64: finite); expected smaller sums: pool without "
+            "'squares', or fewer cells or smaller values per profile"
+        )
     return SumOverflowError(msg)
+
+
+def check_finite(sums: Mapping[str, Any], layers: Sequence[str]) -> None:
+    """Raise Overflow for the first profile with an infinite float64 sum in ``sums`` (each
+    ``(n_groups, n_samples, n_features)``), of counts, then of squares, among ``layers``:
+    the values are finite, so such a sum did not fit (a square is infinite from ~1.3e154)."""
+    for layer in ("counts", "squares"):
+        array = sums.get(layer)
+        if layer in layers and array is not None and array.dtype.kind == "f":
+            infinite = ~np.isfinite(array).all(axis=-1).reshape(-1)
+            if infinite.any():
+                raise Overflow(int(np.argmax(infinite)), layer)
 
 
 def check_wrap(total: Any, added: Any) -> None:

@@ -14,7 +14,7 @@ the builtin it refines, so ``except ValueError`` (or ``TypeError``, ``KeyError``
 - :class:`FormatError` (a ``ValueError``) and its subclasses: a file or store that is invalid,
   corrupt or uses a feature cytepool does not implement;
 - :class:`ConstraintError` (a ``ValueError``): a value breaks a constraint of the cube, and
-  :class:`SumOverflowError` (an ``OverflowError``): a lazy sum does not fit its data type;
+  :class:`SumOverflowError` (an ``OverflowError``): a sum does not fit its data type;
 - :class:`StoreChangedError` (a ``RuntimeError``): a store replaced while it was being read;
 - :class:`RemoteStoreError` (an ``OSError``): a remote store that could not be read (the
   server kept failing beyond the retries, timed out or could not be reached).
@@ -64,7 +64,8 @@ class InputIndexError(CytepoolError, IndexError):
 
 
 class SumOverflowError(CytepoolError, OverflowError):
-    """A sum of a derived lazy layer does not fit the layer's data type."""
+    """A sum does not fit the layer's data type: pooled (:func:`cytepool.from_cells`), or of a
+    derived lazy layer."""
 
 
 class UnknownIdError(CytepoolError, KeyError):

@@ -150,7 +150,8 @@ def from_cells(
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
     OverflowError
-        When a sum of squares does not fit int64 (or is infinite in float64): a
+        When a sum of squares does not fit int64 (or is infinite in float64), or a float64
+        sum of counts is infinite (of finite values): a
         :class:`~cytepool.errors.SumOverflowError` naming the layer, group and sample.
     ValueError
         For a missing label (None, NaN, NA or null: the message counts them), labels that
@@ -234,8 +235,9 @@ def from_codes(
     extra = tuple(name for name in _EXTRA if name in wanted)
     try:
         kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, extra)
+        _pool_sums.check_finite(sums, wanted)
     except _pool_sums.Overflow as error:
-        raise _pool_sums.overflow_error(error.args[0], group_ids, sample_ids) from None
+        raise _pool_sums.overflow_error(error, group_ids, sample_ids) from None
     if fraction is not None and "counts" in wanted and not allow_float:
         _warn_not_counts(*fraction)
     if "features" not in tables:
@@ -647,11 +649,6 @@ def _pool(
         kind, arrays = "row blocks", sums.arrays()
     fraction = _fraction_of(arrays)
     arrays.pop(_FRACTION, None)
-    squares = arrays.get("squares")
-    if squares is not None and squares.dtype.kind == "f":  # v * v is inf for v > ~1.3e154
-        infinite = ~np.isfinite(squares).all(axis=1)
-        if infinite.any():
-            raise _pool_sums.Overflow(int(np.argmax(infinite)))
     shape = (n_groups, n_samples, arrays["counts"].shape[1])
     return kind, {name: array.reshape(shape) for name, array in arrays.items()}, fraction
 
@@ -857,11 +854,13 @@ def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarr
         for name, values in part.items():
             if name == _FRACTION:  # the first one noted, in the order of the rows
                 total.setdefault(name, values)
-            elif np.result_type(total[name], values) == total[name].dtype:
-                np.add(total[name], values, out=total[name])
-                _pool_sums.check_wrap(total[name], values)
-            else:
-                total[name] = total[name] + values
+                continue
+            with np.errstate(over="ignore"):  # infinite float64 sums raise later
+                if np.result_type(total[name], values) == total[name].dtype:
+                    np.add(total[name], values, out=total[name])
+                    _pool_sums.check_wrap(total[name], values)
+                else:
+                    total[name] = total[name] + values
     return total
 
 
