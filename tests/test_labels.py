@@ -182,6 +182,19 @@ def test_nested_labels_must_be_one_dimensional(labels: Any) -> None:
         pool(labels)
 
 
+# --------------------------------------------------------------------------- no cells
+
+
+def test_no_row_blocks_for_no_labels_is_a_clear_error() -> None:
+    match = r"^counts: expected at least one row block \(it gives the number of features\)"
+    with pytest.raises(InputError, match=match):
+        from_cells([], sample_labels=[], group_labels=[])
+    with pytest.raises(InputError, match=r"one block of 0 rows, such as numpy\.zeros"):
+        from_cells(iter([]), sample_labels=[], group_labels=[])
+    cube = from_cells([np.zeros((0, 3))], sample_labels=[], group_labels=[])
+    assert cube.shape == (0, 0, 3)
+
+
 # --------------------------------------------------------------------------- overflow
 
 HUGE = 1e308  # finite; two of them sum to inf in float64

@@ -87,7 +87,8 @@ def from_cells(
     counts
         The counts, one row per cell: a numpy array, a scipy.sparse CSR or CSC matrix or
         array, an iterable of row blocks (numpy arrays or scipy.sparse matrices, read one at
-        a time: for data that does not fit in memory), or a dask array of numpy or
+        a time: for data that does not fit in memory; at least one, which gives the number
+        of features: for no cells, one block of 0 rows), or a dask array of numpy or
         scipy.sparse chunks (such as anndata's lazy readers give), pooled on dask's scheduler
         in use (see "Pooling an atlas on dask"). Values must be finite and >= 0; data types
         bool, integers, float32 and float64. A sparse matrix that stores a cell's value in
@@ -684,6 +685,12 @@ def _pool_blocks(
         sums.threads = 1 if timed.behind() else None
         _add_block(sums, block, first, what)
         first += block.shape[0]
+    if sums is None and not profiles.size:  # the blocks tell the number of features
+        msg = (
+            "counts: expected at least one row block (it gives the number of features), found "
+            "none; for no cells, give one block of 0 rows, such as numpy.zeros((0, n_features))"
+        )
+        raise InputError(msg)
     if sums is None or first != profiles.size:
         msg = f"counts: the row blocks hold {first} rows, expected {profiles.size} (one per label)"
         raise InputError(msg)
