@@ -233,3 +233,63 @@ def test_an_infinite_sum_of_counts_not_asked_for_is_no_error() -> None:
     np.testing.assert_array_equal(cube.to_numpy("detected"), [[[2, 2]]])
     with pytest.raises(SumOverflowError, match=r"^layer 'squares': a sum of squares of group"):
         from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"], layers=("squares",))
+
+
+# --------------------------------------------------------------------------- feature columns
+
+
+@pytest.fixture
+def adata() -> Any:
+    ad = pytest.importorskip("anndata")
+    obs = pd.DataFrame({"donor": ["d1", "d2"], "cell_type": ["B", "B"]}, index=["c1", "c2"])
+    var = pd.DataFrame({"symbol": ["CD19", "MS4A1"], "chrom": ["16", "11"]}, index=["g1", "g2"])
+    return ad.AnnData(np.ones((2, 2), dtype=np.float32), obs=obs, var=var)
+
+
+@pytest.mark.parametrize(
+    ("make", "columns"),
+    [
+        pytest.param(lambda var: var.columns, ["symbol", "chrom"], id="index"),
+        pytest.param(lambda var: var.columns[::-1], ["chrom", "symbol"], id="index-reversed"),
+        pytest.param(lambda var: np.array(["chrom", "symbol"]), ["chrom", "symbol"], id="numpy"),
+        pytest.param(lambda var: var.columns[:1], ["symbol"], id="one"),
+    ],
+)
+def test_feature_columns_as_an_array(adata: Any, tmp_path: Any, make: Any, columns: Any) -> None:
+    from cytepool.io.anndata import from_anndata
+
+    keys = {"sample_key": "donor", "group_key": "cell_type", "features": make(adata.var)}
+    assert list(from_anndata(adata, **keys).features.columns) == columns
+    paths = [str(tmp_path / "a.h5ad"), str(tmp_path / "b.h5ad")]
+    adata.write_h5ad(paths[0])
+    adata.obs["donor"] = ["d3", "d4"]
+    adata.write_h5ad(paths[1])
+    cube = from_anndata(paths, **keys, jobs=1)
+    assert list(cube.features.columns) == columns
+    assert list(cube.samples.index) == ["d1", "d2", "d3", "d4"]
+
+
+def test_duplicates_as_an_array_is_an_input_error(adata: Any, tmp_path: Any) -> None:
+    from cytepool.io.anndata import from_anndata
+
+    paths = [str(tmp_path / "a.h5ad"), str(tmp_path / "b.h5ad")]
+    keys = {"sample_key": "donor", "group_key": "cell_type", "jobs": 1}
+    with pytest.raises(InputError, match=r"^duplicates must be 'error' or 'add', found array"):
+        from_anndata(paths, **keys, duplicates=np.array(["add", "error"]))
+
+
+def test_modalities_as_an_array() -> None:
+    ad = pytest.importorskip("anndata")
+    md = pytest.importorskip("mudata")
+    from cytepool.io.anndata import from_mudata_cells
+
+    obs = pd.DataFrame({"donor": ["d1", "d2"], "cell_type": ["B", "B"]}, index=["c1", "c2"])
+    rna = ad.AnnData(np.ones((2, 2), np.float32), obs=obs, var=pd.DataFrame(index=["g1", "g2"]))
+    prot = ad.AnnData(np.ones((2, 1), np.float32), obs=obs, var=pd.DataFrame(index=["p1"]))
+    mdata = md.MuData({"rna": rna, "prot": prot})
+    keys = {"sample_key": "donor", "group_key": "cell_type"}
+    cubes = from_mudata_cells(mdata, **keys, modalities=np.array(["prot", "rna"]))
+    assert [(type(name), cube.shape) for name, cube in cubes.items()] == [
+        (str, (1, 2, 1)),
+        (str, (1, 2, 2)),
+    ]

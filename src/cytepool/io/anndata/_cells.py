@@ -107,10 +107,11 @@ def from_anndata(
         The ``obs`` columns kept as group covariates. None keeps every column that is
         constant within each group and is not a sample covariate.
     features
-        The ``var`` (or ``raw.var``) columns kept in the feature table; None keeps all. With a
-        list of paths, every file must hold the same feature ids (in any order), else
-        InputError; ``"intersection"`` pools only the ids all files share (keeping the ``var``
-        columns that are the same in every file, as None does).
+        The ``var`` (or ``raw.var``) columns kept in the feature table (a list or array of
+        names, such as ``adata.var.columns``); None keeps all. With a list of paths, every
+        file must hold the same feature ids (in any order), else InputError;
+        ``"intersection"`` pools only the ids all files share (keeping the ``var`` columns
+        that are the same in every file, as None does).
     layers
         The layers to make, as in :func:`cytepool.from_cells`: any of ``"counts"``,
         ``"detected"`` (the number of cells with a nonzero value) and ``"squares"`` (the
@@ -361,10 +362,10 @@ def _wanted_modalities(modalities: Sequence[str] | None) -> list[str] | None:
     if isinstance(modalities, str) or not all(isinstance(m, str) for m in modalities):
         msg = f"modalities must be a list of modality names, found {modalities!r}"
         raise InputTypeError(msg)
-    if len(set(modalities)) != len(modalities) or not modalities:
+    if len(set(modalities)) != len(modalities) or not len(modalities):
         msg = f"modalities must name each modality once and at least one, found {modalities!r}"
         raise InputError(msg)
-    return list(modalities)
+    return [str(name) for name in modalities]
 
 
 def _chosen(

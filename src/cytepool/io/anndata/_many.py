@@ -58,13 +58,19 @@ def check_single(options: Mapping[str, Any]) -> str:
     if options["sample_ids"] is not None:
         msg = "sample_ids= names the sample of each file: give a list of paths"
         raise InputError(msg)
-    if options["features"] == "intersection":
+    if _is_intersection(options["features"]):
         msg = "features='intersection' pools the features files share: give a list of paths"
         raise InputError(msg)
     if options["sample_key"] is None:
         msg = "sample_key= is required (sample_ids= only with a list of paths)"
         raise InputError(msg)
     return str(options["sample_key"])
+
+
+def _is_intersection(features: Any) -> bool:
+    """Whether ``features`` is ``"intersection"`` (not a list or array of column names, which
+    numpy or pandas would compare with it name by name)."""
+    return isinstance(features, str) and features == "intersection"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +156,7 @@ def _tasks(
             twice = "" if other == text else f" (as {other!r} and {text!r})"
             msg = f"the file {text} is given twice{twice}"
             raise InputError(msg)
-    if options["duplicates"] not in _DUPLICATES:
+    if not isinstance(options["duplicates"], str) or options["duplicates"] not in _DUPLICATES:
         msg = f"duplicates must be 'error' or 'add', found {options['duplicates']!r}"
         raise InputError(msg)
     features = options["features"]
@@ -329,7 +335,7 @@ def _features(
         shared = set(ids)
         for task, (_, found) in zip(tasks[1:], surveys[1:], strict=True):
             theirs = set(found[name])
-            if theirs != set(ids) and mode != "intersection":
+            if theirs != set(ids) and not _is_intersection(mode):
                 raise _different_features(tasks[0].path, task.path, ids, found[name], name)
             shared &= theirs
         plan[name] = [i for i in ids if i in shared]
@@ -625,7 +631,7 @@ def _merged_features(
                 dropped.append(str(column))
                 break
     table = first.drop(columns=dropped)
-    mode = "intersection" if options.get("features") == "intersection" else "same"
+    mode = "intersection" if _is_intersection(options.get("features")) else "same"
     report: dict[str, Any] = {"ids": mode, "n": len(ids), "dropped_columns": dropped}
     return table, report
 
