@@ -293,3 +293,10 @@ def test_modalities_as_an_array() -> None:
         (str, (1, 2, 1)),
         (str, (1, 2, 2)),
     ]
+
+
+@pytest.mark.parametrize("labels", ["ab", b"ab", {"a", "b"}, frozenset("ab"), {"a": 1, "b": 2}])
+def test_labels_that_are_not_one_per_cell_in_order_are_refused(labels: Any) -> None:
+    """A string was split into its characters, a set taken in no order."""
+    with pytest.raises(InputTypeError, match=r"sample_labels: expected a 1-D array-like of lab"):
+        from_cells(np.ones((2, 1)), sample_labels=labels, group_labels=["g", "g"])

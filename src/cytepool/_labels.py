@@ -104,6 +104,12 @@ def _exact(value: Any) -> Any:
 
 def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]:
     """Codes (-1: missing) into the distinct labels, from a Categorical or any array-like."""
+    if isinstance(labels, str | bytes | set | frozenset | dict):  # not one label per cell
+        msg = (
+            f"{what}: expected a 1-D array-like of labels, one per cell, in the cells' order; "
+            f"found a {type(labels).__name__}"
+        )
+        raise InputTypeError(msg)
     # asked of the type: a pandas Series would look the names up in its index (slow)
     if hasattr(type(labels), "compute") and hasattr(type(labels), "dask"):
         labels = labels.compute()
