@@ -256,9 +256,9 @@ class StoredFrame:
     no closure, so it pickles. Then the columns of ``pending`` (name, column digest), whose
     canonical form only the frame gives, are verified (FormatError naming ``root``); and every
     other column but strings (which every backend holds as stored) must be held as stored:
-    a backend that gives another canonical form (polars: seconds, categories of numbers; an
-    offset zone such as ``+05:30``, which pandas calls ``UTC+05:30``) is refused with an
-    InputError, as the table would no longer be the file's."""
+    a backend that gives another canonical form (polars: seconds, categories of numbers, a
+    zone given as an offset such as ``+05:30``) is refused with an InputError, as the table
+    would no longer be the file's."""
 
     stored: StoredTable
     backend: str

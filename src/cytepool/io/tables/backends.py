@@ -7,7 +7,6 @@ and numpy dtypes, categorical codes, the UTC values behind a time zone).
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import importlib
 import importlib.util
@@ -23,6 +22,7 @@ import numpy as np
 from cytepool.errors import FormatError, InputError, InputTypeError
 from cytepool.io.tables import strings as _s
 from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
+from cytepool.io.tables.zones import zone_name
 from cytepool.io.zarr.names import node_name_problem
 
 if TYPE_CHECKING:  # narwhals is imported when a frame is first written or built
@@ -144,17 +144,21 @@ def _check_node_name(name: str, what: str) -> None:
 
 
 def series_dtype(series: Any) -> Any:
-    """The narwhals data type of the narwhals ``series``: as narwhals gives it, except for a
-    pandas datetime in a zone whose name narwhals does not parse, which it calls Unknown
-    (``America/New_York``, ``Etc/GMT+1``: names with ``_``, digits, ``+`` or ``-``)."""
+    """The narwhals data type of the narwhals ``series``: as narwhals gives it, but a
+    datetime's zone named as every backend names it (:func:`zone_name`: pandas calls an
+    offset ``UTC+05:30``, pyarrow ``+05:30``), also for a pandas datetime in a zone whose name
+    narwhals does not parse, which it calls Unknown (``America/New_York``, ``Etc/GMT+1``:
+    names with ``_``, digits, ``+`` or ``-``). InputError for a zone with no such name."""
     import narwhals.stable.v2 as nw
 
     dtype = series.dtype
-    if dtype == nw.Unknown and series.implementation.is_pandas_like():
+    if series.implementation.is_pandas_like() and (dtype == nw.Unknown or dtype == nw.Datetime):
         native = series.to_native().dtype
         unit, zone = getattr(native, "unit", None), getattr(native, "tz", None)
         if zone is not None and unit in ("s", "ms", "us", "ns"):
-            return nw.Datetime(unit, str(zone))
+            return nw.Datetime(unit, zone_name(zone))
+    elif dtype == nw.Datetime and dtype.time_zone is not None:
+        return nw.Datetime(dtype.time_unit, zone_name(dtype.time_zone))
     return dtype
 
 
@@ -282,7 +286,7 @@ def _pandas_column(values: Any, name: str) -> Column:
         return Dense(kinds.get(dtype.kind, "nullable-integer"), numbers, missing)
     if isinstance(dtype, pd.DatetimeTZDtype):
         utc = np.asarray(array.tz_convert(None).to_numpy())
-        return Dense("datetime", utc, time_zone=_zone_name(dtype.tz))
+        return Dense("datetime", utc, time_zone=zone_name(dtype.tz))
     if isinstance(dtype, pd.ArrowDtype):
         import pyarrow as pa
 
@@ -319,15 +323,6 @@ def _plain(categories: Column, name: str) -> Dense:
     if categories.kind in _PLAIN:
         return Dense(_PLAIN[categories.kind], categories.values)
     return categories
-
-
-def _zone_name(zone: Any) -> str:
-    """Name a time zone so that pandas, polars and pyarrow all parse it."""
-    if isinstance(zone, dt.timezone) and zone != dt.UTC:
-        minutes = int(zone.utcoffset(None).total_seconds()) // 60
-        sign = "-" if minutes < 0 else "+"
-        return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"  # not "UTC+01:00"
-    return str(zone)
 
 
 def _pandas_objects(objects: np.ndarray, name: str) -> Column:
