@@ -7,12 +7,15 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cytepool.errors import FormatError, StoreChangedError
 from cytepool.io import zarr as cz
@@ -779,6 +782,24 @@ def test_bool_chunks_hold_only_zero_and_one(tmp_path: Path) -> None:
         open_array(tmp_path / "b")[...]
     with pytest.raises(FormatError, match="byte other than 0 and 1"):
         open_array(tmp_path / "b")[2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    raw=st.lists(st.integers(0, 255), min_size=1, max_size=9),
+    chunk=st.integers(1, 4),
+    compression=st.sampled_from([None, "gzip", "zstd"]),
+)
+def test_bools_of_any_bytes_are_stored_as_zero_and_one(
+    raw: list[int], chunk: int, compression: str | None
+) -> None:
+    data = np.array(raw, dtype=np.uint8).view(bool)  # bytes other than 0 and 1 (numpy: True)
+    with tempfile.TemporaryDirectory() as name:
+        path = Path(name) / "b"
+        write_array(path, data, chunks=(chunk,), compression=compression)
+        got = open_array(path)[...]
+    assert got.tolist() == data.tolist()
+    assert got.view(np.uint8).tolist() == [int(byte != 0) for byte in raw]
 
 
 # ---------------------------------------------------------------------------------------------

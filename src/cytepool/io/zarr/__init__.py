@@ -118,7 +118,9 @@ this module does not implement); a missing node raises FileNotFoundError.
 Writing produces arrays with a regular chunk grid, the default chunk key encoding with /, a
 fill value of zero (false for bool, ``""`` for strings, NaT for datetime64/timedelta64) and the
 bytes codec, little endian (vlen-utf8 for strings), followed by gzip, zstd (with a checksum) or
-no compression. A chunk whose bytes are all zero equals the fill value and is not stored. Node
+no compression. A bool is stored as the byte 0 or 1 (a numpy bool array may hold other bytes,
+made with ``view(bool)``: each is stored as 1, numpy's True). A chunk whose bytes are all zero
+equals the fill value and is not stored. Node
 names follow one rule, for readers and writers alike
 (:func:`cytepool.io.zarr.names.node_name_problem`).
 

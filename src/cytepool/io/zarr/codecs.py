@@ -179,9 +179,16 @@ class BytesCodec:
         return dtype.newbyteorder("<" if self.endian != "big" else ">")
 
     def encode(self, chunk: np.ndarray[Any, Any]) -> memoryview:
-        """The chunk's bytes in C order and the codec's byte order (a view, no copy if it can)."""
+        """The chunk's bytes in C order and the codec's byte order (a view, no copy if it can).
+
+        A bool is stored as the byte 0 or 1, the only bytes readers accept: a numpy bool array
+        may hold other bytes (one made by ``view(bool)``), which are stored as 1.
+        """
         stored = np.ascontiguousarray(chunk, dtype=self.stored_dtype(chunk.dtype))
-        return stored.reshape(-1).view(np.uint8).data
+        raw = stored.reshape(-1).view(np.uint8)
+        if chunk.dtype.kind == "b" and np.max(raw, initial=0) > 1:
+            raw = (raw != 0).view(np.uint8)
+        return raw.data
 
 
 @dataclass(frozen=True)
