@@ -204,6 +204,20 @@ def test_another_anndata_release_reads_everything_itself(
     assert asked == ["/obs"]
 
 
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [("0.12.3", (0, 12)), ("0.13rc1", ()), ("0.1\u00b2", ()), ("\u0660.13", ())],
+)
+def test_anndata_release_takes_ascii_digits_only(
+    release: str, expected: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release of other digits ("²" is a digit to str.isdigit, not to int) is unknown."""
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: release)
+    assert frames._anndata_release.__wrapped__() == expected
+
+
 def test_attributes_of_other_types_are_left_to_anndata(tmp_path: Path, asked: list[str]) -> None:
     """A fixed-length string attribute (bytes to h5py, as Julia's HDF5.jl writes them) is
     decoded by anndata, which reads such files."""

@@ -139,6 +139,9 @@ def test_odd_entries_give_the_errors_of_a_lookup_per_chunk(tmp_path: Path, list_
     (tmp_path / "a/c/7/07").write_bytes(b"\1")  # not a canonical key: no chunk's
     (tmp_path / "a/c/9").mkdir()
     (tmp_path / "a/c/9/12").write_bytes(b"\1")  # beyond the grid
+    (tmp_path / "a/c/1/\u00b2").write_bytes(b"\1")  # "²".isdigit(), but no integer
+    (tmp_path / "a/c/\u0663").mkdir()
+    (tmp_path / "a/c/\u0663/1").write_bytes(b"\1")  # "٣" is 3, but no chunk's key
     with listing_from(list_from):
         assert np.array_equal(open_array(tmp_path / "a")[...], data)
         (tmp_path / "a/c/7/3").mkdir()  # a directory where a chunk is

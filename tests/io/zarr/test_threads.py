@@ -43,7 +43,7 @@ def test_threads_default_to_the_cpus_at_most_four(monkeypatch: pytest.MonkeyPatc
     assert threads() == 3
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "", "1.5", "65"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "", "1.5", "65", "\u00b2", "\u0663", "1_0"])
 def test_a_bad_thread_count_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(ENV_THREADS, value)
     with pytest.raises(ValueError, match=f"{ENV_THREADS} must be an integer from 1 to 64"):

@@ -46,7 +46,9 @@ def _anndata_release() -> tuple[int, ...]:
     except PackageNotFoundError:
         return ()
     parts = release.split(".")[:2]
-    return tuple(int(part) for part in parts) if all(p.isdigit() for p in parts) else ()
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        return ()
+    return tuple(int(part) for part in parts)
 
 
 def is_group(node: Any) -> bool:

@@ -93,9 +93,9 @@ def _coords(name: str, meta: ArrayMetadata, grid: tuple[int, ...]) -> Any:
         if parts[0] != "c":
             return None
         parts = parts[1:]
-    if len(parts) != len(grid) or not all(part.isdigit() for part in parts):
-        return None
+    if len(parts) != len(grid) or not all(part.isascii() and part.isdigit() for part in parts):
+        return None  # not decimal digits: int() would fail ("²") or read "٣" as 3
     coords = tuple(int(part) for part in parts)
-    if encoding.encode(coords) != name:  # not canonical ("01", "٣"): no chunk's key
+    if encoding.encode(coords) != name:  # not canonical ("01"): no chunk's key
         return None
     return coords if all(c < n for c, n in zip(coords, grid, strict=True)) else None

@@ -53,11 +53,12 @@ def threads() -> int:
     value = os.environ.get(ENV_THREADS)
     if value is None:
         return max(1, min(MAX_THREADS, _cpus()))
-    if not value.strip().isdigit() or not 1 <= int(value) <= _MOST_THREADS:
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()) or not 1 <= int(digits) <= _MOST_THREADS:
         expected = f"an integer from 1 to {_MOST_THREADS}"
         msg = f"{ENV_THREADS} must be {expected}, found {value!r}; unset it or set it to 1"
         raise InputError(msg)
-    return int(value)
+    return int(digits)
 
 
 def for_each(function: Callable[[T], object], items: Iterable[T]) -> None:
