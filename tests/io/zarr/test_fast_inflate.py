@@ -46,6 +46,13 @@ def _bomb() -> bytes:
     return zlib.compress(bytes(64 * len(RAW)), 9, wbits=31)
 
 
+def _header_crc(flip: int = 0) -> bytes:
+    """MEMBER with the FHCRC flag and the CRC-16 of its header (libdeflate does not check it)."""
+    header = bytes([*MEMBER[:3], MEMBER[3] | 0x02, *MEMBER[4:10]])
+    crc = (zlib.crc32(header) & 0xFFFF) ^ flip
+    return header + crc.to_bytes(2, "little") + MEMBER[10:]
+
+
 VALID = {
     "one member": MEMBER,
     "level 0 (stored blocks)": zlib.compress(RAW, 0, wbits=31),
@@ -54,6 +61,7 @@ VALID = {
     "header with a file name": b"\x1f\x8b\x08\x08\0\0\0\0\0\xffname\0" + MEMBER[10:],
     "two members": zlib.compress(RAW[:100], 4, wbits=31) + zlib.compress(RAW[100:], 4, wbits=31),
     "an empty member after": MEMBER + zlib.compress(b"", 4, wbits=31),
+    "a header CRC-16": _header_crc(),
 }
 INVALID = {
     "the same member twice": MEMBER + MEMBER,
@@ -69,6 +77,7 @@ INVALID = {
     "bomb": _bomb(),
     "bad CRC": MEMBER[:-8] + bytes([MEMBER[-8] ^ 1]) + MEMBER[-7:],
     "bad size": MEMBER[:-4] + bytes([MEMBER[-4] ^ 1]) + MEMBER[-3:],
+    "bad header CRC-16": _header_crc(flip=1),
     "zlib, not gzip": zlib.compress(RAW, 4),
     "empty": b"",
 }

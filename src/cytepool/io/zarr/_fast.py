@@ -12,7 +12,9 @@ result, a doubt about trailing bytes or further members); the caller then decode
 standard library, which accepts exactly the same valid chunks and raises the same errors with the
 same messages for every invalid one.
 
-libdeflate checks the member's CRC-32 and size, but ignores whatever follows the member. A chunk
+libdeflate checks the member's CRC-32 and size, but not the header's CRC-16 (flag FHCRC), which
+zlib checks: a member whose header has one is left to the standard library. It also ignores
+whatever follows the member. A chunk
 is taken as one member with nothing after it when the 4 bytes of the decoded size (the end of the
 trailer libdeflate checked) occur only at its end: the member ends with them, so nothing follows
 it. Where they occur earlier too (rarely, by chance, in compressed data), the chunk is taken as
@@ -66,6 +68,7 @@ __all__ = [
 ENV_FAST = "CYTEPOOL_ZARR_FAST"
 _TRAILER = 8
 _SMALLEST_MEMBER = 18  # a 10-byte header, an empty deflate stream (2 bytes) and the trailer
+_FHCRC = 0x02  # the gzip header flag of a CRC-16 of the header, which libdeflate does not check
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _RLE, _RESERVED = 1, 3  # zstd block types (0 raw and 2 compressed: their length is stored)
 _decoders = threading.local()  # each thread's zstandard decoder
@@ -169,7 +172,7 @@ def gunzip(data: Any, size: int) -> bytearray | None:
     module = fast_inflate()
     if module is None or size <= 0 or not isinstance(data, bytes | bytearray):
         return None
-    if len(data) < _SMALLEST_MEMBER:
+    if len(data) < _SMALLEST_MEMBER or data[3] & _FHCRC:
         return None
     try:
         out: bytearray = module.gzip_decompress(data, size)
