@@ -4,6 +4,7 @@ round, then only the inner chunks needed, neighbours coalesced (counted on the r
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,51 @@ def test_missing_and_corrupt_shards_over_http(
     expected[:, 2000:] = 0
     assert np.array_equal(array[:4], expected)
     with pytest.raises(FormatError, match=r"corrupt shard .*c/1/0.*CRC-32C"):
+        array[4:]
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_an_empty_shard_is_corrupt_as_it_is_locally(
+    small: tuple[Path, np.ndarray[Any, Any]],
+    tmp_path: Path,
+    serve_http: Any,
+    serve_s3: Any,
+    kind: str,
+) -> None:
+    """Both servers answer 416 to the suffix range of the index of an empty object."""
+    import shutil
+
+    from cytepool.errors import FormatError
+
+    path, _ = small
+    copy = tmp_path / "small"
+    shutil.copytree(path, copy)
+    (copy / "c" / "1" / "0").write_bytes(b"")  # a failed upload, say
+    served, options = _served(kind, copy, serve_http, serve_s3)
+    problem = r"corrupt shard {}/c/1/0: the file has 0 bytes, fewer than its index of \d+ bytes"
+    with pytest.raises(FormatError, match=problem.format(re.escape(str(copy)))):
+        open_array(copy)[4:]
+    with pytest.raises(FormatError, match=problem.format(re.escape(served.url))):
+        open_array(served.url, storage_options=options)[4:]
+
+
+def test_a_shard_shorter_than_its_index_answered_416_is_corrupt(
+    small: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path, serve_http: Any
+) -> None:
+    """A server may answer 416 to a suffix longer than the object (S3 does for an empty one):
+    the object is then read whole, as a local file gives it."""
+    import shutil
+
+    from cytepool.errors import FormatError
+
+    path, _ = small
+    copy = tmp_path / "small"
+    shutil.copytree(path, copy)
+    (copy / "c" / "1" / "0").write_bytes(b"short")
+    served = serve_http(copy)
+    array = open_array(served.url)
+    served.fault("c/1/0", methods=["GET"], errors=1, status=416)
+    with pytest.raises(FormatError, match=r"c/1/0: the file has 5 bytes, fewer than its index"):
         array[4:]
 
 

@@ -499,6 +499,13 @@ _Got = tuple[bytes, ETag] | None
 """A whole object fetched, with its version (None: absent)."""
 
 
+def _beyond(start: int, size: int) -> bool:
+    """Whether a range from ``start`` (the last ``-start`` bytes if negative) asks for bytes an
+    object of ``size`` bytes does not have: a start at or past its end, or more bytes from the
+    end than it holds."""
+    return start >= size if start >= 0 else -start > size
+
+
 def _member(span: Span, item: Range, whole: Part | None) -> Part | None:
     """The range ``item`` out of what its span's request gave."""
     if whole is None:
@@ -648,10 +655,10 @@ class RemoteHandle:
                 key, lambda: obstore.get_async(self._client, key, options={"range": rng})
             )
         except RemoteStoreError:
-            meta = await self._head(key)  # a start past the end is answered 416
-            if meta is None or start < meta.size:
+            meta = await self._head(key)  # a range the object does not have is answered 416
+            if meta is None or not _beyond(start, meta.size):
                 raise
-            return Part(b"", meta.size)
+            return await self._unsatisfiable(key, start, meta)
         if result is None:
             return None
         body = await self._call(key, result.bytes_async)
@@ -661,6 +668,16 @@ class RemoteHandle:
             msg = f"{self.where(key)} came back short: {len(data)} bytes of {end - first}"
             raise FormatError(msg)
         return Part(data, int(result.meta["size"]))
+
+    async def _unsatisfiable(self, key: str, start: int, meta: ETag) -> Part | None:
+        """What a range the object at ``key`` (of version ``meta``) does not have gives, once
+        the server answered it 416, as a local file gives it: nothing for a start past the
+        end, the whole object for more bytes from the end than it holds (S3 answers 416 to
+        any range of an empty object)."""
+        if start >= 0 or meta.size == 0:
+            return Part(b"", meta.size)
+        got = await self._get(key, -start)
+        return None if got is None else Part(got[0], len(got[0]))
 
     def list(self, prefix: str) -> list[str]:
         """The names directly under ``prefix``; [] where the server cannot list (plain HTTP).
