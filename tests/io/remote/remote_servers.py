@@ -17,7 +17,8 @@ Each server is a process of its own, started by :class:`ServerProcess` (the fixt
 The front server logs every request (method, path, Range, conditional headers, status, bytes
 sent, start and end on the server's monotonic clock, client port) and injects faults by
 :class:`Rule`: latency, N error statuses, N connection resets, N truncated bodies, slow bodies,
-and replacing an object after N requests for it. Its control API, under ``/_control/`` (a path
+Range headers ignored (the whole object, as servers without ranges send it), and replacing an
+object after N requests for it. Its control API, under ``/_control/`` (a path
 no S3 bucket can have), is neither logged nor faulted: ``GET|DELETE /_control/log``,
 ``GET|PUT|DELETE /_control/faults`` and ``PUT /_control/object/PATH`` (put an object; S3: an
 unsigned PUT to moto, which also creates a bucket).
@@ -93,6 +94,7 @@ class Rule:
     piece: int = 65536
     replace_after: int = 0  # after the Nth matching request, the object at its path...
     replace_with: str | None = None  # ...gets this local file's bytes (before its last byte)
+    ignore_range: bool = False  # answer as if without Range: 200, the whole object (http.server)
     tag: str | None = None  # a name to remove the rule by
 
     def applies(self, method: str, path: str) -> bool:
@@ -111,6 +113,7 @@ class Plan:
     status: int = 0
     slow: tuple[float, int] | None = None
     replace_with: str | None = None
+    ignore_range: bool = False
 
 
 class Faults:
@@ -162,6 +165,7 @@ def _consume(rule: Rule, plan: Plan) -> None:
                 break
     if rule.slow and plan.slow is None:
         plan.slow = (rule.slow, max(1, rule.piece))
+    plan.ignore_range = plan.ignore_range or rule.ignore_range
     if rule.replace_after > 0:
         rule.replace_after -= 1
         if rule.replace_after == 0:
@@ -573,7 +577,8 @@ class Handler(BaseHTTPRequestHandler):
             response = self.server.backend.error(plan.status)
             entry["fault"] = f"error {plan.status}"
         else:
-            response = self.server.backend.respond(self.command, self.path, self.headers, body)
+            headers = _without_range(self.headers) if plan.ignore_range else self.headers
+            response = self.server.backend.respond(self.command, self.path, headers, body)
         if plan.replace_with is not None:
             data = Path(plan.replace_with).read_bytes()
             entry["replaced"] = True
@@ -706,6 +711,15 @@ class Handler(BaseHTTPRequestHandler):
 
 def _json(value: Any) -> Response:
     return Response(200, [("Content-Type", "application/json")], json.dumps(value).encode())
+
+
+def _without_range(headers: Headers) -> email.message.Message:
+    """The headers of a request but its Range (a server that serves no ranges ignores it)."""
+    kept = email.message.Message()
+    for name, value in headers.items():
+        if name.lower() != "range":
+            kept[name] = value
+    return kept
 
 
 def _pieces(body: bytes, slow: tuple[float, int] | None) -> list[bytes]:

@@ -3,6 +3,7 @@ round, then only the inner chunks needed, neighbours coalesced (counted on the r
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 from pathlib import Path
@@ -178,6 +179,58 @@ def test_a_shard_shorter_than_its_index_answered_416_is_corrupt(
     served.fault("c/1/0", methods=["GET"], errors=1, status=416)
     with pytest.raises(FormatError, match=r"c/1/0: the file has 5 bytes, fewer than its index"):
         array[4:]
+
+
+def _gapped(shard: Path, gap: int) -> None:
+    """Put ``gap`` bytes between the inner chunks of a shard and its index (at its end)."""
+    data = shard.read_bytes()
+    index = 16 * 20 * 4 + 4  # the small array's shards: 4 x 20 inner chunks, a CRC-32C
+    shard.write_bytes(data[:-index] + bytes(gap) + data[-index:])
+
+
+def test_shards_of_a_server_without_ranges_are_fetched_whole(
+    small: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path, serve_http: Any
+) -> None:
+    """Python's http.server answers a Range request with the whole object (200)."""
+    import shutil
+
+    path, values = small
+    copy = tmp_path / "small"
+    shutil.copytree(path, copy)
+    _gapped(copy / "c" / "1" / "0", 1000)  # within the bound: row 6 has no inner chunks
+    served = serve_http(copy)
+    served.fault("c/*", ignore_range=True)
+    array = open_array(served.url)
+    served.clear()
+    assert np.array_equal(array[...], values)
+    assert np.array_equal(array.oindex[[1, 5, 6], 150:3950:7], values[[1, 5, 6], 150:3950:7])
+    shards = [r for r in served.requests() if "/c/" in r.path]
+    assert {r.status for r in shards} == {200}
+    per_shard = collections.Counter(r.path for r in shards)
+    assert len(per_shard) == 4  # every shard stored (row 6 of shard (1, 0) is the fill value)
+    assert max(per_shard.values()) <= 4  # for each read: a whole fetch, at most one refusal
+
+
+def test_a_shard_beyond_the_bound_of_a_server_without_ranges_is_refused(
+    small: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path, serve_http: Any
+) -> None:
+    import shutil
+
+    from cytepool.errors import RemoteStoreError
+
+    path, values = small
+    copy = tmp_path / "small"
+    shutil.copytree(path, copy)
+    _gapped(copy / "c" / "0" / "1", 40_000)  # more than a packed shard can take (33,284 bytes)
+    served = serve_http(copy)
+    assert np.array_equal(open_array(copy)[...], values)
+    assert np.array_equal(open_array(served.url)[...], values)  # ranges: only what is needed
+    served.fault("c/*", ignore_range=True)
+    array = open_array(served.url)
+    assert np.array_equal(array[:, :2000], values[:, :2000])
+    problem = r"c/0/1 cannot be read: its server does not serve byte ranges, which sharded"
+    with pytest.raises(RemoteStoreError, match=problem):
+        array[...]
 
 
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")

@@ -105,6 +105,15 @@ def test_any_range_of_an_empty_file_is_unsatisfiable(served: ServedHTTP) -> None
         assert (reply.status, reply.headers["Content-Range"]) == (416, "bytes */0")
 
 
+def test_a_rule_ignores_ranges_as_servers_without_them_do(served: ServedHTTP) -> None:
+    served.fault("a.bin", ignore_range=True)
+    reply = fetch(served, "a.bin", Range="bytes=10-19", If_Match="*")
+    assert (reply.status, reply.body) == (200, DATA)  # the other headers still count:
+    assert fetch(served, "a.bin", If_Match='"other"').status == 412
+    assert fetch(served, "empty", Range="bytes=-1").status == 416  # other keys keep ranges
+    assert [r.range for r in served.requests()][:1] == ["bytes=10-19"]  # logged as sent
+
+
 def test_head_has_the_headers_of_get_and_no_body(served: ServedHTTP) -> None:
     got, head = fetch(served, "a.bin"), fetch(served, "a.bin", "HEAD", Range="bytes=0-1")
     assert (head.status, head.body) == (200, b"")  # a Range applies to GET only

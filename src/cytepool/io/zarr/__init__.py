@@ -32,7 +32,8 @@ supports:
 - reading the ``sharding_indexed`` codec (anndata 0.13 shards by default): the index at the
   end or the start of a shard, its ``crc32c`` checksum verified, inner chunks decoded by the
   inner codec chain, empty inner chunks read as the fill value, and only the index and the
-  needed inner chunks read. Shards are not written.
+  needed inner chunks read (by URL from a web server that serves no byte ranges, each shard
+  whole, at most the bytes of a shard whose inner chunks are packed). Shards are not written.
 
 Anything else, such as another data type, the blosc or transpose codec, crc32c outside a shard
 index, nested sharding, another chunk grid or a storage transformer, raises an

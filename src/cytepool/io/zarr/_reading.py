@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import FormatError, InputTypeError
+from cytepool.errors import FormatError, InputTypeError, RemoteStoreError
 from cytepool.io.zarr._stored import coordinates, stored_chunks
 from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr._vlen import Decoder, spaced
@@ -34,8 +34,8 @@ from cytepool.io.zarr.codecs import (
 )
 from cytepool.io.zarr.indexing import ChunkPiece, Selection, as_index
 from cytepool.io.zarr.metadata import ArrayMetadata
-from cytepool.io.zarr.sharding import read_shard_index
-from cytepool.io.zarr.store import StoreHandle, TooLargeError, join
+from cytepool.io.zarr.sharding import WholeShard, packed_shard_bytes, read_shard_index
+from cytepool.io.zarr.store import RangesRefusedError, StoreHandle, TooLargeError, join
 
 __all__ = ["Reader"]
 
@@ -397,7 +397,14 @@ class Reader:
         key = self._chunk_key(coords)
         where = self.handle.where(key)
         size = self.shard.index_nbytes(self._shard_shape)
-        part = self.handle.get_range(key, -size if self.shard.index_location == "end" else 0, size)
+        start = -size if self.shard.index_location == "end" else 0
+        source: Any = self.handle
+        try:
+            part = source.get_range(key, start, size)
+        except RangesRefusedError:  # fetched whole, within the bound of a packed shard
+            bound = packed_shard_bytes(self.shard, self._shard_shape, self.max_encoded)
+            source = _whole_shard(self.handle, key, bound)
+            part = None if source is None else source.get_range(key, start, size)
         if part is None:
             for _, piece in items:
                 self._fill(piece, work)
@@ -411,7 +418,7 @@ class Reader:
                 self._fill(piece, work)
                 continue
             inner = f"{where} (inner chunk {flat})"
-            got = self.handle.get_range(key, entry[0], entry[1])
+            got = source.get_range(key, entry[0], entry[1])
             if got is None or len(got.data) != entry[1]:
                 raise _corrupt(inner, "the file ended early (was it truncated?)")
             self._decode(_Source(got.data, inner), piece, work)
@@ -569,6 +576,23 @@ class Reader:
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
         buffer = bytearray if self.spaced else _thread_buffer  # spaced items are kept
         return self.chain.decode_stated(source.data, most, self.nbytes, buffer)
+
+
+def _whole_shard(handle: StoreHandle, key: str, bound: int) -> WholeShard | None:
+    """The shard at ``key`` of a store that serves no byte ranges, fetched whole (None if
+    absent); RemoteStoreError if it holds more than ``bound`` bytes (see
+    :func:`~cytepool.io.zarr.sharding.packed_shard_bytes`)."""
+    try:
+        blob = handle.get(key, limit=bound)
+    except TooLargeError as error:
+        msg = (
+            f"{error.where} cannot be read: its server does not serve byte ranges, which "
+            f"sharded arrays need, and the shard has {error.size} bytes, more than the {bound} "
+            "its index and inner chunks take packed, the most a read fetches whole instead; "
+            "serve the store from a server that answers Range requests (object stores, nginx)"
+        )
+        raise RemoteStoreError(msg) from None
+    return None if blob is None else WholeShard(blob.data)
 
 
 def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:

@@ -32,8 +32,11 @@ says the document changed; after a failed read it asks again (``verify(again=Tru
 that answer may predate a replacement. Faults become errors: a missing object reads as absent
 (a chunk is then the fill value; a missing metadata document or table part is a FormatError
 raised by the reader), a short body is a FormatError, a server that keeps failing beyond the
-retries is a :class:`~cytepool.errors.RemoteStoreError`. Credentials (``storage_options`` and
-any ``user:password@`` of a URL) never appear in messages or reprs.
+retries is a :class:`~cytepool.errors.RemoteStoreError`. A server that answers a Range request
+with the whole object (Python's ``http.server``) raises
+:class:`~cytepool.io.zarr.store.RangesRefusedError`, and the handle sends it no more range
+requests: the shard reader then fetches each shard whole, within a bound. Credentials
+(``storage_options`` and any ``user:password@`` of a URL) never appear in messages or reprs.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from cytepool.errors import (
     StoreChangedError,
 )
 from cytepool.io.zarr.fetching import Range, Span, Window
-from cytepool.io.zarr.store import Blob, Part, TooLargeError, is_url
+from cytepool.io.zarr.store import Blob, Part, RangesRefusedError, TooLargeError, is_url
 
 if TYPE_CHECKING:  # asyncio is imported when a URL is first read: local stores never need it
     import asyncio
@@ -473,8 +476,10 @@ def _changed(error: BaseException) -> bool:
 
 def _failure(error: BaseException, where: str) -> Exception:
     """The cytepool error of an obstore failure at ``where``."""
-    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+    from obstore.exceptions import NotSupportedError, PermissionDeniedError, UnauthenticatedError
 
+    if isinstance(error, NotSupportedError) and "range" in str(error).lower():
+        return _ranges_refused(where)
     if _changed(error):
         msg = f"{where} changed while it was being read; open it again"
         return StoreChangedError(msg)
@@ -489,6 +494,14 @@ def _failure(error: BaseException, where: str) -> Exception:
         "raise storage_options max_retries/retry_timeout/timeout"
     )
     return RemoteStoreError(msg)
+
+
+def _ranges_refused(where: str) -> RangesRefusedError:
+    msg = (
+        f"{where} could not be read: the server does not serve byte ranges (it answers a Range "
+        "request with the whole object)"
+    )
+    return RangesRefusedError(msg)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,6 +541,7 @@ class RemoteHandle:
         self._guessed: dict[str, tuple[Future[_Got], threading.Event]] = {}  # unconfirmed
         self._confirmed: dict[str, Future[_Got]] = {}  # guesses confirmed, for get() to take
         self._dropped: list[Future[_Got]] = []  # guesses dropped, left to finish until close
+        self._no_ranges = False  # the server answered a Range request with the whole object
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -649,11 +663,16 @@ class RemoteHandle:
         if length <= 0:
             meta = await self._head(key)
             return None if meta is None else Part(b"", meta.size)
+        if self._no_ranges:  # no request: the server would send the whole object again
+            raise _ranges_refused(self.where(key))
         rng: Any = {"suffix": -start} if start < 0 else (start, start + length)
         try:
             result = await self._call(
                 key, lambda: obstore.get_async(self._client, key, options={"range": rng})
             )
+        except RangesRefusedError:
+            self._no_ranges = True
+            raise
         except RemoteStoreError:
             meta = await self._head(key)  # a range the object does not have is answered 416
             if meta is None or not _beyond(start, meta.size):

@@ -8,6 +8,7 @@ is marked (2**64-1, 2**64-1). Only the index and the inner chunks a read needs a
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ import numpy as np
 
 from cytepool.errors import FormatError
 from cytepool.io.zarr.codecs import ShardingCodec
+from cytepool.io.zarr.store import Part
 
-__all__ = ["ShardIndex", "crc32c", "read_shard_index"]
+__all__ = ["ShardIndex", "WholeShard", "crc32c", "packed_shard_bytes", "read_shard_index"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _POLY = 0x82F63B78
@@ -98,6 +100,46 @@ class ShardIndex:
 
 def _corrupt(where: str, problem: str) -> FormatError:
     return FormatError(f"corrupt shard {where}: {problem}")
+
+
+def packed_shard_bytes(
+    codec: ShardingCodec, shard_shape: Sequence[int], max_chunk_nbytes: int
+) -> int:
+    """The most bytes a shard takes whose inner chunks are packed, as writers store them: its
+    index and, for every inner chunk, the most bytes a valid encoding of it takes
+    (``max_chunk_nbytes``). A shard with gaps between its inner chunks may be larger.
+
+    Examples
+    --------
+    >>> from cytepool.io.zarr.codecs import BytesCodec, CodecChain, ShardIndexCodecs
+    >>> codec = ShardingCodec((2,), CodecChain(BytesCodec()), ShardIndexCodecs("little", True))
+    >>> packed_shard_bytes(codec, (8,), 16)  # 4 inner chunks of at most 16 bytes, the index
+    132
+    """
+    inner = math.prod(s // c for s, c in zip(shard_shape, codec.chunk_shape, strict=True))
+    return codec.index_nbytes(shard_shape) + inner * max_chunk_nbytes
+
+
+class WholeShard:
+    """A shard fetched whole (from a store that serves no byte ranges), giving its byte ranges
+    as :meth:`cytepool.io.zarr.store.StoreHandle.get_range` does.
+
+    Examples
+    --------
+    >>> WholeShard(b"abcdef").get_range("c/0", -4, 4)
+    Part(data=b'cdef', size=6)
+    >>> WholeShard(b"ab").get_range("c/0", -4, 4)  # fewer bytes where the shard ends first
+    Part(data=b'ab', size=2)
+    """
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def get_range(self, key: str, start: int, length: int) -> Part:
+        """``length`` bytes from ``start`` (the last ``-start`` if negative)."""
+        size = len(self.data)
+        first = max(0, size + start) if start < 0 else min(start, size)
+        return Part(self.data[first : first + length], size)
 
 
 def read_shard_index(

@@ -7,7 +7,8 @@ is fetched through that handle by a key (``"zarr.json"``, ``"layers/counts/c/0/0
 - ``get(key, limit=...)`` gives a whole object with its :class:`Version` (None if absent),
   refusing one of more than ``limit`` bytes unread;
 - ``get_range(key, start, length)`` gives a byte range and the object's size (``start < 0``
-  asks for the last ``-start`` bytes);
+  asks for the last ``-start`` bytes), or raises :class:`RangesRefusedError` where the store
+  serves no ranges (a web server that answers with the whole object);
 - ``list(prefix)`` gives the names under a prefix;
 - ``version(key)`` identifies an object's content without reading it, so that an array can
   tell whether its ``zarr.json`` is still the one it was opened with;
@@ -49,13 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from cytepool.errors import FormatError, InputError, StoreChangedError
+from cytepool.errors import FormatError, InputError, RemoteStoreError, StoreChangedError
 from cytepool.io.zarr.names import node_name_problem
 
 __all__ = [
     "Blob",
     "LocalStore",
     "Part",
+    "RangesRefusedError",
     "Stamp",
     "Store",
     "StoreHandle",
@@ -105,6 +107,12 @@ class TooLargeError(FormatError):
         self.where, self.size, self.limit = where, size, limit
 
 
+class RangesRefusedError(RemoteStoreError):
+    """A store serves no byte ranges: its server answers a Range request with the whole object
+    (Python's ``http.server`` does). ``get_range`` raises it; a reader that needs ranges of an
+    object (a shard) then reads the whole object with ``get``, within a bound."""
+
+
 class StoreHandle(Protocol):
     """A store opened for one read (see the module documentation)."""
 
@@ -125,7 +133,8 @@ class StoreHandle(Protocol):
     def get_range(self, key: str, start: int, length: int) -> Part | None:
         """``length`` bytes from ``start`` (the last ``-start`` if negative); None if absent.
 
-        Fewer bytes come back where the object ends first.
+        Fewer bytes come back where the object ends first. A store that serves no byte ranges
+        raises :class:`RangesRefusedError`.
         """
 
     def list(self, prefix: str) -> list[str]:
