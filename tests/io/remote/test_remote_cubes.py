@@ -308,6 +308,26 @@ def test_urls_are_kept_as_given_in_paths_reprs_and_messages(
         array[...]
 
 
+def test_a_node_name_with_a_control_character_is_read_locally_only(
+    tmp_path: Path, serve_http
+) -> None:
+    """Zarr allows such names (zarr-python writes them); obstore makes no URL path of them."""
+    from cytepool.errors import UnsupportedFeatureError
+    from cytepool.io.zarr import write_array, write_group
+    from cytepool.io.zarr.store import LocalStore, StorePath, reading
+
+    write_group(tmp_path / "g")
+    write_array(tmp_path / "g" / "tab\tx", np.arange(3), chunks=(3,))
+    with reading(LocalStore(tmp_path / "g").open()) as handle:
+        assert open_array(StorePath(handle) / "tab\tx")[...].tolist() == [0, 1, 2]
+    served = serve_http(tmp_path / "g")
+    problem = rf"the key 'tab\\tx/zarr.json' of {served.url} cannot be read by URL: obstore"
+    with reading(RemoteStore(served.url).open()) as handle:
+        with pytest.raises(UnsupportedFeatureError, match=problem):
+            open_array(StorePath(handle) / "tab\tx")
+        assert read_group_attributes(StorePath(handle)) == {}  # the handle still reads
+
+
 def test_local_array_paths_stay_paths(local: Path) -> None:
     array = open_array(local / "cells")
     assert array.path == local / "cells"

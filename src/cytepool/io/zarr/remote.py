@@ -60,6 +60,7 @@ from cytepool.errors import (
     InputTypeError,
     RemoteStoreError,
     StoreChangedError,
+    UnsupportedFeatureError,
 )
 from cytepool.io.zarr.fetching import Range, Span, Window
 from cytepool.io.zarr.store import Blob, Part, RangesRefusedError, TooLargeError, is_url
@@ -496,6 +497,16 @@ def _failure(error: BaseException, where: str) -> Exception:
     return RemoteStoreError(msg)
 
 
+def _unaddressable(key: str, url: str) -> UnsupportedFeatureError:
+    """The error of a key obstore makes no path of: one with a node name holding a control
+    character (which the Zarr specification allows, and a local store reads)."""
+    msg = (
+        f"the key {key!r} of {url} cannot be read by URL: obstore makes no path of it (a node "
+        "name with a control character, such as a tab); read a local copy of the store"
+    )
+    return UnsupportedFeatureError(msg)
+
+
 def _ranges_refused(where: str) -> RangesRefusedError:
     msg = (
         f"{where} could not be read: the server does not serve byte ranges (it answers a Range "
@@ -590,6 +601,8 @@ class RemoteHandle:
             return None
         except BaseError as error:
             raise _failure(error, self.where(key)) from None
+        except ValueError:  # obstore cannot make a path of the key
+            raise _unaddressable(key, self._store.url) from None
 
     async def _get(self, key: str, limit: int) -> tuple[bytes, ETag] | None:
         import obstore
