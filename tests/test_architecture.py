@@ -32,6 +32,7 @@ LAYERS = [
         "cytepool._ids",
         "cytepool._exact",
         "cytepool._kept_pools",
+        "cytepool._value_texts",
     ],
     ["cytepool.io.zarr"],
     ["cytepool.io.tables", "cytepool.io._atomic"],

@@ -165,6 +165,25 @@ def test_table_column_types(backend: str) -> None:
             pbmc_cube(backend, features=frame(backend, nested))
 
 
+@pytest.mark.parametrize(
+    ("column", "error", "match"),
+    [
+        ({"_index": [1, 2, 3, 4]}, ValueError, r"samples: '_index' is a reserved name"),
+        ({"a/b": [1, 2, 3, 4]}, ValueError, r"samples: column name 'a/b' cannot name a Zarr"),
+        ({"__x": [1, 2, 3, 4]}, ValueError, r"column name '__x' cannot name a Zarr node"),
+        (
+            {"h": pa.array(np.ones(4, np.float16), mask=np.array([0, 1, 0, 0], bool))},
+            TypeError,
+            r"samples: column 'h': floats with missing values must be float32 or float64",
+        ),
+    ],
+)
+def test_a_table_no_cube_file_can_hold_is_refused(column: Any, error: type, match: str) -> None:
+    """Cube() took them, and write_cube refused the cube: every cube can be written."""
+    with pytest.raises(error, match=match):
+        make_cube(backend="pyarrow", samples=column)
+
+
 def test_pandas_table_errors() -> None:
     named = pd.DataFrame({"donor": ["a", "b", "c", "d"]}, index=pd.Index(SAMPLES, name="x"))
     with pytest.raises(ValueError, match="samples: the index is named 'x'"):

@@ -133,6 +133,28 @@ def _joined_column(parts: list[Any]) -> Any:
     return pd.concat(parts, ignore_index=True)
 
 
+def _check_storable(df: Any, axis: str) -> None:
+    """InputError for what a cube file cannot store, so that every cube can be written: a
+    column name that cannot name a Zarr node or is anndata's index key (``_index``), and
+    floats of 16 bits with missing values (anndata's nullable floats are of 32 or 64)."""
+    import narwhals.stable.v2 as nw
+
+    from cytepool.io.tables.backends import check_column_names
+
+    try:
+        check_column_names(df.columns)
+    except InputError as error:
+        msg = f"{axis}: {error}"
+        raise InputError(msg) from None
+    for name, dtype in df.schema.items():
+        if dtype == nw.Float16 and df.get_column(name).null_count():
+            msg = (
+                f"{axis}: column {name!r}: floats with missing values must be float32 or "
+                "float64, as a cube file stores them; cast it (found float16)"
+            )
+            raise InputTypeError(msg)
+
+
 class AxisTable:
     """A validated table: the id column first, then covariates; pandas with a default index."""
 
@@ -287,6 +309,7 @@ class AxisTable:
         if id_column not in names:
             msg = f"{axis}: expected an id column {id_column!r}, found columns {names}"
             raise InputError(msg)
+        _check_storable(df, axis)
         df = df.select([id_column, *(n for n in names if n != id_column)])
         if len(df) == 0 and df.schema[id_column] != nw.String:
             df = df.with_columns(nw.col(id_column).cast(nw.String()))

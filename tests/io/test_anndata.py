@@ -1177,6 +1177,15 @@ def test_a_column_no_table_can_hold_is_dropped_with_its_reason(cells: Any, kind:
     assert re.match(r"holds values a cube's table cannot hold \(table column 'odd'", dropped["odd"])
 
 
+def test_a_column_named_so_no_file_can_hold_it_is_dropped(cells: Any) -> None:
+    cells.obs["a/b"] = cells.obs["donor"].astype(str)
+    cells.obs["_index"] = cells.obs["donor"].astype(str)
+    cube = from_anndata(cells, sample_key="sample", group_key="cell_type")
+    dropped = cube.provenance[-1].parameters["covariates"]["dropped"]
+    assert dropped["a/b"].startswith("is named so that no cube file can hold it (column name")
+    assert dropped["_index"].startswith("is named so that no cube file can hold it ('_index'")
+
+
 # ---------------------------------------------------------------------------------------------
 # Properties
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from cytepool import _words
 from cytepool._labels import factorize
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.fingerprint import canonical_column
+from cytepool.io.tables.backends import check_column_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -159,6 +160,10 @@ def _unstorable(column: pd.Series) -> str | None:
     """Why a cube's table cannot hold ``column`` (a value per id), or None if it can."""
     import narwhals.stable.v2 as nw
 
+    try:
+        check_column_names([column.name])
+    except InputError as error:
+        return f"is named so that no cube file can hold it ({error})"
     series = nw.from_native(column.reset_index(drop=True), series_only=True)
     try:
         canonical_column(series, str(column.name))

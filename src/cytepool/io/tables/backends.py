@@ -114,6 +114,13 @@ def source_of(frame: Any, index: str | None) -> Source:
     return _source_from_pandas(native, nw_frame, index)
 
 
+def check_column_names(names: Iterable[Any]) -> list[str]:
+    """The column names of a table to be written (InputError for one a table cannot hold:
+    not a string, anndata's index key ``_index``, one that cannot name a Zarr node, or one
+    given twice)."""
+    return _check_names(names)
+
+
 def _check_names(names: Iterable[Any]) -> list[str]:
     names = list(names)
     for name in names:
@@ -166,8 +173,9 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
     import narwhals.stable.v2 as nw
 
     for name in nw_frame.columns:
-        dtype = series_dtype(nw_frame.get_column(name))
-        if isinstance(dtype, nw.Object):
+        series = nw_frame.get_column(name)
+        dtype = series_dtype(series)
+        if isinstance(dtype, nw.Object) and not _pandas_dates(series):
             msg = (
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "
                 f"NaN for missing values, can be stored from an object column"
@@ -178,6 +186,15 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
         ):
             msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
             raise InputTypeError(msg)
+
+
+def _pandas_dates(series: Any) -> bool:
+    """Whether a narwhals series is a pandas column of ``datetime.date`` objects."""
+    if not series.implementation.is_pandas_like():
+        return False
+    import pandas as pd
+
+    return bool(pd.api.types.infer_dtype(series.to_native(), skipna=True) == "date")
 
 
 def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
@@ -331,6 +348,10 @@ def _pandas_objects(objects: np.ndarray, name: str) -> Column:
     if pd.api.types.infer_dtype(objects, skipna=False) == "string":  # nothing missing
         return Dense("string", objects)
     inferred = pd.api.types.infer_dtype(objects, skipna=True)
+    if inferred == "date":  # datetime.date objects (None, NaN or NaT for missing ones)
+        missing = pd.isna(objects)
+        days = np.where(missing, None, objects).astype("datetime64[D]")
+        return Dense("date", days)
     if inferred not in ("string", "empty"):
         msg = (
             f"column {name!r} has dtype object holding {inferred} values (mixed-object): only "
