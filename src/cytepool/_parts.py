@@ -431,16 +431,9 @@ def _build_layer(
     algorithm: str,
 ) -> tuple[LazyLayer, Any]:
     """Check a layer and wrap it: (the layer read through, the object ``cube.layers`` gives)."""
-    ids = {a: TableIds(tables[a]) for a in AXES}  # for messages: no list made now
+    ids = {f"{a[:-1]}_ids": TableIds(tables[a]) for a in AXES}  # for messages: no list now
     if isinstance(value, LazyLayer) and digests is None:
-        layer: LazyLayer = CheckedLayer(
-            value,
-            name=name,
-            group_ids=ids["groups"],
-            sample_ids=ids["samples"],
-            feature_ids=ids["features"],
-            cells=cells,
-        )
+        layer: LazyLayer = CheckedLayer(value, name=name, cells=cells, **ids)
         exposed = value
     else:
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
@@ -458,13 +451,11 @@ def _build_layer(
         layer = ArrayLayer(
             value,
             name=name,
-            group_ids=ids["groups"],
-            sample_ids=ids["samples"],
-            feature_ids=ids["features"],
             cells=cells,
             digests=digests,
             checked=eager,
             algorithm=algorithm,
+            **ids,
         )
     if tuple(layer.shape) != shape:
         msg = f"layer {name!r}: expected shape (n_groups, n_samples, n_features) = {shape}, "

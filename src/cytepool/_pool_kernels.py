@@ -244,63 +244,43 @@ def cell_scratch(n: int, squares: Any) -> Any:  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def add_cell_squares(
-    squares: Any, values: Any, columns: Any, scratch: Any, row: int, integers: bool
+    squares: Any,
+    values: Any,
+    positions: Any,
+    targets: Any,
+    scratch: Any,
+    line: int,
+    integers: bool,
 ) -> bool:  # pragma: no cover - compiled
-    """Add the square of each cell of a row that may repeat a column into ``squares``: the
-    values of a repeated column are one cell, whose value is their sum (as scipy reads it),
-    so its square is added once. ``mark`` (the last row seen per column, never a negative
-    one) and ``cell`` (a value per column), ``scratch = (mark, cell)``, are of the row's
-    width. False if a sum of squares of whole numbers (``integers``) no longer fits int64 (a
-    cell's square alone may not)."""
+    """Add the square of each cell of a line (a CSR row, a CSC column) that may repeat a
+    position into ``squares[targets[position]]``: the values at a repeated position are one
+    cell, whose value is their sum (as scipy reads it), so its square is added once.
+
+    ``targets`` maps a position to its place in ``squares``: a CSR row's columns to
+    themselves (``squares``: the profile's row), a CSC column's rows to their profiles
+    (``squares``: the column of every profile). ``scratch = (mark, cell)``: the last line seen
+    at each position (never a negative one) and a value per position. False if a sum of
+    squares of whole numbers (``integers``) no longer fits int64 (a cell's square alone may
+    not)."""
     mark, cell = scratch
     for k in range(values.shape[0]):
-        c = np.uint64(columns[k])
-        if mark[c] != row:
-            mark[c] = row
+        c = np.uint64(positions[k])
+        if mark[c] != line:
+            mark[c] = line
             cell[c] = values[k]
         else:
             cell[c] += values[k]
     fits = True
     for k in range(values.shape[0]):
-        c = np.uint64(columns[k])
-        if mark[c] == row:
+        c = np.uint64(positions[k])
+        if mark[c] == line:
             mark[c] = -1  # squared: once
-            x = cell[c]
+            x, t = cell[c], targets[c]
             if integers and x > _ROOT_INT64:
                 fits = False
                 continue
-            total = squares[c] + x * x
-            squares[c] = total
-            fits &= total >= 0
-    return fits
-
-
-@numba.njit(cache=True, nogil=True)
-def add_column_squares(
-    squares: Any, values: Any, rows: Any, profiles: Any, scratch: Any, column: int, integers: bool
-) -> bool:  # pragma: no cover - compiled
-    """:func:`add_cell_squares` for a CSC column that may repeat a row: ``squares`` is the
-    column of the sums of squares of every profile, ``profiles`` the profile of each row,
-    ``scratch`` = (mark, cell) of the rows' length."""
-    mark, cell = scratch
-    for k in range(values.shape[0]):
-        r = np.uint64(rows[k])
-        if mark[r] != column:
-            mark[r] = column
-            cell[r] = values[k]
-        else:
-            cell[r] += values[k]
-    fits = True
-    for k in range(values.shape[0]):
-        r = np.uint64(rows[k])
-        if mark[r] == column:
-            mark[r] = -1
-            x, p = cell[r], profiles[r]
-            if integers and x > _ROOT_INT64:
-                fits = False
-                continue
-            total = squares[p] + x * x
-            squares[p] = total
+            total = squares[t] + x * x
+            squares[t] = total
             fits &= total >= 0
     return fits
 
@@ -351,6 +331,7 @@ def scatter(
     plain = integers and not count and not square
     stamp = np.full(0, -1, np.int64)
     mark, cell = cell_scratch(0, squares)  # made when a row repeats a column
+    itself = np.arange(0)
     first = resume[group]
     resume[group] = starts[(group + 1) * n_samples]
     for p in range(group * n_samples, (group + 1) * n_samples):
@@ -370,10 +351,12 @@ def scatter(
             if square and flags & _UNSORTED:  # a column may repeat: its cell squared once
                 if mark.shape[0] == 0:
                     mark, cell = cell_scratch(n_columns, squares)
+                    itself = np.arange(n_columns)
                 if count and stamp.shape[0] == 0:
                     stamp = np.full(n_columns, -1, np.int64)
                 add_row((out[p], detected[p], squares[p, :0]), values, cols, integers, stamp, r)
-                if not add_cell_squares(squares[p], values, cols, (mark, cell), r, integers):
+                scratch = (mark, cell)
+                if not add_cell_squares(squares[p], values, cols, itself, scratch, r, integers):
                     resume[group] = i
                     return OVERFLOW
                 continue
@@ -438,7 +421,7 @@ def scatter_columns(
             if mark.shape[0] == 0:
                 mark, cell = cell_scratch(n_rows, squares)
             scratch = (mark, cell)
-            fits = add_column_squares(squares[:, c], values, rows, profiles, scratch, j, integers)
+            fits = add_cell_squares(squares[:, c], values, rows, profiles, scratch, j, integers)
             for k in range(values.shape[0]):
                 p = profiles[np.uint64(rows[k])]
                 if integers:
