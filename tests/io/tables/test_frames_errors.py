@@ -362,3 +362,13 @@ def test_an_edited_scale_factor_reads_or_is_refused(tmp_path: Path, backend: str
     _edit_array(tmp_path / "u" / "t", data_type=data_type)
     with pytest.raises(FormatError, match=r"do not fit in datetime64\[ns\]"):
         read_table(tmp_path / "u", backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["pandas", "polars", "pyarrow"])
+def test_a_repeated_name_in_column_order_is_a_format_error(tmp_path: Path, backend: str) -> None:
+    # it used to be read as one column, where anndata reads two
+    path = _written(tmp_path)
+    _edit(path, column_order=["a", "c", "a"])
+    with pytest.raises(FormatError, match=r"'column-order' repeats the column 'a'") as info:
+        read_table(path, backend=backend)  # type: ignore[arg-type]
+    assert any(str(path) in note for note in info.value.__notes__)

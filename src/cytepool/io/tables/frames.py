@@ -359,6 +359,7 @@ def _read_dataframe(
     if not isinstance(index_name, str):
         msg = f"{root}: attribute '_index' must be a string, found {index_name!r}"
         raise FormatError(msg)
+    _check_no_repeats(root, order)
     for name in [index_name, *order]:
         _check_stored_name(root, name)
     if selection is None:
@@ -394,6 +395,16 @@ def _read_dataframe(
             raise FormatError(msg)
         stored[name] = column
     return index_name, index, n_rows, stored
+
+
+def _check_no_repeats(root: StorePath, order: list[str]) -> None:
+    """FormatError if ``column-order`` names a column twice (a frame holds one per name)."""
+    seen: set[str] = set()
+    for name in order:
+        if name in seen:
+            msg = f"{root}: attribute 'column-order' repeats the column {name!r}: {order!r}"
+            raise FormatError(msg)
+        seen.add(name)
 
 
 def _check_stored_name(root: StorePath, name: str) -> None:
