@@ -481,3 +481,36 @@ def test_round_trip_property(
     path = tmp_path_factory.mktemp("t") / "t"
     write_table(frame, path, chunks=chunks)
     assert_frames_equal(read_table(path, backend="polars"), frame)
+
+
+def _na_real(dtype: str) -> Any:
+    """A NaN with the bits of R's NA_real_ (payload 1954), the marker of a missing float."""
+    bits = {"float64": np.array([0x7FF8_0000_0000_07A2], np.uint64)}
+    bits["float32"] = np.array([0x7FC0_07A2], np.uint32)
+    return bits[dtype].view(dtype)[0]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("missing", [[False, False, False, True], [False, False, False, False]])
+def test_a_nan_with_the_bits_of_the_missing_marker_stays_a_nan(
+    dtype: str, missing: list[bool], tmp_path: Path
+) -> None:
+    """A NaN that is not missing reads back as NaN even with the bits of NA_real_."""
+    values = np.array([1.0, np.nan, _na_real(dtype), 0.0], dtype=dtype)
+    mask = np.array(missing)
+    frame = pd.DataFrame({"F": pd.arrays.FloatingArray(values, mask)}, index=list("abcd"))
+    write_table(frame, tmp_path / "pandas")
+    back = read_table(tmp_path / "pandas")["F"].array
+    assert back.isna().tolist() == missing
+    assert (np.isnan(back._data) & ~back._mask).tolist() == [False, True, True, False]
+    assert back.dtype == frame["F"].dtype
+    table = pa.table({"F": pa.array(values, mask=mask)})
+    write_table(table, tmp_path / "pyarrow")
+    arrow = read_table(tmp_path / "pyarrow", backend="pyarrow")["F"]
+    polars = read_table(tmp_path / "pyarrow", backend="polars")["F"]
+    for nulls, items in [
+        (arrow.is_null().to_pylist(), arrow.to_pylist()),
+        (polars.is_null().to_list(), polars.to_list()),
+    ]:
+        assert nulls == missing
+        assert [item is not None and np.isnan(item) for item in items] == [0, 1, 1, 0]

@@ -18,6 +18,7 @@ does not say it (see ``docs/tables.md``):
 * duration: a ``numpy.timedelta64`` array (no extra attribute);
 * float with missing values: a float array in which a missing value is the NaN whose payload
   is 1954 (R's ``NA_real_``), ``{"type": "nullable-float"}``; anndata and zarr-python see NaN.
+  A NaN that is not missing is never that NaN (one with its bits is stored as the quiet NaN).
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ Kind = Literal[
 _NA_FLOAT_BITS: dict[np.dtype, tuple[int, np.dtype]] = {
     np.dtype("float64"): (0x7FF8_0000_0000_07A2, np.dtype("uint64")),
     np.dtype("float32"): (0x7FC0_07A2, np.dtype("uint32")),
+}
+# A NaN that is not missing but has the bits of the marker is stored as the canonical quiet NaN.
+_QUIET_NAN_BITS: dict[np.dtype, int] = {
+    np.dtype("float64"): 0x7FF8_0000_0000_0000,
+    np.dtype("float32"): 0x7FC0_0000,
 }
 _NAT = np.iinfo(np.int64).min
 
@@ -222,15 +228,21 @@ def write_date(column: Column) -> ArrayPlan:
 
 
 def write_nullable_float(column: Column) -> ArrayPlan:
-    """Plan a float array in which a missing value is the NaN with payload 1954."""
+    """Plan a float array in which a missing value is the NaN with payload 1954.
+
+    A value that is not missing but is that NaN (R's ``NA_real_`` read as a number) is stored
+    as the canonical quiet NaN, so that it reads back as NaN, not as a missing value.
+    """
     assert isinstance(column, Dense)
     values = np.array(column.array, copy=True)
     if values.dtype not in _NA_FLOAT_BITS:
         msg = f"floats with missing values must be float32 or float64, found {values.dtype}"
         raise InputTypeError(msg)
+    bits, view = _NA_FLOAT_BITS[values.dtype]
+    stored = values.view(view)
+    stored[stored == bits] = _QUIET_NAN_BITS[values.dtype]  # a NaN, not missing: not the marker
     if column.mask is not None and column.mask.any():
-        bits, view = _NA_FLOAT_BITS[values.dtype]
-        values.view(view)[column.mask] = bits
+        stored[column.mask] = bits
     return ArrayPlan(values, {DTYPE_ATTRIBUTE: {"type": "nullable-float"}})
 
 
