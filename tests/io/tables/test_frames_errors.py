@@ -63,6 +63,22 @@ pa = pytest.importorskip("pyarrow")
             r"column 'c' has dtype interval",
             id="interval-categories",
         ),
+        pytest.param(  # narwhals calls these Unknown: the message names the native type
+            pd.DataFrame({"z": np.array([1 + 2j, 3j])}),
+            r"column 'z' has dtype complex128, which a table cannot store",
+            id="complex",
+        ),
+        pytest.param(
+            pa.table({"d": pa.array([dt.date(2020, 1, 1)], pa.date64())}),
+            r"column 'd' has dtype date64\[ms\], which",
+            id="date64",
+        ),
+        pytest.param(
+            pa.table({"n": pa.nulls(2)}), r"column 'n' has dtype null, which", id="arrow-null"
+        ),
+        pytest.param(
+            pl.DataFrame({"n": [None, None]}), r"column 'n' has dtype Null, which", id="polars-null"
+        ),
         pytest.param(  # pyarrow 18 cannot even fill the missing value (ArrowTypeError)
             pa.table({"h": pa.array(np.array([1.5, 2.5], "float16"), mask=np.array([0, 1], bool))}),
             r"column 'h': floats with missing values must be float32 or float64, found float16",

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from tables_helpers import python_values
 
+from cytepool.errors import UnsupportedFeatureError
 from cytepool.io import read_table, write_table
 from cytepool.io import zarr as cz
 
@@ -357,3 +358,19 @@ def test_read_absent_chunks(tmp_path: Path) -> None:
     for node in ("zeros", "empty", "single/codes", "full/mask"):
         assert not list((path / node).rglob("c*")), node  # zarr-python stored no chunk
     _check_read(path, anndata_read(path))
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("backend", ["pandas", "polars", "pyarrow"])
+def test_a_complex_column_anndata_writes_is_refused(
+    dtype: str, backend: str, tmp_path: Path
+) -> None:
+    # it used to be read as complex by pandas, as Object by polars, and to raise pyarrow's
+    # ArrowNotImplementedError
+    frame = pd.DataFrame({"a": [1, 2], "z": np.array([1 + 2j, 3j], dtype=dtype)}, index=["x", "y"])
+    path = anndata_write(frame, tmp_path / "store")
+    assert anndata_read(path)["z"].dtype == np.dtype(dtype)
+    match = rf"df/z: column 'z' has data type {dtype}, which cytepool tables do not read"
+    with pytest.raises(UnsupportedFeatureError, match=match):
+        read_table(path, backend=backend)  # type: ignore[arg-type]
+    assert len(read_table(path, columns=["a"], backend=backend)) == 2  # the other columns read

@@ -184,8 +184,16 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
         if dtype.is_nested() or isinstance(
             dtype, nw.Unknown | nw.Time | nw.Binary | nw.Decimal | nw.Int128 | nw.UInt128
         ):
-            msg = f"column {name!r} has dtype {dtype}, which a table cannot store"
+            shown = _native_dtype(series) if isinstance(dtype, nw.Unknown) else dtype
+            msg = f"column {name!r} has dtype {shown}, which a table cannot store"
             raise InputTypeError(msg)
+
+
+def _native_dtype(series: Any) -> Any:
+    """The data type of a narwhals series as its backend names it (narwhals' Unknown does not
+    say which: complex128, arrow ``date64[ms]`` or ``null``)."""
+    native = series.to_native()
+    return native.type if series.implementation.is_pyarrow() else native.dtype
 
 
 def _pandas_dates(series: Any) -> bool:

@@ -19,6 +19,9 @@ does not say it (see ``docs/tables.md``):
 * float with missing values: a float array in which a missing value is the NaN whose payload
   is 1954 (R's ``NA_real_``), ``{"type": "nullable-float"}``; anndata and zarr-python see NaN.
   A NaN that is not missing is never that NaN (one with its bits is stored as the quiet NaN).
+
+Complex numbers are not a table type: written, they are refused; read (anndata writes them as
+an ``array``), they raise UnsupportedFeatureError.
 """
 
 from __future__ import annotations
@@ -281,6 +284,13 @@ def read_array(node: Node, read: Read) -> Column:
         if node.objects:  # straight into str objects
             return Dense("string", np.asarray(array, dtype=object))
         return Dense("string", _s.read_strings(array))  # UTF-8 buffers, no str objects
+    if array.dtype.kind == "c":  # refused before any value is read
+        msg = (
+            f"{node.path}: column {node.path.name!r} has data type {array.dtype}, which "
+            "cytepool tables do not read: complex numbers are not a table type (write_table "
+            "refuses them too)"
+        )
+        raise UnsupportedFeatureError(msg)
     values = np.asarray(array)
     extra = node.attributes.get(DTYPE_ATTRIBUTE)
     kind = values.dtype.kind
@@ -295,7 +305,7 @@ def read_array(node: Node, read: Read) -> Column:
             raise FormatError(msg)
         bits, view = _NA_FLOAT_BITS[values.dtype]
         return Dense("nullable-float", values, mask=values.view(view) == bits)
-    if kind in "biufc":
+    if kind in "biuf":
         return Dense("array", values)
     msg = f"{node.path}: arrays of data type {values.dtype} are not supported in tables"
     raise UnsupportedFeatureError(msg)
