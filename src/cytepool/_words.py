@@ -17,7 +17,17 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["matrix", "option", "pick_counts", "place", "speaking", "stacklevel"]
+from cytepool.errors import CytepoolError, FormatError, InputError
+
+__all__ = [
+    "invalid_indices",
+    "matrix",
+    "option",
+    "pick_counts",
+    "place",
+    "speaking",
+    "stacklevel",
+]
 
 # An option's spelling in Python and on the command line
 _OPTIONS = {
@@ -46,6 +56,7 @@ class _Words:
     pick: str = ""  # how to pick another matrix; empty: say to pool raw counts
     cells: Sequence[Any] | None = None  # the names of its rows
     features: Sequence[Any] | None = None  # the names of its columns
+    indices: str = ""  # the array of a file holding its sparse indices ("X/indices of c.h5ad")
 
 
 _PYTHON = _Words()
@@ -83,6 +94,16 @@ def pick_counts() -> str:
     if words.pick:
         return words.pick
     return "pool the raw counts instead (such as adata.layers['counts'] or adata.raw.X)"
+
+
+def invalid_indices(message: str) -> CytepoolError:
+    """The error for sparse indices out of range, described by ``message``: an InputError for
+    a matrix in memory; a FormatError naming the array for one read from a file, which is
+    damaged."""
+    stored = _current().indices
+    if stored:
+        return FormatError(f"{message}: {stored} is damaged")
+    return InputError(message)
 
 
 def place(row: int, column: int) -> str:

@@ -608,7 +608,7 @@ def _raise_invalid(block: Block, line: int, at: tuple[int, int], by_row: bool) -
             raise InputError(msg)
     what = f"row {at[0]} holds column" if by_row else f"column {at[1]} holds row"
     msg = f"{_words.matrix()}: the sparse matrix is invalid: {what} indices out of range"
-    raise InputError(msg)
+    raise _words.invalid_indices(msg)
 
 
 def _fraction_of(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int, float] | None:

@@ -486,6 +486,37 @@ def test_column_indices_out_of_range_name_the_matrix(tmp_path: Path) -> None:
         from_anndata(path, **KEYS)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("reader", ["cytepool", "anndata"])
+@pytest.mark.parametrize("index", [-1, 10**6])
+def test_indices_out_of_range_in_a_file_are_a_format_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, reader: str, index: int
+) -> None:
+    """In a file, indices out of range are damage, as a damaged indptr is: a FormatError
+    naming the file and the array (it was an InputError); in memory, an InputError."""
+    adata = cells()
+    if fmt == "csc":
+        adata.X = sparse.csc_matrix(adata.X)
+    path = write(adata, tmp_path / "c.h5ad", "h5ad")
+    with h5py.File(path, "a") as f:
+        indices = f["X/indices"][...]
+        indices[5] = index
+        replace(f["X"], "indices", indices)
+    if reader == "anndata":  # anndata's backed reader, as for a filter cytepool cannot decode
+        monkeypatch.setattr(readers, "open_matrix", lambda *_: None)
+    what = "row 0 holds column" if fmt == "csr" else "column 0 holds row"
+    message = (
+        rf"^X of .*c\.h5ad: the sparse matrix is invalid: {what} indices out of range: "
+        rf"X/indices of .*c\.h5ad is damaged$"
+    )
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+    damaged = ad.read_h5ad(path)
+    with pytest.raises(InputError, match=r"the sparse matrix is invalid") as caught:
+        from_anndata(damaged, **KEYS)
+    assert not isinstance(caught.value, FormatError)
+
+
 def test_indptr_metadata_that_lies_allocates_nothing(tmp_path: Path) -> None:
     path = write(cells(), tmp_path / "c.zarr", "zarr-v2")
     meta_path = path / "X" / "indptr" / ".zarray"

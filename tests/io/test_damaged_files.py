@@ -28,7 +28,7 @@ pd = pytest.importorskip("pandas")
 h5py = pytest.importorskip("h5py")
 sparse = pytest.importorskip("scipy.sparse")
 
-from cytepool.errors import FormatError  # noqa: E402
+from cytepool.errors import FormatError, InputError  # noqa: E402
 from cytepool.io.anndata import from_anndata  # noqa: E402
 
 KEYS = {"sample_key": "sample", "group_key": "cell_type"}
@@ -466,6 +466,44 @@ def test_intact_file_with_a_user_block_pools(tmp_path: Path) -> None:
     """Heap addresses count from the end of a user block (as MuData's .h5mu has one)."""
     cube = from_anndata(written_behind_a_user_block(tmp_path), **KEYS)
     assert cube.cells.sum() == 50
+
+
+@pytest.mark.parametrize("user_block", [False, True])
+def test_a_file_cut_short_is_a_format_error_naming_it(tmp_path: Path, user_block: bool) -> None:
+    """An .h5ad cut short (by a copy, a download) holds HDF5's signature but does not open:
+    h5py's OSError with no error number is damage, a FormatError naming the file (it was an
+    InputError saying the file is no HDF5 file), behind a user block too."""
+    path = written_behind_a_user_block(tmp_path) if user_block else written(tmp_path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    message = rf"^{re.escape(str(path))} cannot be read as AnnData, it is damaged: .*truncated"
+    with pytest.raises(FormatError, match=message) as caught:
+        from_anndata(path, **KEYS)
+    assert type(caught.value.__cause__) is OSError
+    assert caught.value.__cause__.errno is None
+
+
+def test_a_file_without_the_hdf5_signature_is_no_h5ad(tmp_path: Path) -> None:
+    """Bytes with no HDF5 signature at 0, 512, 1024, ...: not an .h5ad, an InputError."""
+    path = tmp_path / "c.h5ad"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n"[:7] + bytes(3000))
+    with pytest.raises(InputError, match=r"c\.h5ad is not an \.h5ad \(HDF5\) file") as caught:
+        from_anndata(path, **KEYS)
+    assert not isinstance(caught.value, FormatError)
+
+
+def test_a_file_the_system_refuses_passes_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError of the system (its error number set), such as a file that may not be read,
+    passes as it is when h5py opens the file (it was an InputError)."""
+    path = written(tmp_path)
+
+    def refused(*_: Any, **__: Any) -> Any:
+        raise PermissionError(13, "Unable to synchronously open file (Permission denied)")
+
+    monkeypatch.setattr(h5py, "File", refused)
+    with pytest.raises(PermissionError, match="Permission denied"):
+        from_anndata(path, **KEYS)
 
 
 @pytest.mark.parametrize("text", ['{"zarr_format": "x"}', "{not json"])

@@ -579,6 +579,8 @@ def _pool_with_tables(
     names = {"matrix": source.matrix, "pick": source.pick_counts()}
     names["cells"] = source.names_of_cells(obs)
     names["features"] = feature_table.index
+    if source.path:  # indices out of range are damage to the file's array
+        names["indices"] = _indices_array(matrix, source.owner)
     alone = options.get("alone", True)
     with _words.speaking(**names), contextlib.ExitStack() as stack:
         if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
@@ -603,6 +605,17 @@ def _pool_with_tables(
             if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
                 counts = read_damaged(counts, source.owner)
         return pool(counts, feature_table, options["allow_float"])
+
+
+def _indices_array(matrix: Any, owner: str) -> str:
+    """The array of the file ``owner`` holding the sparse indices of ``matrix``
+    (``"X/indices of cells.h5ad"``), or "" for a dense matrix."""
+    if isinstance(matrix, SparseMatrix):
+        return matrix.indices.where
+    group = getattr(matrix, "group", None)  # anndata's backed sparse dataset (not imported)
+    if group is not None and getattr(matrix, "format", None) in ("csr", "csc"):
+        return f"{str(group.name).strip('/')}/indices of {owner}"
+    return ""
 
 
 def _stored_values(matrix: SparseMatrix | DenseMatrix) -> int:

@@ -524,12 +524,34 @@ def _open_store(path: Path) -> Iterator[tuple[Any, int]]:
     try:
         file = h5py.File(path, "r")
     except OSError as error:
+        if system_error(error):  # a file that cannot be read (PermissionError, ...)
+            raise
+        if _has_hdf5_signature(path):
+            msg = f"{path} cannot be read as AnnData, it is damaged: {error}"
+            raise FormatError(msg) from error
         msg = f"{path} is not an .h5ad (HDF5) file: {error}"
         raise InputError(msg) from error
     with file:
         with damaged(path):
             check_global_heaps(file, path)
         yield file, path.stat().st_size
+
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _has_hdf5_signature(path: Path) -> bool:
+    """Whether the file at ``path`` holds HDF5's signature where HDF5 looks for it: at byte
+    0, 512, 1024, 2048, ... (after a user block, as MuData writes ``.h5mu``). A file that
+    has one, yet that libhdf5 does not open, is a damaged HDF5 file (cut short, say)."""
+    with path.open("rb") as file:
+        size, offset = os.fstat(file.fileno()).st_size, 0
+        while offset + len(_HDF5_SIGNATURE) <= size:
+            file.seek(offset)
+            if file.read(len(_HDF5_SIGNATURE)) == _HDF5_SIGNATURE:
+                return True
+            offset = max(512, 2 * offset)
+    return False
 
 
 def _matrix(root: Any, element: str, path: Path, owner: str) -> Any:
