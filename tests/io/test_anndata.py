@@ -808,6 +808,55 @@ def test_polars_and_pyarrow_tables_go_to_anndata_and_back(tmp_path: Path, backen
 
 
 @pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("suffix", ["h5ad", "zarr"])
+def test_date_objects_go_to_anndata_and_back(tmp_path: Path, suffix: str) -> None:
+    """A pandas column of datetime.date objects (digested as dates) goes as ISO texts and
+    comes back as such objects: write_h5ad raised anndata's TypeError, and write_zarr gave
+    texts back (another fingerprint)."""
+    import datetime as dt
+
+    cube = cytepool.Cube(
+        {"counts": np.ones((2, 2, 3), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s0", "s1"], "day": [dt.date(2020, 1, 1), None]}),
+        groups=pd.DataFrame({"group_id": ["g0", "g1"], "day": [dt.date(1, 1, 1)] * 2}),
+        features=pd.DataFrame({"feature_id": ["f0", "f1", "f2"]}),
+        cells=np.full((2, 2), 5),
+    )
+    assert from_pseudobulk(to_anndata(cube)).fingerprint == cube.fingerprint
+    back = from_pseudobulk(written_and_read(to_anndata(cube), tmp_path / f"pb.{suffix}"))
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.groups, cube.groups)
+    assert back.samples["day"].tolist() == [dt.date(2020, 1, 1), None]
+
+
+@pytest.mark.interop
+def test_polars_enum_and_categorical_columns_go_to_anndata_and_mudata() -> None:
+    """polars' Enum and Categorical reach pyarrow with unsigned dictionary indices, which
+    pyarrow 18 cannot make pandas of (ArrowTypeError): made signed first."""
+    pl = pytest.importorskip("polars")
+    pytest.importorskip("mudata")
+    samples = pl.DataFrame(
+        {
+            "sample_id": ["s0", "s1"],
+            "condition": pl.Series(["ctrl", "stim"], dtype=pl.Enum(["ctrl", "stim"])),
+            "site": pl.Series(["x", "y"], dtype=pl.Categorical()),
+        }
+    )
+    cube = cytepool.Cube(
+        {"counts": np.ones((1, 2, 2), dtype=np.int64)},
+        samples=samples,
+        groups=pl.DataFrame({"group_id": ["g0"]}),
+        features=pl.DataFrame({"feature_id": ["f0", "f1"]}),
+        cells=np.full((1, 2), 3),
+    )
+    pseudobulk = to_anndata(cube)
+    assert pseudobulk.obs["condition"].tolist() == ["ctrl", "stim"]
+    assert from_pseudobulk(pseudobulk).fingerprint == cube.fingerprint
+    assert conv.from_mudata(conv.to_mudata(cube)).fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_floats_with_missing_values_go_to_anndata_and_back(tmp_path: Path) -> None:
     """anndata cannot write pandas' Float32/Float64 (IORegistryError before): they go as

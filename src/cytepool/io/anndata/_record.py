@@ -51,7 +51,7 @@ def _from_arrow(table: Any) -> pd.DataFrame:
     import pandas as pd
     import pyarrow as pa
 
-    frame = table.to_pandas()
+    frame = _signed_dictionaries(table).to_pandas()
     for name, column in zip(table.column_names, table.columns, strict=True):
         kind = column.type
         if pa.types.is_date(kind):
@@ -60,6 +60,22 @@ def _from_arrow(table: Any) -> pd.DataFrame:
             arrow = column.to_pandas(types_mapper=pd.ArrowDtype)  # int32[pyarrow] -> Int32
             frame[name] = arrow.convert_dtypes(dtype_backend="numpy_nullable")
     return frame
+
+
+def _signed_dictionaries(table: Any) -> Any:
+    """``table`` with the unsigned indices of its dictionary columns (polars' Enum and
+    Categorical) made signed, which older pyarrow (18) needs to make pandas categoricals of them
+    ("Converting unsigned dictionary indices to pandas not yet supported")."""
+    import pyarrow as pa
+
+    for i, kind in enumerate(table.schema.types):
+        if pa.types.is_dictionary(kind) and pa.types.is_unsigned_integer(kind.index_type):
+            wide = kind.index_type.bit_width > 16
+            signed = pa.dictionary(
+                pa.int64() if wide else pa.int32(), kind.value_type, kind.ordered
+            )
+            table = table.set_column(i, table.field(i).with_type(signed), table[i].cast(signed))
+    return table
 
 
 def profile_rows(cube: Cube, layer: str, group_rows: np.ndarray, sample_rows: np.ndarray) -> Any:
@@ -189,8 +205,24 @@ def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
     return record
 
 
+_DATE_OBJECTS = "object[date]"
+"""The dtype name recorded for a pandas column of ``datetime.date`` objects (which the digest
+takes as dates): written as ISO texts, restored as such objects."""
+
+
 def _dtype_names(frame: pd.DataFrame) -> dict[str, str]:
-    return {str(column): _dtype_name(dtype) for column, dtype in frame.dtypes.items()}
+    return {
+        str(column): _DATE_OBJECTS if _date_objects(frame[column]) else _dtype_name(dtype)
+        for column, dtype in frame.dtypes.items()
+    }
+
+
+def _date_objects(series: pd.Series) -> bool:
+    """Whether ``series`` is a pandas column of ``datetime.date`` objects (missing: None,
+    NaN or NaT)."""
+    import pandas as pd
+
+    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) == "date"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -210,6 +242,7 @@ def writable(frame: pd.DataFrame) -> pd.DataFrame:
         series = frame[column]
         kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
         timely = isinstance(series.dtype, pd.DatetimeTZDtype) or _arrow_dates(series.dtype)
+        timely = timely or _date_objects(series)
         if kind in ("m", "M") or timely:  # ISO texts, as objects (not pyarrow's strings)
             texts = [None if pd.isna(value) else value.isoformat() for value in series]
             series = pd.Series(texts, index=series.index, dtype=object)
@@ -258,10 +291,23 @@ def restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
             series = pd.to_timedelta(series.astype(object))
         elif name.startswith("date") and name.endswith("[pyarrow]"):  # ISO dates: cast by arrow
             series = series.astype(object).where(series.notna(), None)
+        elif name == _DATE_OBJECTS:
+            frame[column] = _dates_from_texts(series)
+            continue
         if series.dtype == "category" and name in {"object", "str"}:
             series = series.astype(object).where(series.notna(), None)
         frame[column] = series.astype(name)
     return frame
+
+
+def _dates_from_texts(series: pd.Series) -> pd.Series:
+    """ISO dates (``writable`` wrote them) as ``datetime.date`` objects, None for missing."""
+    import datetime as dt
+
+    import pandas as pd
+
+    days = [None if pd.isna(text) else dt.date.fromisoformat(str(text)) for text in series]
+    return pd.Series(days, index=series.index, dtype=object, name=series.name)
 
 
 def stamped(cube: Cube, history: Iterable[Any], operation: str, parameters: Any) -> Cube:
