@@ -27,7 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import cytepool  # noqa: E402
 from cytepool import _progress  # noqa: E402
-from cytepool.errors import NotCountsWarning  # noqa: E402
+from cytepool.errors import InputError, NotCountsWarning  # noqa: E402
 from cytepool.io import anndata as conv  # noqa: E402
 from cytepool.io.anndata import (  # noqa: E402
     from_anndata,
@@ -431,6 +431,23 @@ def test_backed_h5ad_matches_in_memory(tmp_path: Path, cells: Any, dense: bool) 
         backed.file.close()
     assert pooled.fingerprint == expected.fingerprint
     assert_pooled(pooled, loaded)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("fmt", ["csr", "csc", "dense"])
+def test_backed_pseudobulk_is_read(tmp_path: Path, fmt: str) -> None:
+    """from_pseudobulk of a backed AnnData: a sparse X on disk is read into memory (it was an
+    InputTypeError, "adata.X has dtype object")."""
+    cube = rich_cube()
+    pseudobulk = to_anndata(cube)
+    convert = {"csr": sparse.csr_matrix, "csc": sparse.csc_matrix, "dense": np.asarray}[fmt]
+    pseudobulk.X = convert(pseudobulk.X)
+    pseudobulk.write_h5ad(tmp_path / "pb.h5ad")
+    backed = ad.read_h5ad(tmp_path / "pb.h5ad", backed="r")
+    try:
+        assert from_pseudobulk(backed).fingerprint == cube.fingerprint
+    finally:
+        backed.file.close()
 
 
 @pytest.mark.interop
@@ -989,6 +1006,52 @@ def test_from_pseudobulk_errors() -> None:
         from_pseudobulk(adata, sample_key="d", group_key="ct")
 
 
+@pytest.mark.interop
+def test_layer_naming_a_recorded_layer_gives_the_cube() -> None:
+    """With the record, layer= naming a layer it lists gives the cube: it read that layer
+    as the layer of X (the detected values came back as "counts", the counts were lost)."""
+    cube = rich_cube()
+    pseudobulk = to_anndata(cube)
+    for layer in (None, "counts", "detected"):
+        assert from_pseudobulk(pseudobulk, layer=layer).fingerprint == cube.fingerprint
+    other = to_anndata(cube, layer="detected")
+    assert from_pseudobulk(other, layer="counts").fingerprint == cube.fingerprint
+    moved = pseudobulk.copy()  # X normalized, the counts kept in a layer: read from there
+    moved.layers["counts"] = moved.X.copy()
+    moved.X = moved.X / 2.0
+    assert from_pseudobulk(moved, layer="counts").fingerprint == cube.fingerprint
+    message = (
+        r"^adata: layer='psbulk_props' is not a layer of the cube uns\['cytepool'\] records "
+        r"\(X holds 'counts'; its layers are \['counts', 'detected'\]\): omit layer="
+    )
+    with pytest.raises(InputError, match=message):
+        from_pseudobulk(pseudobulk, layer="psbulk_props")
+    with pytest.raises(KeyError, match="no layer 'spliced'"):
+        from_pseudobulk(pseudobulk, layer="spliced")
+
+
+@pytest.mark.interop
+def test_n_obs_aggregated_holds_the_cell_numbers() -> None:
+    """scanpy >= 1.12's sc.get.aggregate records the cells of each profile as
+    obs["n_obs_aggregated"]: found without cells_key, after n_cells and psbulk_cells, and
+    never a covariate."""
+    sums = np.array([[1, 2], [3, 0], [4, 4]])
+    adata = pseudobulk_frame(sums, [1, 2, 3], d=["a", "b", "b"], g=["T", "T", "B"])
+    adata.obs = adata.obs.rename(columns={"psbulk_cells": "n_obs_aggregated"})
+    cube = from_pseudobulk(adata, sample_key="d", group_key="g")
+    assert cube.cells.tolist() == [[0, 3], [1, 2]]
+    assert list(cube.samples.columns) == []
+    adata.obs["psbulk_cells"] = [5, 6, 7]
+    assert from_pseudobulk(adata, sample_key="d", group_key="g").cells.tolist() == [[0, 7], [5, 6]]
+    del adata.obs["psbulk_cells"], adata.obs["n_obs_aggregated"]
+    message = (
+        r"looked for 'n_cells', 'psbulk_cells', 'n_obs_aggregated'\): pass cells_key= .* "
+        r"\(sc.get.aggregate records them as 'n_obs_aggregated' from scanpy 1.12 on, not before"
+    )
+    with pytest.raises(InputError, match=message):
+        from_pseudobulk(adata, sample_key="d", group_key="g")
+
+
 # ---------------------------------------------------------------------------------------------
 # The real tools
 # ---------------------------------------------------------------------------------------------
@@ -1015,6 +1078,21 @@ def test_sums_equal_scanpy_aggregate(cells: Any, cube: Any) -> None:
     ]
     aggregated.obs = obs
     aggregated = aggregated[aggregated.obs["n_cells"] > 0].copy()
+    pooled = from_pseudobulk(aggregated, sample_key="sample", group_key="cell_type", layer="sum")
+    np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
+    np.testing.assert_array_equal(pooled.cells, cube.cells)
+
+
+def test_scanpy_aggregate_output_needs_no_cells_key_from_scanpy_1_12(cells: Any, cube: Any) -> None:
+    sc = pytest.importorskip("scanpy")
+    aggregated = sc.get.aggregate(cells, by=["sample", "cell_type"], func="sum")
+    if "n_obs_aggregated" not in aggregated.obs:
+        from importlib.metadata import version
+
+        release = version("scanpy")
+        assert tuple(int(part) for part in release.split(".")[:2]) < (1, 12)
+        pytest.skip(f"scanpy {release} records no cell numbers")
+    aggregated = aggregated[aggregated.obs["n_obs_aggregated"] > 0].copy()
     pooled = from_pseudobulk(aggregated, sample_key="sample", group_key="cell_type", layer="sum")
     np.testing.assert_array_equal(pooled.to_numpy("counts"), cube.to_numpy("counts"))
     np.testing.assert_array_equal(pooled.cells, cube.cells)
@@ -1066,6 +1144,40 @@ def test_mudata_round_trip(tmp_path: Path) -> None:
         mdata.write(tmp_path / "cube.h5mu")
         again = md.read_h5mu(tmp_path / "cube.h5mu")
     assert conv.from_mudata(again).fingerprint == cube.fingerprint
+
+
+def test_from_mudata_reads_the_cell_numbers_to_mudata_wrote(tmp_path: Path) -> None:
+    """A sample covariate named n_cells pushes the cell numbers to n_cells_: from_mudata
+    read the covariate as the cell numbers (a wrong cube, silently)."""
+    md = pytest.importorskip("mudata")
+    cube = cytepool.Cube(
+        {"counts": np.ones((2, 3, 2), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s0", "s1", "s2"], "n_cells": [100, 200, 300]}),
+        groups=pd.DataFrame({"group_id": ["g0", "g1"]}),
+        features=pd.DataFrame({"feature_id": ["f0", "f1"]}),
+        cells=np.array([[5, 6, 7], [1, 2, 3]]),
+    )
+    mdata = conv.to_mudata(cube)
+    assert mdata.mod["g1"].obs["n_cells_"].tolist() == [1, 2, 3]
+    assert conv.from_mudata(mdata).fingerprint == cube.fingerprint
+    with mudata_defaults(md):
+        mdata.write(tmp_path / "cube.h5mu")
+        again = md.read_h5mu(tmp_path / "cube.h5mu")
+    assert conv.from_mudata(again).fingerprint == cube.fingerprint
+    edited = mdata.mod["g1"].obs.copy()
+    edited.loc["s1", "n_cells_"] = 9
+    mdata.mod["g1"].obs = edited
+    message = (
+        r"^modality 'g1': obs column 'n_cells_', where to_mudata wrote the "
+        r"cell numbers, holds 9 for sample 's1', but uns\['cytepool'\] records 2: pass cells_key="
+    )
+    with pytest.raises(InputError, match=message):
+        conv.from_mudata(mdata)
+    chosen = conv.from_mudata(mdata, cells_key="n_cells_")
+    assert chosen.cells.tolist() == [[5, 6, 7], [1, 9, 3]]
+    for name in mdata.mod:  # the column gone: the record's numbers
+        mdata.mod[name].obs = mdata.mod[name].obs.drop(columns="n_cells_")
+    assert conv.from_mudata(mdata).fingerprint == cube.fingerprint
 
 
 def cube_without_groups(kind: str) -> Any:

@@ -25,7 +25,12 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
-from cytepool.io.anndata._readers import as_pandas_frame, check_values, layer_keys
+from cytepool.io.anndata._readers import (
+    as_pandas_frame,
+    check_values,
+    is_sparse_dataset,
+    layer_keys,
+)
 from cytepool.io.anndata._record import (
     RECORD_KEY,
     cube_tables,
@@ -39,7 +44,7 @@ from cytepool.io.anndata._record import (
     writable,
 )
 
-_CELLS_COLUMNS = ("n_cells", "psbulk_cells")
+_CELLS_COLUMNS = ("n_cells", "psbulk_cells", "n_obs_aggregated")
 _COUNTS_COLUMN = "psbulk_counts"
 PROPS_LAYER = "psbulk_props"
 """decoupler's layer of the fraction of cells in which a feature is detected, per profile."""
@@ -147,8 +152,9 @@ def from_pseudobulk(
     """Make a cube from a pseudobulk AnnData, one observation per profile.
 
     Reads ours (:func:`to_anndata`), scanpy's ``sc.get.aggregate`` output (sums in
-    ``layers["sum"]``, which has no cell numbers: add them to ``obs`` and name the column
-    with ``cells_key``) and decoupler's pseudobulk output (sums in ``X``, cell numbers in
+    ``layers["sum"]``; cell numbers in ``obs["n_obs_aggregated"]`` from scanpy 1.12 on, found
+    by themselves; scanpy 1.11 records none: add them to ``obs`` and name the column with
+    ``cells_key``) and decoupler's pseudobulk output (sums in ``X``, cell numbers in
     ``obs["psbulk_cells"]`` as floats). Profiles absent from ``obs`` are empty.
 
     When ``uns["cytepool"]`` describes ``adata`` (every profile that had cells is there,
@@ -173,10 +179,13 @@ def from_pseudobulk(
     sample_key, group_key
         The ``obs`` columns holding each profile's sample and group.
     layer
-        Where the sums are: a key of ``layers``, or None for ``X``.
+        Where the sums are: a key of ``layers``, or None for ``X``. With the record, every
+        layer is read where :func:`to_anndata` put it, so ``layer=`` naming a layer the
+        record lists gives the same cube (the layer of ``X`` is read from ``layers[layer]``
+        when ``adata`` holds it there); naming another layer is an error.
     cells_key
         The ``obs`` column holding cell numbers (whole numbers, of any numeric dtype).
-        None looks for ``n_cells``, then ``psbulk_cells``.
+        None looks for ``n_cells``, then ``psbulk_cells``, then ``n_obs_aggregated``.
     samples, groups
         Covariates, as in :func:`from_anndata` (ignored when the record is used).
 
@@ -191,7 +200,7 @@ def from_pseudobulk(
     ValueError
         If there are no cell numbers, a label is missing, a profile appears twice, a value
         is negative, not finite or (for integer layers and cell numbers) not a whole number,
-        or var names are not unique.
+        var names are not unique, or ``layer`` names a layer the record does not list.
 
     Examples
     --------
@@ -209,14 +218,13 @@ def from_pseudobulk(
     ([[4, 6]], dtype('int64'))
     """
     where = "adata"
-    sums: dict[str | None, np.ndarray] = {None: _pseudobulk_matrix(adata, layer, where)}
     record = read_record(adata.uns, where)
     if record is not None:
-        for name in record["layers"]:
-            if name != record["layer"] and name in adata.layers and name != layer:
-                sums[name] = _pseudobulk_matrix(adata, name, where)
-    elif PROPS_LAYER in adata.layers and layer != PROPS_LAYER:
-        sums[PROPS_LAYER] = _pseudobulk_matrix(adata, PROPS_LAYER, where)
+        sums = _recorded_sums(adata, record, layer, where)
+    else:
+        sums = {None: _pseudobulk_matrix(adata, layer, where)}
+        if PROPS_LAYER in adata.layers and layer != PROPS_LAYER:
+            sums[PROPS_LAYER] = _pseudobulk_matrix(adata, PROPS_LAYER, where)
     return _from_profiles(
         as_pandas_frame(adata.obs),
         sums,
@@ -236,6 +244,33 @@ def from_pseudobulk(
             },
         ),
     )
+
+
+def _recorded_sums(
+    adata: anndata.AnnData, record: dict[str, Any], layer: str | None, where: str
+) -> dict[str | None, np.ndarray]:
+    """The sums of every layer the record lists that ``adata`` holds, each read where
+    :func:`to_anndata` put it (key None: the layer of ``X``, read from ``layers[layer]`` when
+    ``layer=`` names it and ``adata`` has it there). ``layer=`` naming another layer is an
+    error: reading it as the layer of ``X`` would put one layer's values under another's name."""
+    main = record["layer"]
+    if layer is not None and layer not in record["layers"]:
+        _pseudobulk_matrix(adata, layer, where)  # UnknownIdError if adata has no such layer
+        msg = (
+            f"{where}: layer={layer!r} is not a layer of the cube uns[{RECORD_KEY!r}] records "
+            f"(X holds {main!r}; its layers are {record['layers']}): omit layer= to rebuild "
+            f"that cube, or delete uns[{RECORD_KEY!r}] to read layers[{layer!r}] as the "
+            f"counts of any pseudobulk AnnData"
+        )
+        raise InputError(msg)
+    moved = layer == main and layer in adata.layers
+    sums: dict[str | None, np.ndarray] = {
+        None: _pseudobulk_matrix(adata, layer if moved else None, where)
+    }
+    for name in record["layers"]:
+        if name != main and name in adata.layers:
+            sums[name] = _pseudobulk_matrix(adata, name, where)
+    return sums
 
 
 def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
@@ -318,10 +353,14 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
     """Make a cube from a MuData with one modality per group, the inverse of :func:`to_mudata`.
 
     Each modality holds one observation per sample (``obs_names`` are the sample ids) and
-    the cell numbers in ``obs`` (``cells_key``, or ``n_cells`` / ``psbulk_cells``); every
-    modality must have the same features. With the record of :func:`to_mudata` the cube is
-    rebuilt exactly (see :func:`from_pseudobulk`); without it, the groups are the modality
-    names and the layer ``"counts"`` holds each modality's ``X``.
+    the cell numbers in ``obs`` (``cells_key``, or ``n_cells`` / ``psbulk_cells`` /
+    ``n_obs_aggregated``); every modality must have the same features. With the record of
+    :func:`to_mudata` the cube is rebuilt exactly (see :func:`from_pseudobulk`), the cell
+    numbers read (without ``cells_key``) from the column :func:`to_mudata` wrote them to
+    (``n_cells``, or ``n_cells_`` when a sample covariate is named ``n_cells``), which must
+    hold the numbers the record holds, or taken from the record if that column is gone;
+    without the record, the groups are the modality names and the layer ``"counts"`` holds
+    each modality's ``X``.
 
     Parameters
     ----------
@@ -337,7 +376,8 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
     Raises
     ------
     KeyError, ValueError
-        As :func:`from_pseudobulk`, and if the modalities' features differ.
+        As :func:`from_pseudobulk`, and if the modalities' features differ or, with the
+        record, the cell numbers differ from the record's.
 
     Examples
     --------
@@ -378,13 +418,13 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
         modality, where = mdata.mod[name], f"modality {name!r}"
         var = _same_features(var, modality.var, where)
         obs = pd.DataFrame(modality.obs).copy()
-        key = _cells_column(obs, cells_key, where)
+        group = group_of.get(name, name)
         frames.append(
             pd.DataFrame(
                 {
                     "sample_id": obs.index.to_numpy(),
-                    "group_id": group_of.get(name, name),
-                    "n_cells": obs[key].to_numpy(),
+                    "group_id": group,
+                    "n_cells": _modality_cells(obs, cells_key, record, group, where),
                 },
             )
         )
@@ -393,6 +433,43 @@ def from_mudata(mdata: mudata.MuData, *, cells_key: str | None = None) -> Cube:
     obs = concat_frames(frames)
     stacked = {layer: np.concatenate(blocks) for layer, blocks in sums.items()}
     return _from_modality_rows(obs, stacked, var, record, cells_key)
+
+
+def _modality_cells(
+    obs: pd.DataFrame,
+    cells_key: str | None,
+    record: dict[str, Any] | None,
+    group: str,
+    where: str,
+) -> np.ndarray:
+    """The cell numbers of a modality's samples: its column ``cells_key``, or without it
+    ``n_cells`` / ``psbulk_cells`` / ``n_obs_aggregated``. With the record and no
+    ``cells_key``, the column :func:`to_mudata` wrote them to (``n_cells``, or ``n_cells_``
+    when a sample covariate is named ``n_cells``), which must hold the recorded numbers; the
+    recorded numbers if that column is gone."""
+    if cells_key is not None or record is None:
+        return obs[_cells_column(obs, cells_key, where)].to_numpy()
+    samples = record["samples"]
+    key = free_name("n_cells", samples.columns, "")
+    positions = samples.index.get_indexer(obs.index.astype(str))
+    known = positions >= 0
+    recorded = np.zeros(len(obs), dtype=np.int64)
+    if group in record["groups"].index:  # unknown ids: an error of _recorded_parts
+        recorded[known] = record["cells"][record["groups"].index.get_loc(group), positions[known]]
+    if key not in obs.columns:
+        return recorded
+    here = _whole_numbers(obs[key], where)
+    differ = np.flatnonzero(known & (here != recorded))
+    if differ.size:
+        i = int(differ[0])
+        msg = (
+            f"{where}: obs column {key!r}, where to_mudata wrote the cell numbers, holds "
+            f"{here[i]} for sample {obs.index[i]!r}, but uns[{RECORD_KEY!r}] records "
+            f"{recorded[i]}: pass cells_key= naming the column of cell numbers, or delete "
+            f"uns[{RECORD_KEY!r}] to read the modalities without the record"
+        )
+        raise InputError(msg)
+    return here
 
 
 def _from_modality_rows(
@@ -710,10 +787,10 @@ def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
         if name in obs.columns:
             return name
     msg = (
-        f"{where}: obs has no cell numbers (looked for {' and '.join(map(repr, _CELLS_COLUMNS))}): "
+        f"{where}: obs has no cell numbers (looked for {', '.join(map(repr, _CELLS_COLUMNS))}): "
         f"pass cells_key= naming the obs column that holds the number of cells of each "
-        f"profile (sc.get.aggregate does not record them; count the cells per profile and "
-        f"add them to obs)"
+        f"profile (sc.get.aggregate records them as 'n_obs_aggregated' from scanpy 1.12 on, "
+        f"not before; count the cells per profile and add them to obs)"
     )
     raise InputError(msg)
 
@@ -723,7 +800,7 @@ def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) ->
     if layer is not None and layer not in adata.layers:
         msg = f"{where} has no layer {layer!r}; its layers are {layer_keys(adata)}"
         raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
-    values = adata.X if layer is None else adata.layers[layer]
+    values: Any = adata.X if layer is None else adata.layers[layer]
     label = f"{where}.X" if layer is None else f"{where}.layers[{layer!r}]"
     if values is None:
         hint = f" pass layer= naming one of {layer_keys(adata)}" if layer_keys(adata) else ""
@@ -731,6 +808,8 @@ def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) ->
         raise InputError(msg)
     if hasattr(values, "compute"):  # dask, from a lazily opened AnnData
         values = values.compute()
+    if is_sparse_dataset(values):  # a backed AnnData's sparse matrix, on disk
+        values = values.to_memory()
     if hasattr(values, "toarray"):
         values = values.toarray()
     values = np.asarray(values)
