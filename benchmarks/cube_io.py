@@ -220,8 +220,9 @@ def zarr_read_by_name(path: Path, group: str, genes: list[str]) -> np.ndarray:
     root = zarr.open_group(path, mode="r")
 
     def ids(table: str) -> pd.Index:
-        index = root[table].attrs["_index"]
-        return pd.Index(root[f"{table}/{index}/values"][:])
+        column = root[f"{table}/{root[table].attrs['_index']}"]
+        values = column if isinstance(column, zarr.Array) else column["values"]  # nullable
+        return pd.Index(values[:])
 
     position = ids("groups").get_loc(group)
     positions = ids("features").get_indexer(genes)
