@@ -47,6 +47,7 @@ __all__ = [
     "combined_digest",
     "group_digest",
     "normalization_digest",
+    "positive_zeros",
     "table_digest",
 ]
 
@@ -120,6 +121,25 @@ def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
     return LAYER_DTYPES[found.newbyteorder("=").name]
 
 
+def positive_zeros(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A copy of the floats ``values`` with ``-0.0`` made ``+0.0`` (adding 0), the one form
+    of a zero the canonical encodings hold. A signalling NaN, which a damaged or hostile file
+    may hold, comes out quiet, without numpy's "invalid value" warning: every NaN is a
+    missing value or an error to the callers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> positive_zeros(np.array([-0.0, 1.5])).tolist(), np.signbit(positive_zeros(np.array([-0.0])))
+    ([0.0, 1.5], array([False]))
+    >>> signalling = np.array([0x7F800001], dtype=np.uint32).view(np.float32)
+    >>> bool(np.isnan(positive_zeros(signalling))[0])
+    True
+    """
+    with np.errstate(invalid="ignore"):
+        return values + values.dtype.type(0)
+
+
 def group_digest(
     dtype: Any,
     block: Any,
@@ -187,7 +207,7 @@ def group_digest(
         if canonical:
             h.update(_raw(band))
         else:
-            piece = band + dt.type(0) if dt.kind == "f" else band  # -0.0 -> +0.0
+            piece = positive_zeros(band) if dt.kind == "f" else band
             h.update(_raw(np.ascontiguousarray(piece, dtype=dt.newbyteorder("<"))))
         if each is not None:
             each(band)
@@ -246,7 +266,7 @@ def normalization_digest(normalization: Normalization | None, algorithm: str = B
     if normalization is None:
         h.update(b"\0")
         return str(h.hexdigest())
-    factors = np.ascontiguousarray(normalization.factors, dtype="<f8") + 0.0
+    factors = positive_zeros(np.ascontiguousarray(normalization.factors, dtype="<f8"))
     h.update(b"\1" + prefixed_text(normalization.method))
     h.update(_u64(factors.shape[0]) + _u64(factors.shape[1]))
     h.update(_raw(np.ascontiguousarray(factors, dtype="<f8")))
@@ -472,7 +492,7 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
         values = values.astype(np.dtype(tag).newbyteorder("<"))
     if tag.startswith("float"):
         mask = mask | np.isnan(values)
-        values = values + values.dtype.type(0)  # -0.0 -> +0.0
+        values = positive_zeros(values)
     values[mask] = 0
     return CanonicalColumn(name, tag, mask, values)
 

@@ -49,6 +49,7 @@ from cytepool.fingerprint import (
     column_digest,
     columns_digest,
     combined_digest,
+    positive_zeros,
 )
 from cytepool.io.tables import registry as _r
 from cytepool.io.tables.backends import BACKENDS, INDEX, check_installed
@@ -512,6 +513,6 @@ def _numbers(name: str, values: np.ndarray[Any, Any]) -> CanonicalColumn | None:
     mask = np.zeros(len(values), dtype=bool)
     if values.dtype.kind == "f":
         mask = np.isnan(out)
-        out = out + out.dtype.type(0)  # -0.0 -> +0.0
+        out = positive_zeros(out)
         out[mask] = 0
     return CanonicalColumn(name, out.dtype.name, mask, out)
