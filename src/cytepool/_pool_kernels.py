@@ -417,22 +417,13 @@ def scatter_columns(
             return status
         fits = True
         c = column0 + j
-        if square and flags & _UNSORTED:  # a row may repeat: its cell squared once
-            if mark.shape[0] == 0:
-                mark, cell = cell_scratch(n_rows, squares)
-            scratch = (mark, cell)
-            fits = add_cell_squares(squares[:, c], values, rows, profiles, scratch, j, integers)
-            for k in range(values.shape[0]):
-                p = profiles[np.uint64(rows[k])]
-                if integers:
-                    out[p, c] += np.int64(values[k])
-                else:
-                    out[p, c] += np.float64(values[k])
-        elif integers:
+        repeats = square and (flags & _UNSORTED) != 0  # a row may repeat: its cell squared once
+        each = square and not repeats  # each value squared as it is added
+        if integers:
             for k in range(values.shape[0]):
                 p, v = profiles[np.uint64(rows[k])], np.int64(values[k])
                 out[p, c] += v
-                if square:
+                if each:
                     total = squares[p, c] + v * v
                     squares[p, c] = total
                     fits &= total >= 0
@@ -440,8 +431,13 @@ def scatter_columns(
             for k in range(values.shape[0]):
                 p, x = profiles[np.uint64(rows[k])], np.float64(values[k])
                 out[p, c] += x
-                if square:
+                if each:
                     squares[p, c] += x * x
+        if repeats:
+            if mark.shape[0] == 0:
+                mark, cell = cell_scratch(n_rows, squares)
+            scratch = (mark, cell)
+            fits = add_cell_squares(squares[:, c], values, rows, profiles, scratch, j, integers)
         if not fits:
             resume[task] = j
             return OVERFLOW

@@ -516,23 +516,36 @@ class ArrayLayer(LazyLayer):
     ) -> None:
         """Check a block's values, unless they were checked already (``fine``: what
         :func:`values_fine` gives for it, if known)."""
-        gid = self._group_id(group)
         if not self.checked:
-            cells = None
-            if self.cells is not None:
-                row = self.cells[group]
-                cells = row if samples is None else row[samples]
-            check_block(
-                block,
-                layer=self.name,
-                group=gid,
-                sample_ids=self.sample_ids,
-                feature_ids=self.feature_ids,
-                samples=samples,
-                features=features,
-                cells=cells,
-                fine=fine,
-            )
+            _check_read(self, group, block, (samples, features), fine)
+
+
+def _check_read(
+    layer: ArrayLayer | CheckedLayer,
+    group: int,
+    block: np.ndarray[Any, Any],
+    where: tuple[Index | None, Index | None],
+    fine: bool | None = None,
+) -> None:
+    """:func:`check_block` of a block ``layer`` read of ``group`` at ``where`` (the samples
+    and features read, None: all), against the layer's cell numbers (if it has them) and
+    named by its ids."""
+    samples, features = where
+    cells = None
+    if layer.cells is not None:
+        row = layer.cells[group]
+        cells = row if samples is None else row[samples]
+    check_block(
+        block,
+        layer=layer.name,
+        group=layer.group_ids[group] if layer.group_ids is not None else f"#{group}",
+        sample_ids=layer.sample_ids,
+        feature_ids=layer.feature_ids,
+        samples=samples,
+        features=features,
+        cells=cells,
+        fine=fine,
+    )
 
 
 # --------------------------------------------------------------------------- derived
@@ -564,17 +577,7 @@ class CheckedLayer(LazyLayer):
     ) -> np.ndarray[Any, Any]:
         """Read one group's block from the base layer, checked."""
         block = self.base.read(group, samples, features)
-        row = self.cells[group]
-        check_block(
-            block,
-            layer=self.name,
-            group=self.group_ids[group],
-            sample_ids=self.sample_ids,
-            feature_ids=self.feature_ids,
-            samples=samples,
-            features=features,
-            cells=row if samples is None else row[samples],
-        )
+        _check_read(self, group, block, (samples, features))
         return block
 
     def reading(

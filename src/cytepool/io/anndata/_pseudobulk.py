@@ -255,7 +255,7 @@ def _recorded_sums(
     error: reading it as the layer of ``X`` would put one layer's values under another's name."""
     main = record["layer"]
     if layer is not None and layer not in record["layers"]:
-        _pseudobulk_matrix(adata, layer, where)  # UnknownIdError if adata has no such layer
+        _check_layer(adata, layer, where)
         msg = (
             f"{where}: layer={layer!r} is not a layer of the cube uns[{RECORD_KEY!r}] records "
             f"(X holds {main!r}; its layers are {record['layers']}): omit layer= to rebuild "
@@ -795,11 +795,16 @@ def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
     raise InputError(msg)
 
 
-def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) -> np.ndarray:
-    """The dense sums of a pseudobulk AnnData (``X`` or a layer), checked."""
+def _check_layer(adata: anndata.AnnData, layer: str | None, where: str) -> None:
+    """UnknownIdError if ``adata`` has no layer ``layer`` (None: ``X``, always there)."""
     if layer is not None and layer not in adata.layers:
         msg = f"{where} has no layer {layer!r}; its layers are {layer_keys(adata)}"
         raise UnknownIdError(msg, unknown=layer, known=layer_keys(adata))
+
+
+def _pseudobulk_matrix(adata: anndata.AnnData, layer: str | None, where: str) -> np.ndarray:
+    """The dense sums of a pseudobulk AnnData (``X`` or a layer), checked."""
+    _check_layer(adata, layer, where)
     values: Any = adata.X if layer is None else adata.layers[layer]
     label = f"{where}.X" if layer is None else f"{where}.layers[{layer!r}]"
     if values is None:

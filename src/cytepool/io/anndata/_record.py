@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from cytepool.cube import Cube
 from cytepool._records import ID_COLUMNS
 from cytepool.io.anndata._readers import eager
+from cytepool.io.tables.backends import date_objects
 
 RECORD_KEY = "cytepool"
 """The ``uns`` key under which :func:`to_anndata` and :func:`to_mudata` store the record."""
@@ -212,17 +213,9 @@ takes as dates): written as ISO texts, restored as such objects."""
 
 def _dtype_names(frame: pd.DataFrame) -> dict[str, str]:
     return {
-        str(column): _DATE_OBJECTS if _date_objects(frame[column]) else _dtype_name(dtype)
+        str(column): _DATE_OBJECTS if date_objects(frame[column]) else _dtype_name(dtype)
         for column, dtype in frame.dtypes.items()
     }
-
-
-def _date_objects(series: pd.Series) -> bool:
-    """Whether ``series`` is a pandas column of ``datetime.date`` objects (missing: None,
-    NaN or NaT)."""
-    import pandas as pd
-
-    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) == "date"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -242,7 +235,7 @@ def writable(frame: pd.DataFrame) -> pd.DataFrame:
         series = frame[column]
         kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
         timely = isinstance(series.dtype, pd.DatetimeTZDtype) or _arrow_dates(series.dtype)
-        timely = timely or _date_objects(series)
+        timely = timely or date_objects(series)
         if kind in ("m", "M") or timely:  # ISO texts, as objects (not pyarrow's strings)
             texts = [None if pd.isna(value) else value.isoformat() for value in series]
             series = pd.Series(texts, index=series.index, dtype=object)

@@ -198,11 +198,15 @@ def _native_dtype(series: Any) -> Any:
 
 def _pandas_dates(series: Any) -> bool:
     """Whether a narwhals series is a pandas column of ``datetime.date`` objects."""
-    if not series.implementation.is_pandas_like():
-        return False
+    return bool(series.implementation.is_pandas_like() and date_objects(series.to_native()))
+
+
+def date_objects(series: Any) -> bool:
+    """Whether the pandas ``series`` holds ``datetime.date`` objects (missing: None, NaN or
+    NaT), a column a cube digests and stores as dates."""
     import pandas as pd
 
-    return bool(pd.api.types.infer_dtype(series.to_native(), skipna=True) == "date")
+    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) == "date"
 
 
 def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
