@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cytepool import _ids
 from cytepool._assemble import parts_of
 from cytepool._ids import BufferIds, _hashes, _hashes_by_byte, _keys
 from cytepool._table import _FEW_IDS
@@ -160,3 +161,22 @@ def test_ids_sharing_a_key_are_told_apart_and_found_first_by_row() -> None:
     assert held.find([*wanted, "cell0300000"]).tolist() == [position[w] for w in wanted] + [-1]
     twice = BufferIds(Utf8Buffer.from_str([*ids[:5000], ids[17], *ids[5000:]]))
     assert twice.repeated() == [ids[17]]
+
+
+@given(
+    st.lists(st.integers(0, 2**32 - 1), max_size=60) | st.lists(st.integers(0, 3), max_size=60),
+    st.booleans(),
+)
+def test_the_index_sorts_keys_as_a_stable_argsort(keys: list[int], past_int32: bool) -> None:
+    """Keys in increasing order, rows of one key in increasing order, the rows int32: as numpy's
+    stable argsort gives them, with the packed sort and with the fallback for rows past int32."""
+    array = np.array(keys, dtype=np.uint32)
+    expected = np.argsort(array, kind="stable")
+    with pytest.MonkeyPatch.context() as patch:
+        if past_int32:  # as many rows as int32 cannot hold, made few
+            patch.setattr(_ids, "_INT32_ROWS", 0)
+        found, rows = _ids._sorted_keys(array)
+    np.testing.assert_array_equal(found, array[expected])
+    np.testing.assert_array_equal(rows, expected)
+    assert found.dtype == np.uint32
+    assert rows.dtype == (np.intp if past_int32 and keys else np.int32)
