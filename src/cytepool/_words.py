@@ -17,9 +17,12 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+import numpy as np
+
 from cytepool.errors import CytepoolError, FormatError, InputError
 
 __all__ = [
+    "brief",
     "invalid_indices",
     "matrix",
     "option",
@@ -104,6 +107,19 @@ def invalid_indices(message: str) -> CytepoolError:
     if stored:
         return FormatError(f"{message}: {stored} is damaged")
     return InputError(message)
+
+
+def brief(value: Any) -> str:
+    """A short text of a value for messages: 0.585, 'ctrl', 'a very long tex...'.
+
+    Examples
+    --------
+    >>> brief(np.float32(0.5854321)), brief("ctrl"), brief("a very long text indeed, too long")
+    ('0.585432', "'ctrl'", "'a very long text ind...")
+    """
+    value = value.item() if isinstance(value, np.generic) else value
+    text = f"{value:.6g}" if isinstance(value, float) else repr(value)
+    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def place(row: int, column: int) -> str:

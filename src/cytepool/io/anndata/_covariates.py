@@ -153,7 +153,8 @@ def _variation(
         return _unstorable(column.iloc[first])
     row = varying[0]
     one, other = column.iloc[first[codes[row]]], column.iloc[row]
-    return f"varies within {axis} {ids[codes[row]]!r} ({_brief(one)} and {_brief(other)})"
+    both = f"{_words.brief(one)} and {_words.brief(other)}"
+    return f"varies within {axis} {ids[codes[row]]!r} ({both})"
 
 
 def _unstorable(column: pd.Series) -> str | None:
@@ -170,13 +171,6 @@ def _unstorable(column: pd.Series) -> str | None:
     except (InputTypeError, InputError) as error:
         return f"holds values a cube's table cannot hold ({error})"
     return None
-
-
-def _brief(value: Any) -> str:
-    """A short text of a value for messages: 0.585, 'ctrl', 'a very long tex...'."""
-    value = value.item() if isinstance(value, np.generic) else value
-    text = f"{value:.6g}" if isinstance(value, float) else repr(value)
-    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def _check_covariate(

@@ -543,8 +543,8 @@ def _values(
             other, j = first[key]
             if not _same(other, value):
                 return series, (
-                    f"varies within {axis} {key!r} ({_brief(other)} in {names[j]} and "
-                    f"{_brief(value)} in {names[i]})"
+                    f"varies within {axis} {key!r} ({_words.brief(other)} in {names[j]} and "
+                    f"{_words.brief(value)} in {names[i]})"
                 )
         piece = series[np.asarray(new, dtype=bool)]
         piece.index = pd.Index([str(k) for k in piece.index])
@@ -598,12 +598,6 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except (TypeError, ValueError):
         return False
-
-
-def _brief(value: Any) -> str:
-    value = value.item() if isinstance(value, np.generic) else value
-    text = f"{value:.6g}" if isinstance(value, float) else repr(value)
-    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def _merged_features(
