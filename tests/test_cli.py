@@ -286,6 +286,45 @@ def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+_TERMINATED_MIDWAY = """
+import os, signal, sys, time
+import cytepool.io.cubes as cubes
+from cytepool.cli import run
+
+built = cubes._build
+
+def build_then_terminated(*args, **kwargs):  # the new cube is whole, not yet in place
+    built(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # the signal's handler raises here
+
+cubes._build = build_then_terminated
+sys.argv = ["cytepool", *sys.argv[1:]]
+run()
+"""
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_sigterm_leaves_what_was_there(tmp_path: Path, h5ad: Path, existing: bool) -> None:
+    """SIGTERM while a cube is being written: exit status 143 with one line, the cube the
+    output held before (or nothing) left as it was, no temporary directory beside it."""
+    out = tmp_path / "out.cube.zarr"
+    if existing:
+        assert main(pool(h5ad, out)) == 0
+        before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    script = tmp_path / "terminated.py"
+    script.write_text(_TERMINATED_MIDWAY)
+    result = cytepool([sys.executable, str(script), *pool(h5ad, out, "--overwrite")], tmp_path)
+    assert result.returncode == 143, result.stderr
+    assert result.stderr == "cytepool: terminated\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        ["cells.h5ad", "terminated.py", *(["out.cube.zarr"] if existing else [])]
+    )
+    if existing:
+        assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+        assert read_cube(out).shape[1] == 3
+
+
 # ---------------------------------------------------------------------------------------------
 # The command's own vocabulary
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +31,13 @@ numcodecs = pytest.importorskip("numcodecs")
 
 from anndata_stores import filter_indices  # noqa: E402
 
-from cytepool.errors import FormatError, InputError, InputTypeError, NotCountsWarning  # noqa: E402
+from cytepool.errors import (  # noqa: E402
+    FormatError,
+    InputError,
+    InputTypeError,
+    NotCountsWarning,
+    SumOverflowError,
+)
 from cytepool.io.anndata import _direct as direct  # noqa: E402
 from cytepool.io.anndata import _readers as readers  # noqa: E402
 from cytepool.io.anndata import _sources as sources  # noqa: E402
@@ -302,6 +309,37 @@ def test_an_error_about_a_file_names_it(tmp_path: Path, storage: str, wanted: st
         from_anndata(paths, **KEYS, jobs=1) if wanted == "many" else from_anndata(paths, **KEYS)
     with pytest.raises(KeyError, match=r"'nope' .* of obs of \S*cells\.(h5ad|zarr-v3)"):
         from_anndata(path, sample_key="nope", group_key="cell_type")
+
+
+@pytest.mark.parametrize("storage", ["h5ad", "zarr-v2", "zarr-v3"])
+@pytest.mark.parametrize("layer", ["", "./twice", "twice/", "/twice", "..", "."])
+def test_a_layer_name_that_is_no_key_is_no_layer(tmp_path: Path, storage: str, layer: str) -> None:
+    """A name that cannot be a key of adata.layers is a layer the file lacks, as in memory:
+    h5py followed ``./twice`` to the layer ``twice``, zarr-python refused it (which read as a
+    damaged store), and ``""`` named the layers group itself."""
+    path = write(cells(), tmp_path / f"cells.{storage}", storage)
+    with pytest.raises(KeyError, match=rf"cells\.{storage} has no layer {re.escape(repr(layer))}"):
+        from_anndata(path, **KEYS, layer=layer)
+    with pytest.raises(KeyError, match=rf"adata has no layer {re.escape(repr(layer))}"):
+        from_anndata(cells(), **KEYS, layer=layer)
+
+
+@pytest.mark.parametrize("wanted", ["one", "many"])
+def test_a_sum_that_overflows_names_the_file(tmp_path: Path, wanted: str) -> None:
+    """A float64 sum of finite values that is not finite: a SumOverflowError (an
+    OverflowError) naming the file, whether it is pooled alone or in a list."""
+    adata = cells()
+    matrix = adata.X.toarray().astype(np.float64)
+    first = np.flatnonzero(
+        (adata.obs["sample"] == adata.obs["sample"].iloc[0]).to_numpy()
+        & (adata.obs["cell_type"] == adata.obs["cell_type"].iloc[0]).to_numpy()
+    )[:2]
+    matrix[first, 3] = 1e308
+    adata = ad.AnnData(matrix, obs=adata.obs, var=adata.var)
+    path = write(adata, tmp_path / "cells.h5ad", "h5ad")
+    paths: Any = path if wanted == "one" else [path]
+    with pytest.raises(SumOverflowError, match=r"^\S*cells\.h5ad: layer 'counts': a sum of group"):
+        from_anndata(paths, **KEYS, jobs=1) if wanted == "many" else from_anndata(paths, **KEYS)
 
 
 @pytest.mark.parametrize("storage", ["h5ad", "zarr-v2", "zarr-v3"])

@@ -14,7 +14,7 @@ the help formatter, one-line errors, output checks) is in ``_shared``.
 The command speaks its own language: an error is one line on stderr, in the words of its
 flags (``--layer``, not ``layer=``), with paths as they were given, and exit status 1, never a
 traceback; bad arguments (an unknown flag, a value out of range, flags that do not go
-together, an empty name) exit with status 2, whether argparse finds them or a command does
+together, an empty path) exit with status 2, whether argparse finds them or a command does
 (:class:`~cytepool.cli._shared.UsageError`). A warning is one line too. Output cut short by
 the reader (``cytepool info CUBE | head -1``) ends quietly with status 0. It starts quickly:
 this package imports the standard library only (``--help`` needs no numpy).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -45,7 +46,8 @@ _EXAMPLES = """
     Each command has --help.
 
     Exit status: 0 on success, 1 on an error, 2 for bad arguments (an unknown flag, a value
-    out of range, flags that do not go together), 130 when interrupted.
+    out of range, flags that do not go together), 130 when interrupted (Ctrl-C), 143 when
+    terminated (SIGTERM); an interrupted or terminated write leaves what was there before.
     """
 
 
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The exit status: 0 on success, 1 on an error, 2 for bad arguments, 130 when
-        interrupted.
+        interrupted, 143 when terminated (SIGTERM, in the process of :func:`run`).
 
     Examples
     --------
@@ -95,7 +97,24 @@ def run() -> None:
     from cytepool._unused import hide_unused
 
     hide_unused()
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, _terminate)  # this process's own: main() leaves it alone
+    try:
+        status = main()
+    except _Terminated:  # before or after a command ran
+        status = _TERMINATED
+    sys.exit(status)
+
+
+_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process SIGTERM ended
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread: what a command is writing is cleaned up (the
+    ``finally`` of an atomic write runs) before the process exits."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,6 +141,9 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("cytepool: interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("cytepool: terminated", file=sys.stderr)
+        return _TERMINATED
     except UsageError as error:  # a bad argument, as argparse reports one
         message = as_typed(one_line(error), args)
         see = f"see cytepool {args.command} --help"

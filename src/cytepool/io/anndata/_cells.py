@@ -166,6 +166,10 @@ def from_anndata(
         also if the files' features differ, a profile is in two files (unless
         ``duplicates="add"``), or ``sample_ids`` does not name one sample per file; a file
         that fails stops the run with its error, naming the file.
+    OverflowError
+        If a sum does not fit the layer's data type (float64 sums of finite values that
+        overflow, int64 sums of squares): a :class:`~cytepool.errors.SumOverflowError` naming
+        the layer, group and sample, and the file.
     cytepool.errors.FormatError
         (a ValueError) If the file is damaged: an invalid sparse structure (``indptr``),
         metadata that claims more entries than the matrix has, a chunk that cannot be

@@ -157,10 +157,19 @@ def _element_paths(root: Any, source: Source, layer: str | None, use_raw: bool) 
     _check_anndata(root, source)
     element = "raw/X" if use_raw else "X" if layer is None else f"layers/{layer}"
     var_path = "raw/var" if use_raw else "var"
+    if layer is not None and not _is_key(layer):  # "", "./counts": no layer of adata.layers
+        raise _missing_element(root, element, source)
     for needed in (element, "obs", var_path):
         if needed not in root:
             raise _missing_element(root, needed, source)
     return element, var_path
+
+
+def _is_key(name: str) -> bool:
+    """Whether ``name`` can be a key of a file's ``layers`` group: a path of one segment,
+    nonempty, not ``.`` or ``..`` (h5py would follow ``./counts`` and ``counts/`` to ``counts``,
+    zarr-python refuses them)."""
+    return bool(name) and "/" not in name and name not in (".", "..")
 
 
 def _anndata_parts(

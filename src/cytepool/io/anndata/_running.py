@@ -199,8 +199,8 @@ def _outcome(future: Any, task: Task) -> tuple[int, Any]:
 
 @contextlib.contextmanager
 def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Raise an error of the documented kinds (ValueError, TypeError, KeyError) from within
-    naming ``path`` in its message, as a run over many files does, its type kept.
+    """Raise an error of the documented kinds (ValueError, TypeError, KeyError, OverflowError)
+    from within naming ``path`` in its message, as a run over many files does, its type kept.
 
     Examples
     --------
@@ -214,7 +214,7 @@ def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
     """
     try:
         yield
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError, KeyError, OverflowError) as error:
         named = _naming(error, os.fspath(path))
         if named is error or type(named) is not type(error):  # named, or cannot be remade
             raise
