@@ -325,6 +325,33 @@ def test_sigterm_leaves_what_was_there(tmp_path: Path, h5ad: Path, existing: boo
         assert read_cube(out).shape[1] == 3
 
 
+_STOPPED_BEFORE = """
+import os, signal, sys, time
+import cytepool.cli as cli
+
+def stopped():  # while the parser is made, before any command runs
+    if sys.argv[1] == "int":
+        raise KeyboardInterrupt
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+cli._parser = stopped
+cli.run()
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "status", "said"), [("int", 130, "interrupted"), ("term", 143, "terminated")]
+)
+def test_stopped_before_a_command_runs(tmp_path: Path, how: str, status: int, said: str) -> None:
+    """Ctrl-C or SIGTERM before a command runs (while modules import, say): the documented
+    status and one line, no traceback (Python's own exit for KeyboardInterrupt is -2)."""
+    script = tmp_path / "stopped.py"
+    script.write_text(_STOPPED_BEFORE)
+    result = cytepool([sys.executable, str(script), how], tmp_path)
+    assert (result.returncode, result.stderr) == (status, f"cytepool: {said}\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # The command's own vocabulary
 # ---------------------------------------------------------------------------------------------

@@ -100,7 +100,11 @@ def run() -> None:
     signal.signal(signal.SIGTERM, _terminate)  # this process's own: main() leaves it alone
     try:
         status = main()
-    except _Terminated:  # before or after a command ran
+    except KeyboardInterrupt:  # before or after a command ran (while importing, say)
+        print("cytepool: interrupted", file=sys.stderr)
+        status = 130
+    except _Terminated:
+        print("cytepool: terminated", file=sys.stderr)
         status = _TERMINATED
     sys.exit(status)
 
