@@ -492,6 +492,39 @@ def test_select_errors() -> None:
         cube.select(samples=[[0]])
 
 
+@pytest.mark.parametrize("kind", ["array", "chunked"])
+def test_select_and_merge_groups_take_pyarrow_ids(kind: str) -> None:
+    """A pyarrow Array or ChunkedArray of ids was refused ("found object values") by select,
+    and merge_groups named its items unknown ids (pyarrow scalars)."""
+    make = {"array": pa.array, "chunked": lambda v: pa.chunked_array([v[:1], v[1:]])}[kind]
+    cube = pbmc_cube("pyarrow")
+    sub = cube.select(samples=make(["s3", "s1"]), features=make([4, 0]))
+    assert ids_of(sub.samples, "sample_id") == ["s3", "s1"]
+    assert ids_of(sub.features, "feature_id") == ["GNLY", "CD3E"]
+    assert cube.select(features=cube.features["feature_id"]).fingerprint == cube.fingerprint
+    merged = cube.merge_groups({"L": make(["NK", "B"])})
+    assert merged.fingerprint == cube.merge_groups({"L": ["NK", "B"]}).fingerprint
+
+
+@pytest.mark.parametrize(
+    ("selection", "message"),
+    [
+        ({"s1", "s2"}, "found a set, which has no order; give a list"),
+        ({"s1": 1}.keys(), "found a dict_keys, which has no order; give a list"),
+        ({"s1": 1}, "found a dict, which has no order; give a list"),
+        (["s1", 0], r"found ids \(strings\) mixed with 0 \(int\); give every id as a string"),
+        ([0, "s1"], r"found ids \(strings\) mixed with 0 \(int\)"),
+        (pa.array(["s1", None]), r"mixed with None \(NoneType\)"),
+        ([None], r"found None \(NoneType\)"),
+    ],
+)
+def test_select_says_what_is_wrong_with_a_selection(selection: Any, message: str) -> None:
+    """A set or dict keys said "found shape ()", and ids mixed with an integer "found <U21
+    values"."""
+    with pytest.raises(TypeError, match=rf"^samples: expected ids.*{message}"):
+        pbmc_cube().select(samples=selection)
+
+
 def test_select_reads_nothing() -> None:
     array = CountingArray(counts_array())
     cube = pbmc_cube(layers={"counts": array})
@@ -551,6 +584,8 @@ def test_merge_groups_errors() -> None:
         cube.merge_groups({"L": []})
     with pytest.raises(ValueError, match=r"group 'B' is merged twice \(into 'L' and 'M'\)"):
         cube.merge_groups({"L": ["B", "T"], "M": ["B"]})
+    with pytest.raises(ValueError, match="group 'B' is listed twice in the members of 'L'"):
+        cube.merge_groups({"L": ["B", "T", "B"]})  # said "merged twice (into 'L' and 'L')"
     for new, merged in [("T", ["B", "NK"]), ("B", ["T", "NK"])]:  # kept after, and before
         with pytest.raises(ValueError, match=rf"the new ids \['{new}'\] are ids of groups that"):
             cube.merge_groups({new: merged})

@@ -16,7 +16,7 @@ import numpy as np
 from cytepool import fingerprint as _fp
 from cytepool._parts import CubeParts
 from cytepool._records import Normalization, stamp
-from cytepool._table import check_unique
+from cytepool._table import as_items, check_unique
 from cytepool._value_texts import time_text
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import (
@@ -108,10 +108,11 @@ def merge_groups(parts: CubeParts, groups: Mapping[str, Sequence[str]]) -> CubeP
         if isinstance(old, str) or not isinstance(old, Iterable):
             msg = f"merge_groups: {new!r} must map to a list of group ids, found {old!r}"
             raise InputTypeError(msg)
-        idx = table.locate(list(old))
+        idx = table.locate(list(as_items(old)))
         if idx.size == 0:
             msg = f"merge_groups: {new!r} merges no groups"
             raise InputError(msg)
+        _check_listed_once(table.ids, idx, new)
         for i in idx.tolist():
             if i in owner:
                 msg = (
@@ -152,6 +153,19 @@ def merge_groups(parts: CubeParts, groups: Mapping[str, Sequence[str]]) -> CubeP
     params = {"groups": {k: [table.ids[i] for i in v.tolist()] for k, v in members_of.items()}}
     made = {"tables": tables, "layers": layers, "cells": cells, "normalization": None}
     return _successor(parts, "merge_groups", params, **made, group_digests=digests)
+
+
+def _check_listed_once(ids: Sequence[str], idx: Index, new: str) -> None:
+    """InputError if a group is listed more than once in the members ``idx`` of ``new``."""
+    seen: set[int] = set()
+    for i in idx.tolist():
+        if i in seen:
+            msg = (
+                f"merge_groups: group {ids[i]!r} is listed twice in the members of {new!r}; "
+                "list each group once"
+            )
+            raise InputError(msg)
+        seen.add(i)
 
 
 def _check_not_kept(ids: Sequence[str], owner: Mapping[int, str], merges: Iterable[str]) -> None:

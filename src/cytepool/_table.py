@@ -11,7 +11,8 @@ with the table, so a cube pickles before its tables were used as well as after.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -384,7 +385,7 @@ class AxisTable:
             return self.locate([selection])
         if isinstance(selection, slice | int | np.integer) and not isinstance(selection, bool):
             return positions(selection, n, what=self.axis)
-        items = selection.to_list() if hasattr(selection, "to_list") else selection
+        items = selection_items(selection, self.axis)
         arr = np.asarray(items)
         if arr.ndim != 1:
             msg = f"{self.axis}: expected ids, positions or a mask, found shape {arr.shape}"
@@ -397,11 +398,7 @@ class AxisTable:
         elif arr.dtype.kind in "UOT" and all(isinstance(i, str) for i in items):
             idx = self.locate(list(items))
         else:
-            msg = (
-                f"{self.axis}: expected ids (strings), positions (integers) or a boolean mask, "
-                f"found {arr.dtype} values"
-            )
-            raise InputTypeError(msg)
+            raise InputTypeError(_mixed_message(self.axis, items, arr))
         if len(np.unique(idx)) != len(idx):  # the ids are unique: a position twice, an id twice
             check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
         return idx
@@ -459,6 +456,47 @@ class AxisTable:
         ids = [i for t in tables for i in t.ids]
         check_unique(ids, axis, "would hold")
         return AxisTable(axis, frame, ids)
+
+
+def as_items(values: Any) -> Any:
+    """``values`` as Python values if they are a pandas or polars Series or a pyarrow Array or
+    ChunkedArray (whose items are pyarrow scalars); other values as they are."""
+    if hasattr(values, "to_pylist"):  # pyarrow
+        return values.to_pylist()
+    return values.to_list() if hasattr(values, "to_list") else values
+
+
+def selection_items(selection: Any, axis: str) -> Any:
+    """The items of a selection of ids, positions or a mask (:func:`as_items`).
+
+    Raises
+    ------
+    InputTypeError
+        For a set or a mapping (or its keys): they have no order to keep.
+    """
+    if isinstance(selection, AbstractSet | Mapping):
+        msg = (
+            f"{axis}: expected ids, positions or a mask in order, found a "
+            f"{type(selection).__name__}, which has no order; give a list"
+        )
+        raise InputTypeError(msg)
+    return as_items(selection)
+
+
+def _mixed_message(axis: str, items: Any, arr: np.ndarray[Any, Any]) -> str:
+    """The message for a selection that is neither ids, positions nor a mask: it names the
+    first value of the wrong type (ids mixed with others), else the values' data type."""
+    expected = f"{axis}: expected ids (strings), positions (integers) or a boolean mask"
+    if arr.dtype.kind not in "UOT":
+        return f"{expected}, found {arr.dtype} values"
+    strings = any(isinstance(i, str) for i in items)
+    bad = next(i for i in items if not isinstance(i, str) or not strings)
+    if strings:
+        return (
+            f"{expected}, found ids (strings) mixed with {bad!r} ({type(bad).__name__}); "
+            "give every id as a string"
+        )
+    return f"{expected}, found {bad!r} ({type(bad).__name__})"
 
 
 class TableIds(Sequence[str]):
