@@ -673,6 +673,36 @@ def test_pool_samples_names_times_alike_in_every_backend(case: str) -> None:
     assert len({cube.fingerprint for cube in pooled.values()}) == kept
 
 
+POOLED_CATEGORIES = {
+    "floats": (pd.Categorical([1.0, 2.5, 1.0]), ["1.0", "2.5"]),
+    "booleans": (pd.Categorical([True, False, True]), ["True", "False"]),
+    "float32": (
+        pd.Categorical(np.array([0.1, 0.2, 0.1], dtype=np.float32)),
+        [str(float(np.float32(0.1))), str(float(np.float32(0.2)))],
+    ),
+    "small floats": (pd.Categorical([1e-7, 3.0, 1e-7]), ["1e-07", "3.0"]),
+    "integers": (pd.Categorical([3, 1, 3]), ["3", "1"]),
+    "strings": (pd.Categorical(["b", "a", "b"]), ["b", "a"]),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLED_CATEGORIES))
+def test_pool_samples_names_categories_alike_in_every_backend(case: str) -> None:
+    """A categorical of numbers or booleans named the pooled samples '1.0' and 'True' in
+    pandas, '1' and 'true' in pyarrow (and float32 categories by pandas' own text in pandas
+    2): the same cube pooled to another fingerprint in another backend."""
+    values, names = POOLED_CATEGORIES[case]
+    samples = pd.DataFrame({"sample_id": ["s1", "s2", "s3"], "by": values})
+    convert = {"pandas": lambda f: f, "pyarrow": pa.Table.from_pandas}
+    cubes = {
+        b: make_cube(np.ones((1, 3, 1), int), samples=to(samples)) for b, to in convert.items()
+    }
+    pooled = {backend: cube.pool_samples("by") for backend, cube in cubes.items()}
+    for cube in pooled.values():
+        assert parts_of(cube).tables["samples"].ids == names
+    assert len({cube.fingerprint for cube in pooled.values()}) == 1
+
+
 def test_pool_samples_errors() -> None:
     cube = pbmc_cube()
     with pytest.raises(KeyError, match="pool_samples: no column 'site' in the samples table"):

@@ -17,7 +17,7 @@ from cytepool import fingerprint as _fp
 from cytepool._parts import CubeParts
 from cytepool._records import Normalization, stamp
 from cytepool._table import as_items, check_unique
-from cytepool._value_texts import time_text
+from cytepool._value_texts import value_text
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import (
     Accumulator,
@@ -182,8 +182,6 @@ def _check_not_kept(ids: Sequence[str], owner: Mapping[int, str], merges: Iterab
 
 def pool_samples(parts: CubeParts, by: str) -> CubeParts:
     """The parts of ``Cube.pool_samples``."""
-    import narwhals.stable.v2 as nw
-
     table = parts.tables["samples"]
     if not isinstance(by, str):
         msg = f"pool_samples: by must be a column name, found {by!r}"
@@ -201,15 +199,14 @@ def pool_samples(parts: CubeParts, by: str) -> CubeParts:
             f"(such as {missing[:5]}); give every sample a value or select the others"
         )
         raise InputError(msg)
-    values = series.cast(nw.String()).to_list() if series.dtype == nw.Categorical else None
-    raw = values if values is not None else series.to_list()
+    decoded = canonical.tag.startswith("categorical[")  # named by the keys: no values asked
+    raw = keys if decoded else series.to_list()
     order: dict[Any, list[int]] = {}
     names: dict[Any, str] = {}
     for i, key in enumerate(keys):
         order.setdefault(key, []).append(i)
-        if key not in names:  # a time as Python writes it, whatever the backend
-            text = time_text(canonical.tag, key)
-            names[key] = str(raw[i]) if text is None else text
+        if key not in names:  # as Python writes the value, whatever the backend
+            names[key] = value_text(canonical.tag, key, raw[i])
     members = [np.array(v, dtype=np.intp) for v in order.values()]
     new_ids = list(names.values())
     check_unique(new_ids, "samples", "would hold")

@@ -30,8 +30,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
+from typing import Any
 
-__all__ = ["time_text"]
+__all__ = ["time_text", "value_text"]
 
 _NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 _TAG = re.compile(r"(?:categorical\[)?(datetime|duration)\[(s|ms|us|ns)(?:,(.+?))?\]\]?")
@@ -60,6 +61,35 @@ def time_text(tag: str, value: int) -> str | None:
     local = str(shown.replace(tzinfo=None))
     offset = "" if zone is None else str(shown)[len(local) :]  # such as +02:00
     return _with_nanoseconds(local, micro, nano) + offset
+
+
+def value_text(tag: str, key: Any, value: Any) -> str:
+    """The text of a table value, the same in every backend.
+
+    Parameters
+    ----------
+    tag
+        The canonical type of the column (:class:`cytepool.fingerprint.CanonicalColumn`).
+    key
+        The value's canonical key (:meth:`~cytepool.fingerprint.CanonicalColumn.row_keys`).
+    value
+        The value as the backend gives it (Python's own for numbers, booleans, strings).
+
+    Returns
+    -------
+    str
+        A time as :func:`time_text` writes it; a category as Python writes its decoded value
+        (``True``, ``1.0``, ``1e-07``: the backends' own texts of categories differ, pyarrow
+        writes ``true``, ``1``, ``1e-7``); another value as ``str(value)``.
+    """
+    text = time_text(tag, key)
+    if text is not None:
+        return text
+    if not tag.startswith("categorical["):
+        return str(value)
+    if isinstance(key, bytes):  # a category of strings: its UTF-8
+        return key.decode("utf-8")
+    return str(bool(key)) if tag == "categorical[bool]" else str(key)
 
 
 def _date_text(days: int) -> str | None:
