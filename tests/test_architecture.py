@@ -36,7 +36,13 @@ LAYERS = [
     ],
     ["cytepool.io.zarr"],
     ["cytepool.io.tables", "cytepool.io._atomic"],
-    ["cytepool._records", "cytepool.fingerprint", "cytepool.layers", "cytepool._table"],
+    [
+        "cytepool._records",
+        "cytepool.fingerprint",
+        "cytepool.layers",
+        "cytepool._table",
+        "cytepool._join",
+    ],
     [
         "cytepool._parts",
         "cytepool._derive",

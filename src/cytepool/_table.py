@@ -20,6 +20,7 @@ import numpy as np
 
 from cytepool import fingerprint as _fp
 from cytepool._ids import BufferIds
+from cytepool._join import joined_frame
 from cytepool._records import ID_COLUMNS
 from cytepool._utf8 import Utf8Buffer
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
@@ -55,83 +56,6 @@ def reset_index(frame: Any) -> Any:
     if frame.implementation.is_pandas_like():
         return nw.from_native(frame.to_native().reset_index(drop=True), eager_only=True)
     return frame
-
-
-_NUMBERS: tuple[str, ...] = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32")
-_NUMBERS += ("UInt64", "Float32", "Float64")
-
-
-def numbers_alike(frames: Sequence[Any]) -> list[Any]:
-    """The narwhals ``frames`` with each column that holds numbers of other types in
-    different frames cast to their common type (numpy's, as pandas joins them: integers and
-    floats make floats), which polars and pyarrow do not find when they join."""
-    import narwhals.stable.v2 as nw
-
-    kinds: dict[str, set[str]] = {}
-    for frame in frames:
-        for name, dtype in frame.schema.items():
-            kinds.setdefault(name, set()).add(str(dtype))
-    common = {
-        name: str(np.result_type(*(found.lower() for found in types)))
-        for name, types in kinds.items()
-        if len(types) > 1 and types <= set(_NUMBERS)
-    }
-    if not common:
-        return list(frames)
-    named = {numbers.lower(): numbers for numbers in _NUMBERS}
-    target = {name: getattr(nw, named[numpy_name]) for name, numpy_name in common.items()}
-    return [
-        frame.with_columns(*(nw.col(n).cast(t) for n, t in target.items() if n in frame.columns))
-        for frame in frames
-    ]
-
-
-def pandas_joined(frames: Sequence[Any]) -> Any:
-    """The rows of pandas ``frames`` one after the other, their columns in the order they
-    first appear, each column of the type polars and pyarrow give it (so a cube's table, and
-    its digest, do not depend on its backend): a column a frame lacks is missing there in the
-    column's nullable type (integers stay integers, booleans booleans, where pandas' own
-    concat makes floats and objects), and categoricals of different categories stay one
-    categorical over the union of their categories (pandas makes strings)."""
-    import pandas as pd
-
-    names = list(dict.fromkeys(name for frame in frames for name in frame.columns))
-    columns = {}
-    for name in names:
-        like = next(frame[name].dtype for frame in frames if name in frame.columns)
-        parts = [
-            frame[name].reset_index(drop=True)
-            if name in frame.columns
-            else pd.Series([None] * len(frame), dtype=_nullable(like))
-            for frame in frames
-        ]
-        columns[name] = _joined_column(parts)
-    return pd.DataFrame(columns)
-
-
-def _nullable(dtype: Any) -> Any:
-    """A pandas type that holds the values of ``dtype`` and missing values."""
-    import pandas as pd
-
-    if isinstance(dtype, pd.CategoricalDtype):
-        return pd.CategoricalDtype(dtype.categories[:0], ordered=dtype.ordered)
-    kind = getattr(dtype, "kind", "O") if isinstance(dtype, np.dtype) else "O"
-    if kind in "iu":
-        return f"{'U' if kind == 'u' else ''}Int{8 * dtype.itemsize}"
-    return "boolean" if kind == "b" else dtype
-
-
-def _joined_column(parts: list[Any]) -> Any:
-    """One column of pandas Series ``parts`` joined: categoricals over their categories'
-    union (when pandas can make it), others as pandas joins them."""
-    import pandas as pd
-
-    if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
-        try:
-            return pd.Series(pd.api.types.union_categoricals(parts))
-        except TypeError:  # categories of other types, or ordered differently: as pandas does
-            pass
-    return pd.concat(parts, ignore_index=True)
 
 
 def _check_storable(df: Any, axis: str) -> None:
@@ -433,28 +357,12 @@ class AxisTable:
 
     @staticmethod
     def joined(tables: Sequence[AxisTable], axis: str) -> AxisTable:
-        import narwhals.stable.v2 as nw
-
-        frames = [t.frame for t in tables]
-        impl = frames[0].implementation
-        frames = [
-            f if f.implementation == impl else nw.from_arrow(f.to_arrow(), backend=impl)
-            for f in frames
-        ]
-        same = all(f.columns == frames[0].columns for f in frames)
-        try:
-            if impl is nw.Implementation.PANDAS:  # its own rules would change types
-                natives = [f.to_native() for f in frames]
-                frame = nw.from_native(pandas_joined(natives), eager_only=True)
-            else:
-                frames = numbers_alike(frames)
-                frame = nw.concat(frames, how="vertical" if same else "diagonal")
-        except Exception as err:
-            msg = f"{axis}: the tables cannot be joined ({type(err).__name__}: {err})"
-            raise InputError(msg) from err
-        frame = reset_index(frame)
+        """The rows of ``tables`` one after the other (:func:`cytepool._join.joined_frame`),
+        checked as a table given to ``Cube`` is: unique ids, and storable in a cube file."""
+        frame = reset_index(joined_frame([t.frame for t in tables], axis))
         ids = [i for t in tables for i in t.ids]
         check_unique(ids, axis, "would hold")
+        _check_storable(frame, axis)
         return AxisTable(axis, frame, ids)
 
 

@@ -1,0 +1,213 @@
+"""The rows of several tables of one axis as one table, the same in every backend.
+
+``cytepool.concat`` joins the tables along its axis so that the joined table, and so its
+digest, do not depend on the backend that holds them (see ``docs/cube.md``): a column a table
+lacks is missing there in the column's nullable type, numbers of other types take numpy's
+common type, times of other units the finest unit, categoricals joined with strings become
+strings and categoricals keep the union of their categories; floats of 16 bits that get
+missing values become float32 (exactly), which a cube file can store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cytepool.errors import InputError
+
+__all__ = ["joined_frame", "numbers_alike", "pandas_joined"]
+
+_NUMBERS: tuple[str, ...] = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32")
+_NUMBERS += ("UInt64", "Float16", "Float32", "Float64")
+_UNITS = ("s", "ms", "us", "ns")
+
+
+def joined_frame(frames: Sequence[Any], axis: str) -> Any:
+    """The rows of narwhals ``frames`` one after the other, in the first frame's backend.
+
+    Raises
+    ------
+    InputError
+        If a column holds values of types that do not join (strings and numbers, times of
+        other time zones, ...), naming the types.
+    """
+    import narwhals.stable.v2 as nw
+
+    impl = frames[0].implementation
+    frames = [
+        f if f.implementation == impl else nw.from_arrow(f.to_arrow(), backend=impl) for f in frames
+    ]
+    same = all(f.columns == frames[0].columns for f in frames)
+    try:
+        if impl is nw.Implementation.PANDAS:  # its own rules would change types
+            natives = [f.to_native() for f in frames]
+            return nw.from_native(pandas_joined(natives), eager_only=True)
+        frames = _arrow_alike(numbers_alike(frames))
+        return nw.concat(frames, how="vertical" if same else "diagonal")
+    except Exception as err:
+        msg = (
+            f"{axis}: the tables cannot be joined ({type(err).__name__}: {err}); give the "
+            "columns of the same name types that join (numbers, times of one time zone, "
+            "strings and categoricals)"
+        )
+        raise InputError(msg) from err
+
+
+def numbers_alike(frames: Sequence[Any]) -> list[Any]:
+    """The narwhals ``frames`` with each column of types that polars and pyarrow do not join
+    cast to the type pandas gives it: numbers of other types to their common type (numpy's:
+    integers and floats make floats), times of other units to the finest, categoricals
+    joined with strings to strings, and floats of 16 bits that a frame lacks to float32."""
+    kinds: dict[str, list[Any]] = {}
+    for frame in frames:
+        for name, dtype in frame.schema.items():
+            kinds.setdefault(name, []).append(dtype)
+    lacking = {name for frame in frames for name in kinds if name not in frame.columns}
+    targets = {}
+    for name, dtypes in kinds.items():
+        target = _common_type(dtypes, missing=name in lacking)
+        if target is not None:
+            targets[name] = target
+    return [_cast(frame, targets) for frame in frames]
+
+
+def _common_type(dtypes: list[Any], *, missing: bool) -> Any:
+    """The narwhals type that values of ``dtypes`` join as (None: as they are)."""
+    import narwhals.stable.v2 as nw
+
+    names = {str(dtype) for dtype in dtypes}
+    if names <= set(_NUMBERS):
+        common = str(np.result_type(*(name.lower() for name in names)))
+        if common == "float16" and missing:  # a cube file stores no float16 with missing values
+            common = "float32"
+        target = getattr(nw, {n.lower(): n for n in _NUMBERS}[common])
+        return None if names == {str(target)} else target
+    if len(names) > 1 and all(d == nw.String or d == nw.Categorical for d in dtypes):
+        return nw.String
+    for kind in (nw.Datetime, nw.Duration):
+        if len(names) > 1 and all(d == kind for d in dtypes):
+            zones = {getattr(d, "time_zone", None) for d in dtypes}
+            if len(zones) == 1:
+                unit = max((d.time_unit for d in dtypes), key=_UNITS.index)
+                return nw.Duration(unit) if kind == nw.Duration else nw.Datetime(unit, *zones)
+    return None
+
+
+def _cast(frame: Any, targets: dict[str, Any]) -> Any:
+    """``frame`` with its columns named in ``targets`` cast to their narwhals types; pyarrow
+    casts numbers as numpy does (rounding integers beyond a float's precision, which its safe
+    cast refuses)."""
+    import narwhals.stable.v2 as nw
+
+    casts = {n: t for n, t in targets.items() if n in frame.columns and frame.schema[n] != t}
+    if not casts:
+        return frame
+    if not frame.implementation.is_pyarrow():
+        return frame.with_columns(*(nw.col(n).cast(t) for n, t in casts.items()))
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    native = frame.to_native()
+    for name, target in casts.items():
+        if str(target) in _NUMBERS:
+            column = pc.cast(native[name], pa.type_for_alias(str(target).lower()), safe=False)
+            native = native.set_column(native.schema.get_field_index(name), name, column)
+    frame = nw.from_native(native, eager_only=True)
+    rest = [nw.col(n).cast(t) for n, t in casts.items() if str(t) not in _NUMBERS]
+    return frame.with_columns(*rest) if rest else frame
+
+
+def _arrow_alike(frames: list[Any]) -> list[Any]:
+    """pyarrow ``frames`` with strings (``string``, ``large_string``, ``string_view``) as
+    ``large_string`` and categoricals as ``dictionary<int32, large_string>`` where frames
+    hold them in other arrow types (a polars frame's and a pyarrow frame's); others as they
+    are."""
+    import narwhals.stable.v2 as nw
+
+    if not frames[0].implementation.is_pyarrow():
+        return frames
+    natives = [frame.to_native() for frame in frames]
+    types: dict[str, set[Any]] = {}
+    for native in natives:
+        for field in native.schema:
+            types.setdefault(field.name, set()).add(field.type)
+    targets = {n: _arrow_target(found) for n, found in types.items() if len(found) > 1}
+    targets = {n: t for n, t in targets.items() if t is not None}
+    out = []
+    for native in natives:
+        for name, target in targets.items():
+            if name in native.column_names:
+                index = native.schema.get_field_index(name)
+                native = native.set_column(index, name, native[name].cast(target))
+        out.append(nw.from_native(native, eager_only=True))
+    return out
+
+
+def _arrow_target(found: set[Any]) -> Any:
+    """The arrow type that strings or categoricals of types ``found`` are joined as."""
+    import pyarrow as pa
+
+    def strings(kind: Any) -> bool:
+        return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)) or (
+            str(kind) == "string_view"
+        )
+
+    if all(strings(kind) for kind in found):
+        return pa.large_string()
+    if all(pa.types.is_dictionary(kind) and strings(kind.value_type) for kind in found):
+        ordered = {kind.ordered for kind in found}
+        if len(ordered) == 1:
+            return pa.dictionary(pa.int32(), pa.large_string(), ordered.pop())
+    return None
+
+
+def pandas_joined(frames: Sequence[Any]) -> Any:
+    """The rows of pandas ``frames`` one after the other, their columns in the order they
+    first appear, each column of the type polars and pyarrow give it (so a cube's table, and
+    its digest, do not depend on its backend): a column a frame lacks is missing there in the
+    column's nullable type (integers stay integers, booleans booleans, where pandas' own
+    concat makes floats and objects), and categoricals of different categories stay one
+    categorical over the union of their categories (pandas makes strings)."""
+    import pandas as pd
+
+    names = list(dict.fromkeys(name for frame in frames for name in frame.columns))
+    columns = {}
+    for name in names:
+        like = next(frame[name].dtype for frame in frames if name in frame.columns)
+        parts = [
+            frame[name].reset_index(drop=True)
+            if name in frame.columns
+            else pd.Series([None] * len(frame), dtype=_nullable(like))
+            for frame in frames
+        ]
+        columns[name] = _joined_column(parts)
+    return pd.DataFrame(columns)
+
+
+def _nullable(dtype: Any) -> Any:
+    """A pandas type that holds the values of ``dtype`` and missing values."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.CategoricalDtype):
+        return pd.CategoricalDtype(dtype.categories[:0], ordered=dtype.ordered)
+    kind = getattr(dtype, "kind", "O") if isinstance(dtype, np.dtype) else "O"
+    if dtype == np.float16:  # a cube file stores no float16 with missing values: float32 holds it
+        return "float32"
+    if kind in "iu":
+        return f"{'U' if kind == 'u' else ''}Int{8 * dtype.itemsize}"
+    return "boolean" if kind == "b" else dtype
+
+
+def _joined_column(parts: list[Any]) -> Any:
+    """One column of pandas Series ``parts`` joined: categoricals over their categories'
+    union (when pandas can make it), others as pandas joins them."""
+    import pandas as pd
+
+    if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
+        try:
+            return pd.Series(pd.api.types.union_categoricals(parts))
+        except TypeError:  # categories of other types, or ordered differently: as pandas does
+            pass
+    return pd.concat(parts, ignore_index=True)
