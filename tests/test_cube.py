@@ -796,6 +796,13 @@ def test_concat_tables_with_other_columns() -> None:
     assert joined.samples["site"].isna().tolist() == [True, False]
 
 
+TO_BACKEND = {
+    "pandas": lambda f: f,
+    "polars": pl.from_pandas,
+    "pyarrow": lambda f: pa.Table.from_pandas(f, preserve_index=False),
+}
+
+
 JOINED_COLUMNS = {  # a column of the first cube's samples table; the second has none or other
     "int missing": ({"age": [31, 45]}, {}),
     "bool missing": ({"stim": [True, False]}, {}),
@@ -818,7 +825,36 @@ JOINED_COLUMNS = {  # a column of the first cube's samples table; the second has
         {"t": pd.to_timedelta([3], unit="ms").as_unit("ms")},
     ),
     "categorical and strings": ({"c": pd.Categorical(["u", "v"])}, {"c": ["w"]}),
+    "categorical of integers and integers": ({"c": pd.Categorical([1, 2])}, {"c": [3]}),
 }
+
+UNJOINABLE = {
+    "time zones": (
+        pd.to_datetime(["2020-01-01"] * 2).tz_localize("UTC"),
+        pd.to_datetime(["2020-01-03"]).tz_localize("Europe/Berlin"),
+    ),
+    "booleans and integers": ([True, False], [1]),
+    "strings and integers": (["a", "b"], [1]),
+}
+
+
+@pytest.mark.parametrize("backend", list(TO_BACKEND))
+@pytest.mark.parametrize("case", list(UNJOINABLE))
+def test_concat_refuses_columns_that_do_not_join_in_every_backend(case: str, backend: str) -> None:
+    """pandas made objects of them (an InputTypeError of the fingerprint, or with pandas 2 a
+    column of integers from booleans and integers) where polars and pyarrow refuse them."""
+    values = UNJOINABLE[case]
+    tables = [
+        pd.DataFrame({"sample_id": ids, "x": v})
+        for ids, v in zip([["s1", "s2"], ["s3"]], values, strict=True)
+    ]
+    cubes = [
+        make_cube(np.ones((1, len(t), 2), int), samples=TO_BACKEND[backend](t)) for t in tables
+    ]
+    with pytest.raises(
+        ValueError, match=r"(?s)^samples: the tables cannot be joined .*; give the columns"
+    ):
+        cytepool.concat(cubes, axis="samples")
 
 
 @pytest.mark.parametrize("case", list(JOINED_COLUMNS))
@@ -844,13 +880,6 @@ def test_concat_gives_one_table_in_every_backend(case: str) -> None:
         for backend, to in convert.items()
     }
     assert len({cube.fingerprint for cube in joined.values()}) == 1
-
-
-TO_BACKEND = {
-    "pandas": lambda f: f,
-    "polars": pl.from_pandas,
-    "pyarrow": lambda f: pa.Table.from_pandas(f, preserve_index=False),
-}
 
 
 @pytest.mark.parametrize("backend", list(TO_BACKEND))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import InputError
+from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["joined_frame", "numbers_alike", "pandas_joined"]
 
@@ -156,6 +156,9 @@ def _arrow_target(found: set[Any]) -> Any:
 
     if all(strings(kind) for kind in found):
         return pa.large_string()
+    decoded = {kind.value_type if pa.types.is_dictionary(kind) else kind for kind in found}
+    if len(decoded) == 1 and not all(pa.types.is_dictionary(kind) for kind in found):
+        return decoded.pop()  # categories of numbers joined with such numbers: numbers
     if all(pa.types.is_dictionary(kind) and strings(kind.value_type) for kind in found):
         ordered = {kind.ordered for kind in found}
         if len(ordered) == 1:
@@ -183,6 +186,7 @@ def pandas_joined(frames: Sequence[Any]) -> Any:
             for frame in frames
         ]
         columns[name] = _joined_column(parts)
+        _check_joined(name, parts, columns[name])
     return pd.DataFrame(columns)
 
 
@@ -211,3 +215,16 @@ def _joined_column(parts: list[Any]) -> Any:
         except TypeError:  # categories of other types, or ordered differently: as pandas does
             pass
     return pd.concat(parts, ignore_index=True)
+
+
+def _check_joined(name: str, parts: list[Any], joined: Any) -> None:
+    """InputTypeError if pandas made objects of values of types that do not join (booleans and
+    numbers, strings and numbers, datetimes of other time zones), as polars and pyarrow
+    refuse them, rather than a column a cube cannot hold."""
+    dtypes = {str(part.dtype) for part in parts}
+    if joined.dtype != object or len(dtypes) == 1:
+        return
+    made = all(part.dtype != object for part in parts)  # objects of no objects: mixed types
+    if made or len({type(value) for value in joined.dropna()}) > 1:
+        msg = f"column {name!r} holds values of types {sorted(dtypes)}, which do not join"
+        raise InputTypeError(msg)
