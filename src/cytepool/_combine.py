@@ -87,6 +87,12 @@ def _shared_metadata(cubes: Sequence[CubeParts]) -> dict[str, Any]:
     return first if all(c.metadata == first for c in cubes) else {}
 
 
+def _shared_algorithm(cubes: Sequence[CubeParts]) -> str:
+    """The digest algorithm of cubes that all have one (SHA-256 of old files), else BLAKE3."""
+    algorithms = {c.algorithm for c in cubes}
+    return algorithms.pop() if len(algorithms) == 1 else _fp.BLAKE3
+
+
 def _concat_normalization(
     cubes: Sequence[CubeParts], perms: Sequence[Mapping[str, Index | None]], axis: str
 ) -> Normalization | None:
@@ -164,7 +170,7 @@ def concat(cubes: Sequence[CubeParts], axis: str) -> CubeParts:
         metadata=_shared_metadata(cubes),
         provenance=(*_merged_provenance(cubes), record),
         group_digests=digests,
-        algorithm=algorithms.pop() if len(algorithms) == 1 else _fp.BLAKE3,
+        algorithm=_shared_algorithm(cubes),
     )
 
 
@@ -193,4 +199,5 @@ def add(cubes: Sequence[CubeParts]) -> CubeParts:
         normalization=None,
         metadata=_shared_metadata(cubes),
         provenance=(*_merged_provenance(cubes), record),
+        algorithm=_shared_algorithm(cubes),
     )

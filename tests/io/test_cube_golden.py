@@ -184,3 +184,16 @@ def test_cubes_of_both_algorithms_combine_into_a_blake3_cube() -> None:
     expected = cytepool.concat([golden_cube().select(groups=["B cells"]), new], axis="groups")
     assert joined.fingerprint == expected.fingerprint
     assert joined.fingerprint.startswith("blake3:")
+
+
+@pytest.mark.parametrize("name", OLD)
+def test_cubes_added_from_an_old_file_keep_sha256(name: str) -> None:
+    import cytepool
+
+    old = read_cube(DATA / name)
+    total = cytepool.add([old, old])
+    assert parts_algorithm(total) == SHA256
+    assert not total.fingerprint.startswith("blake3:")
+    mixed = cytepool.add([old, golden_cube()])  # one old, one new: BLAKE3
+    assert parts_algorithm(mixed) == "blake3"
+    assert mixed.fingerprint == cytepool.add([golden_cube(), golden_cube()]).fingerprint
