@@ -346,10 +346,23 @@ def test_filter_errors(cube: Cube, call: Any, error: type, match: str) -> None:
         call(cube)
 
 
-def test_filter_features_needs_a_value_per_sample() -> None:
+@pytest.mark.parametrize(
+    "condition",
+    [
+        ["x", None],
+        [1.0, np.nan],
+        pd.array([1, pd.NA], dtype="Int64"),
+        pd.array([True, pd.NA], dtype="boolean"),
+        pd.array(["x", pd.NA], dtype="string[python]"),
+        pd.Categorical(["x", None]),
+        pd.to_datetime(["2024-01-01", None]),
+    ],
+    ids=["None", "NaN", "Int64", "boolean", "string", "categorical", "NaT"],
+)
+def test_filter_features_needs_a_value_per_sample(condition: Any) -> None:
     cube = Cube(
         {"counts": np.ones((1, 2, 1), dtype=np.int64)},
-        samples=pd.DataFrame({"sample_id": ["a", "b"], "condition": ["x", None]}),
+        samples=pd.DataFrame({"sample_id": ["a", "b"], "condition": condition}),
         groups=pd.DataFrame({"group_id": ["T"]}),
         features=pd.DataFrame({"feature_id": ["f"]}),
         cells=[[1, 1]],

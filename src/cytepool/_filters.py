@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from cytepool import _derive
+from cytepool import fingerprint as _fp
 from cytepool._parts import CubeParts
 from cytepool._records import stamp
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
@@ -126,8 +127,10 @@ def _design(parts: CubeParts, group: Any) -> np.ndarray[Any, Any] | None:
         columns = table.frame.columns
         msg = f"filter_features: no column {group!r} in the samples table; found {columns}"
         raise UnknownIdError(msg, unknown=group, known=table.frame.columns)
-    values = table.frame.get_column(group).to_list()
-    missing = [table.ids[i] for i, v in enumerate(values) if v is None or v != v]
+    # the canonical keys of the fingerprint: None for every kind of missing value (None,
+    # NaN, NaT, pandas' <NA> of nullable columns, polars' and arrow's nulls)
+    keys = _fp.canonical_column(table.frame.get_column(group), group).row_keys()
+    missing = [table.ids[i] for i, k in enumerate(keys) if k is None]
     if missing:
         msg = (
             f"filter_features: {len(missing)} samples have no value in {group!r} (such as "
@@ -135,7 +138,7 @@ def _design(parts: CubeParts, group: Any) -> np.ndarray[Any, Any] | None:
         )
         raise InputError(msg)
     codes: dict[Any, int] = {}
-    return np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.intp)
+    return np.array([codes.setdefault(k, len(codes)) for k in keys], dtype=np.intp)
 
 
 def _min_sample_size(design: np.ndarray[Any, Any] | None, n: int, large_n: float, prop: float):
