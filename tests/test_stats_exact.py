@@ -203,6 +203,23 @@ def test_float_variance_is_decided_per_value_and_within_1e_12() -> None:
     np.testing.assert_allclose(whole[1, 0], expected[1, 0], rtol=1e-12)
 
 
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("squares", [1.0, 1e300, 1.7e308])
+def test_float_squares_too_small_for_sums_whose_square_overflows_are_refused(
+    squares: float,
+) -> None:
+    # Σx = 1e200 over 2 cells needs Σx² >= 5e399: no float64 Σx² belongs to it
+    cube = cube_of([[[1e200]]], [[[squares]]], [[2]])
+    with pytest.raises(ConstraintError, match=r"feature 'f0'.*Σx² − \(Σx\)²/n = -.*squares"):
+        cube.variance().profiles("T")
+
+
+def test_float_variance_of_large_values_whose_squares_fit() -> None:
+    x = np.array([[1e153], [3e153]])  # (Σx)²/n = 8e306 fits, Σx² = 1e307
+    cube = cube_of([[[x.sum()]]], [[[(x * x).sum()]]], [[2]])
+    np.testing.assert_allclose(cube.variance().profiles("T"), [[np.var(x, ddof=1)]], rtol=1e-14)
+
+
 # --------------------------------------------------------------------------- the arithmetic
 
 

@@ -185,14 +185,28 @@ def _variance(
 def _float_numerator(
     n: np.ndarray[Any, Any], sums: np.ndarray[Any, Any], squares: Any, where: Locate
 ) -> np.ndarray[Any, Any]:
-    """``Σx² − Σx·(Σx / n)`` in float64, clamped at 0 (``n·Σx² − (Σx)²`` over ``n``)."""
+    """``Σx² − Σx·(Σx / n)`` in float64, clamped at 0 (``n·Σx² − (Σx)²`` over ``n``).
+
+    Where ``(Σx)²/n`` overflows float64 (then ``Σx / n > 1``), both terms are first divided
+    by ``Σx / n``: ``(Σx² / (Σx/n) − Σx) · (Σx/n)``, so that the check against rounding
+    still sees squares too small for the sums.
+    """
     s = sums.astype(np.float64)
     q = np.asarray(squares, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_sq = s * (s / n)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        per_cell = s / n
+        mean_sq = s * per_cell
+    big = np.isinf(mean_sq) & (n > 0)
+    scale = np.where(big, per_cell, 1.0) if big.any() else None
+    if scale is not None:
+        q, mean_sq = q / scale, np.where(big, s, mean_sq)
+    mean_sq = np.nan_to_num(mean_sq)  # NaN and inf are left only where n = 0
     num = q - mean_sq
     tolerance = _rounding(n, sums.dtype, np.asarray(squares).dtype)
-    bad = num < -tolerance * (q + np.nan_to_num(mean_sq))
+    bad = num < -tolerance * q - tolerance * mean_sq  # no sum that may overflow
+    if scale is not None:
+        with np.errstate(over="ignore"):
+            num = num * scale
     _check_consistent(bad & (n > 0), num, where, "Σx² − (Σx)²/n")
     return np.maximum(num, 0.0)
 
