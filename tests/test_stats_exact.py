@@ -122,7 +122,9 @@ def profile_sums(draw: Any, n: int, top: int) -> tuple[int, int]:
 CELLS = st.one_of(
     st.integers(0, 4),
     st.integers(5, 2**40),
-    st.sampled_from([94_906_265, 94_906_266, 3_037_000_499, 3_037_000_500, 2**62]),
+    st.sampled_from(
+        [94_906_265, 94_906_266, 3_037_000_499, 3_037_000_500, 2**53 + 1, 2**62, 2**62 + 3]
+    ),
 )
 
 
@@ -150,6 +152,22 @@ def test_integer_statistics_are_exact_per_value_at_any_size(cube: Cube, ddof: in
         np.testing.assert_array_equal(alone.profiles(0), found[i : i + 1])
         alone = cube.select(samples=[i], features=[n_features - 1]).variance(ddof=ddof)
         np.testing.assert_array_equal(alone.profiles(0), found[i : i + 1, -1:])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint64, np.float32, np.float64])
+@pytest.mark.parametrize("n", [2**53 + 1, 2**62 + 3, 2**63 - 1])
+def test_mean_and_fraction_of_more_than_2_53_cells_are_rounded_once(dtype: Any, n: int) -> None:
+    sums = np.array([[[3, 0, 2**24 - 1]]], dtype=dtype)  # small sums: one division is not enough
+    cube = Cube(
+        {"counts": sums, "detected": sums},
+        samples=pd.DataFrame({"sample_id": ["s"]}),
+        groups=pd.DataFrame({"group_id": ["T"]}),
+        features=pd.DataFrame({"feature_id": ["a", "b", "c"]}),
+        cells=[[n]],
+    )
+    expected = [[float(Fraction(int(v), n)) for v in sums[0, 0]]]
+    np.testing.assert_array_equal(cube.mean().profiles("T"), expected)
+    np.testing.assert_array_equal(cube.fraction_detected().profiles("T"), expected)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -92,19 +93,36 @@ def _needed(parts: CubeParts, name: str, what: str, hint: str) -> str:
 def _per_cell(cells: np.ndarray[Any, Any], sums: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """``sums / cells`` per profile row in float64, NaN in rows of 0 cells.
 
-    Each value is the quotient rounded once to float64, for integer sums of any size too.
+    Each value is the quotient rounded once to float64, for integer sums and cells of any
+    size too: one float64 division is that only while both terms are exact in float64 (up
+    to 2**53); the rare values past it are corrected (:func:`_exact_per_cell`).
     """
     n = np.asarray(cells, dtype=np.int64)[:, None]
     out = np.full(sums.shape, np.nan)
     np.divide(sums, n, out=out, where=n > 0, casting="unsafe")
-    if sums.dtype.kind in "iu" and sums.size and int(sums.max()) > _exact.FLOAT_EXACT:
-        rows = np.broadcast_to(n, sums.shape)
-        big = (rows > 0) & (sums > _exact.FLOAT_EXACT)
-        fine = np.nonzero(big & (sums <= _exact.INT64_MAX) & (rows <= _exact.FLOAT_EXACT))
-        out[fine] = _exact.quotient(sums[fine].astype(np.int64), rows[fine])
-        wide = np.nonzero(big & ((sums > _exact.INT64_MAX) | (rows > _exact.FLOAT_EXACT)))
-        out[wide] = (sums[wide].astype(object) / rows[wide].astype(object)).astype(np.float64)
+    if not sums.size:
+        return out
+    big_sums = sums.dtype.kind in "iu" and int(sums.max()) > _exact.FLOAT_EXACT
+    if big_sums or int(n.max()) > _exact.FLOAT_EXACT:
+        _exact_per_cell(out, n, sums)
     return out
+
+
+def _exact_per_cell(out: np.ndarray[Any, Any], n: np.ndarray[Any, Any], sums: Any) -> None:
+    """Set the values of ``out`` whose sum or cells are past 2**53 to ``sums / n`` rounded
+    once: a corrected int64 quotient, else a quotient of Python integers (or fractions)."""
+    rows = np.broadcast_to(n, sums.shape)
+    many = rows > _exact.FLOAT_EXACT
+    if sums.dtype.kind == "f":
+        wide = np.nonzero(many & (sums != 0))
+        pairs = zip(sums[wide].tolist(), rows[wide].tolist(), strict=True)
+        out[wide] = [float(Fraction(x) / r) for x, r in pairs]
+        return
+    big = (rows > 0) & (sums > _exact.FLOAT_EXACT)
+    fine = np.nonzero(big & (sums <= _exact.INT64_MAX) & ~many)
+    out[fine] = _exact.quotient(sums[fine].astype(np.int64), rows[fine])
+    wide = np.nonzero((big & (sums > _exact.INT64_MAX)) | (many & (sums != 0)))
+    out[wide] = (sums[wide].astype(object) / rows[wide].astype(object)).astype(np.float64)
 
 
 def mean(parts: CubeParts, layer: str) -> Statistic:
