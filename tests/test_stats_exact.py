@@ -193,6 +193,21 @@ def test_integer_layers_of_every_type_give_the_exact_variance(
         np.testing.assert_array_equal(cube.variance(ddof=ddof).profiles("T"), expected)
 
 
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64, np.float64])
+@pytest.mark.parametrize("ddof", [2**62, 2**63 - 1, 2**63, 10**30])
+def test_a_ddof_of_any_size_gives_nan_where_cells_do_not_exceed_it(dtype: Any, ddof: int) -> None:
+    cells = [2, 2**62 + 3, 2**63 - 1]
+    cube = cube_of(np.full((1, 3, 1), 3, dtype=dtype), np.full((1, 3, 1), 5, dtype=dtype), cells)
+    found = cube.variance(ddof=ddof).profiles("T")[:, 0]
+    expected = [exact_variance(n, 3, 5, ddof) for n in cells]
+    if np.dtype(dtype).kind == "f":  # float layers: within rounding
+        np.testing.assert_allclose(found, expected, rtol=1e-12)
+    else:
+        np.testing.assert_array_equal(found, expected)
+    assert np.isnan(found[2]) == (ddof >= 2**63 - 1)
+
+
 def test_inconsistent_squares_past_int64_are_a_constraint_error() -> None:
     s = 2**40  # (Σx)² = 2**80 over 2 cells needs Σx² >= 2**79
     cube = cube_of([[[4, s], [0, 0]]], [[[8, 2**63 - 1], [0, 0]]], [2, 0])

@@ -174,7 +174,9 @@ def _check_ddof(ddof: Any) -> int:
     if ddof < 0:
         msg = f"variance: ddof must be >= 0, found {ddof}"
         raise InputError(msg)
-    return int(ddof)
+    # no profile has more cells than int64 holds: a larger ddof leaves every value
+    # undefined (NaN), as the largest int64 does, for every layer type
+    return min(int(ddof), _exact.INT64_MAX)
 
 
 def _variance(
