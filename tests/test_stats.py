@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -339,11 +340,27 @@ def test_filter_profiles_empties_profiles_lazily(cube: Cube) -> None:
         (lambda c: c.filter_features(group="sex"), UnknownIdError, r"no column 'sex'"),
         (lambda c: c.filter_features(group=1), InputTypeError, r"group must be a column name"),
         (lambda c: c.filter_by_prop(min_samples=np.nan), InputError, r"min_samples must be"),
+        # integers past the largest float64
+        (lambda c: c.filter_profiles(min_cells=10**400), InputError, r"min_cells must be a fin"),
+        (lambda c: c.filter_features(min_count=10**400), InputError, r"min_count must be a fin"),
+        (lambda c: c.filter_by_prop(min_samples=-(10**400)), InputError, r"min_samples must"),
+        (lambda c: c.filter_by_prop(min_prop=Fraction(3, 2)), InputError, r"min_prop must be"),
     ],
 )
 def test_filter_errors(cube: Cube, call: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         call(cube)
+
+
+def test_filter_thresholds_may_be_fractions(cube: Cube) -> None:
+    ours = cube.filter_profiles(min_cells=Fraction(61, 2), min_counts=Fraction(200))
+    np.testing.assert_array_equal(ours.cells, cube.filter_profiles(min_cells=30.5).cells)
+    assert ours.provenance[-1].parameters["min_cells"] == 30.5  # recorded as a float
+    by_prop = cube.filter_by_prop(min_prop=Fraction(1, 3), min_samples=Fraction(2))
+    assert by_prop.features.equals(cube.filter_by_prop(min_prop=1 / 3, min_samples=2).features)
+    assert by_prop.provenance[-1].parameters == {"min_prop": 1 / 3, "min_samples": 2.0}
+    expr = cube.filter_features(min_count=Fraction(5), min_prop=Fraction(7, 10))
+    assert expr.features.equals(cube.filter_features(min_count=5, min_prop=0.7).features)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,17 +62,31 @@ def _number(value: Any, name: str, operation: str, *, upper: float | None = None
     if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
         msg = f"{operation}: {name} must be a number, found {value!r}"
         raise InputTypeError(msg)
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past the largest float
+        number = math.inf
     if not math.isfinite(number) or number < 0 or (upper is not None and number > upper):
         bound = f">= 0 and <= {upper}" if upper is not None else ">= 0"
-        msg = f"{operation}: {name} must be a finite number {bound}, found {value!r}"
+        found = reprlib.repr(value)  # a huge integer shortened
+        msg = f"{operation}: {name} must be a finite number {bound}, found {found}"
         raise InputError(msg)
     return number
 
 
+def _plain(value: Any) -> Any:
+    """A parameter as provenance records it: numpy scalars as Python ones, and real numbers
+    other than int and float (such as a ``fractions.Fraction``) as the float they were used as."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, int | float):
+        return float(value)
+    return value
+
+
 def _restamp(parts: CubeParts, new: CubeParts, operation: str, params: Mapping[str, Any]):
     """``new`` with the provenance of ``parts`` and one record of ``operation``."""
-    plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in params.items()}
+    plain = {k: _plain(v) for k, v in params.items()}
     record = stamp(operation, plain, (parts.known_fingerprint(),))
     return new.with_provenance((*parts.provenance, record))
 
