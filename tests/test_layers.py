@@ -241,6 +241,25 @@ def test_float_sums_equal_numpy(case: Any, data: st.DataObject) -> None:
     np.testing.assert_allclose(merged.profiles("all"), values.sum(axis=0))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_sums_do_not_depend_on_the_order_of_their_terms(dtype: str) -> None:
+    # float64 sums 2**53 + 1 + 1 to 2**53 in that order, to 2**53 + 2 in the other
+    big = 2.0**53
+    values = np.array([[[big, 1.0]], [[1.0, big]], [[1.0, 1.0]]], dtype=dtype)
+    cube = make_cube(values)
+    forward = cube.merge_groups({"T": ["g0", "g1", "g2"]})
+    backward = cube.merge_groups({"T": ["g2", "g1", "g0"]})
+    np.testing.assert_array_equal(forward.profiles("T"), backward.profiles("T"))
+    assert forward.fingerprint == backward.fingerprint
+    ones = [cube.select(groups=[g]).merge_groups({"T": [f"g{g}"]}) for g in range(3)]
+    orders = [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]]
+    added = [cytepool.add([ones[i] for i in order]) for order in orders]
+    assert len({a.fingerprint for a in added}) == 1
+    # add sums each value's terms in ascending order: here the sum nearest the exact one
+    expected = np.full((1, 2), big + 2).astype(dtype)
+    np.testing.assert_array_equal(added[0].profiles("T"), expected)
+
+
 # --------------------------------------------------------------------------- exact sums
 
 

@@ -361,7 +361,8 @@ class Cube:
         Notes
         -----
         Integer sums are exact; a sum that does not fit the layer's data type raises
-        OverflowError naming the layer and group when it is read.
+        OverflowError naming the layer and group when it is read. Float sums add the members
+        in their order in the cube, whatever the order listed.
 
         Examples
         --------
@@ -858,8 +859,8 @@ def add(cubes: Iterable[Cube]) -> Cube:
     Returns
     -------
     Cube
-        A cube whose layers are lazy exact sums and whose cells are summed. The
-        normalization is dropped (factors are not additive).
+        A cube whose layers are lazy sums (exact for integers) and whose cells are summed.
+        The normalization is dropped (factors are not additive).
 
     Raises
     ------
@@ -871,7 +872,9 @@ def add(cubes: Iterable[Cube]) -> Cube:
     Notes
     -----
     A sum that does not fit the layer's data type raises OverflowError naming the layer and
-    group when it is read.
+    group when it is read. Float sums add each value's terms in ascending order, so the order
+    of the cubes does not change them (``add([a, b, c])`` equals ``add([c, a, b])``); for
+    three cubes or more a read holds the block of every cube at once.
 
     Examples
     --------

@@ -8,9 +8,12 @@ only the samples and features it needs, so an array stored in chunks (a
 ``oindex``.
 
 Stored values are checked when read (:class:`cytepool.errors.ConstraintError`, naming the
-layer, group and sample). Sums are exact: integers are added in 64 bits with a check on every
-addition, and a sum that does not fit the layer's data type raises :class:`OverflowError`
-naming the layer and group -- never a wraparound, never a silent conversion to float.
+layer, group and sample). Integer sums are exact: integers are added in 64 bits with a check
+on every addition, and a sum that does not fit the layer's data type raises
+:class:`OverflowError` naming the layer and group -- never a wraparound, never a silent
+conversion to float. Floats are added in float64 in a fixed order (a merge's members in their
+order in the base; the parts of :class:`SumLayer` ascending per value), so a rounded sum does
+not depend on the order its terms were listed in.
 
 Lazy layers are made by :meth:`cytepool.Cube.select`, :meth:`cytepool.Cube.merge_groups`,
 :meth:`cytepool.Cube.pool_samples`, :func:`cytepool.concat` and :func:`cytepool.add`; they
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -640,12 +643,27 @@ class SumLayer(LazyLayer):
     def read(
         self, group: int, samples: Index | None = None, features: Index | None = None
     ) -> np.ndarray[Any, Any]:
-        """Read one group's block: the exact sum of the parts' blocks."""
+        """Read one group's block: the sum of the parts' blocks (exact for integers; for
+        floats in float64, in an order that does not depend on the order of the parts)."""
         shape = _block_shape(self.shape, samples, features)
         acc = Accumulator(self.dtype, shape, where=self._where(group))
-        for part in self.parts:
-            acc.add(part.read(group, samples, features))
+        blocks: Iterable[np.ndarray[Any, Any]] = (
+            part.read(group, samples, features) for part in self.parts
+        )
+        if self.dtype.kind == "f" and len(self.parts) > 2:
+            blocks = _ascending(list(blocks))  # two terms add the same in either order
+        for block in blocks:
+            acc.add(block)
         return acc.result()
+
+
+def _ascending(blocks: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+    """Float blocks as one array, each position's values sorted in ascending order.
+
+    Rounded float sums depend on the order of their terms (but for two terms); summed in
+    this order, a sum depends on the set of terms only.
+    """
+    return np.sort(np.stack([np.asarray(b, dtype=np.float64) for b in blocks]), axis=0)
 
 
 class _MemberSumLayer(LazyLayer):
@@ -662,7 +680,9 @@ class _MemberSumLayer(LazyLayer):
         group_ids: Sequence[str],
     ):
         self.base = base
-        self.members = [np.asarray(m, dtype=np.intp) for m in members]
+        # summed in the order the members hold in the base: the order listed does not
+        # change a rounded float sum
+        self.members = [np.sort(np.asarray(m, dtype=np.intp)) for m in members]
         self.name = name
         self.group_ids = group_ids
         self.dtype = base.dtype
@@ -679,7 +699,8 @@ class GroupSumLayer(_MemberSumLayer):
     def read(
         self, group: int, samples: Index | None = None, features: Index | None = None
     ) -> np.ndarray[Any, Any]:
-        """Read one group's block: the exact sum of its members' blocks."""
+        """Read one group's block: the sum of its members' blocks, in their order in the base
+        (exact for integers)."""
         members = self.members[group].tolist()
         if len(members) == 1:
             return self.base.read(members[0], samples, features)
