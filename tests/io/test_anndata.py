@@ -920,6 +920,270 @@ def test_a_zone_with_summer_time_goes_to_anndata_and_back(tmp_path: Path) -> Non
     pd.testing.assert_frame_equal(back.samples, cube.samples)
 
 
+def one_column_cube(column: Any, name: str = "c", features: Any = None) -> Any:
+    """A cube of three samples whose sample table holds ``column`` (and features ``f``)."""
+    return cytepool.Cube(
+        {"counts": np.ones((1, 3, 1), dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s1", "s2", "s3"], name: column}),
+        groups=pd.DataFrame({"group_id": ["g"]}),
+        features=pd.DataFrame({"feature_id": ["f"]}) if features is None else features,
+        cells=np.ones((1, 3), dtype=np.int64),
+    )
+
+
+def round_tripped(cube: Any, tmp_path: Path, where: str) -> Any:
+    """``from_pseudobulk(to_anndata(cube))``, in memory or through an .h5ad / .zarr file."""
+    pseudobulk = to_anndata(cube)
+    if where != "memory":
+        pseudobulk = written_and_read(pseudobulk, tmp_path / f"pb.{where}")
+    return from_pseudobulk(pseudobulk)
+
+
+def _time_categories() -> dict[str, Any]:
+    import datetime as dt
+
+    days = pd.to_datetime(["2020-01-01 00:00", "2021-06-01 12:30", "2019-01-01 00:00"])
+    return {
+        "datetime[ns]": days,
+        "datetime[s]": days.as_unit("s"),
+        "datetime[us,UTC]": days.as_unit("us").tz_localize("UTC"),
+        "datetime[ns,Europe/Berlin]": days.tz_localize("Europe/Berlin"),
+        "duration[ns]": pd.to_timedelta([1, 2, 3], unit="h"),
+        "duration[ms]": pd.to_timedelta([1, -2, 3], unit="s").as_unit("ms"),
+        "date objects": pd.Index([dt.date(2020, 1, 1), dt.date(2021, 1, 1), dt.date(1, 1, 1)]),
+    }
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad", "zarr"])
+@pytest.mark.parametrize("kind", list(_time_categories()))
+def test_categoricals_of_times_go_to_anndata_and_back(
+    tmp_path: Path, kind: str, where: str
+) -> None:
+    """A categorical whose categories are datetimes (with or without zone), durations or
+    dates: anndata cannot write such categories (write_h5ad raised TypeError) and write_zarr
+    gave zoned datetimes and dates back as texts (another fingerprint). The categories go as
+    ISO texts, the codes and order kept, and come back exactly."""
+    categories = _time_categories()[kind]
+    column = pd.Categorical.from_codes([2, -1, 0], categories=categories, ordered=True)
+    cube = one_column_cube(column)
+    back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.samples, cube.samples)
+    assert list(back.samples["c"].cat.categories) == list(categories)  # unused one kept
+
+
+def _zones() -> dict[str, Any]:
+    import datetime as dt
+
+    import dateutil.tz as dateutil_tz
+
+    zones = {
+        "dateutil Europe/Berlin": dateutil_tz.gettz("Europe/Berlin"),
+        "dateutil UTC": dateutil_tz.tzutc(),
+        "dateutil offset": dateutil_tz.tzoffset(None, -3 * 3600),
+        "datetime.timezone offset": dt.timezone(dt.timedelta(hours=5, minutes=30)),
+    }
+    try:
+        import pytz
+    except ImportError:  # the newest stack has no pytz
+        return zones
+    return {
+        **zones,
+        "pytz.FixedOffset": pytz.FixedOffset(330),
+        "pytz named": pytz.timezone("US/Eastern"),
+    }
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("kind", ["AnnData", "MuData", "h5ad"])
+@pytest.mark.parametrize("zone", list(_zones()))
+def test_datetimes_of_any_zone_library_go_to_anndata_and_back(
+    tmp_path: Path, zone: str, kind: str
+) -> None:
+    """The recorded dtype names a zone as the tables do (zone_name): pandas' own name of a
+    dateutil or pytz offset zone ("tzfile('/usr/share/zoneinfo/Europe/Berlin')",
+    "pytz.FixedOffset(330)") made from_pseudobulk and from_mudata raise TypeError."""
+    from cytepool.io.tables.zones import zone_name
+
+    when = pd.to_datetime(["2020-01-01 00:00", "2021-07-01 10:00", None]).tz_localize(
+        _zones()[zone]
+    )
+    cube = one_column_cube(when)
+    if kind == "MuData":
+        pytest.importorskip("mudata")
+        back = conv.from_mudata(conv.to_mudata(cube))
+    else:
+        back = round_tripped(cube, tmp_path, "memory" if kind == "AnnData" else "h5ad")
+    assert back.fingerprint == cube.fingerprint
+    assert zone_name(back.samples["c"].dt.tz) == zone_name(when.tz)
+    assert back.samples["c"].tolist() == cube.samples["c"].tolist()
+
+
+def _arrow_columns() -> dict[str, Any]:
+    import datetime as dt
+
+    pa = pytest.importorskip("pyarrow")
+
+    def arrow(values: list[Any], kind: Any) -> Any:
+        return pd.array(values, dtype=pd.ArrowDtype(kind))
+
+    when = [dt.datetime(2020, 1, 1, 10), None, dt.datetime(1000, 1, 1)]
+    return {
+        "int64": arrow([31, None, 45], pa.int64()),
+        "uint8": arrow([1, 2, None], pa.uint8()),
+        "int32 without missing": arrow([1, 2, 3], pa.int32()),
+        "double": arrow([1.5, None, -2.0], pa.float64()),
+        "float": arrow([1.5, 2.0, None], pa.float32()),
+        "bool": arrow([True, None, False], pa.bool_()),
+        "string": arrow(["a", None, "c"], pa.string()),
+        "string without missing": arrow(["a", "b", "a"], pa.string()),
+        "large_string": arrow(["a", "b", None], pa.large_string()),
+        "timestamp[s]": arrow(when, pa.timestamp("s")),
+        "timestamp[us, UTC]": arrow(
+            [*when[:2], dt.datetime(2021, 7, 1)], pa.timestamp("us", "UTC")
+        ),
+        "timestamp[ms, Europe/Berlin]": arrow(
+            [dt.datetime(2020, 1, 1, tzinfo=dt.UTC), None, dt.datetime(2021, 7, 1, tzinfo=dt.UTC)],
+            pa.timestamp("ms", "Europe/Berlin"),
+        ),
+        "duration[ms]": arrow(
+            [dt.timedelta(seconds=1.5), None, dt.timedelta(days=-1)], pa.duration("ms")
+        ),
+        "categorical of int64[pyarrow]": pd.Categorical.from_codes(
+            [1, 0, -1], pd.Index(arrow([7, 3], pa.int64()))
+        ),
+    }
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad", "zarr"])
+@pytest.mark.parametrize("kind", list(_arrow_columns()))
+def test_pyarrow_backed_columns_go_to_anndata_and_back(
+    tmp_path: Path, kind: str, where: str
+) -> None:
+    """pandas columns backed by pyarrow, which a cube holds, made the AnnData unwritable
+    (IORegistryError: no method for ArrowExtensionArray): they go in the numpy or nullable
+    pandas type holding their values, in obs, var and the record, and come back in their type."""
+    column = _arrow_columns()[kind]
+    features = pd.DataFrame({"feature_id": ["f"], "c": column[:1]})
+    cube = one_column_cube(column, features=features)
+    pseudobulk = to_anndata(cube)
+    assert not any(isinstance(t, pd.ArrowDtype) for t in pseudobulk.obs.dtypes)
+    back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.samples, cube.samples)
+    pd.testing.assert_frame_equal(back.features, cube.features)
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad"])
+@pytest.mark.parametrize(
+    "column",
+    [
+        np.array(["1000-01-01", "2020-01-01T10:00:01", "NaT"], dtype="datetime64[s]"),
+        np.array(["0001-01-01", "9999-12-31T23:59:59.999", "1500-06-30"], dtype="datetime64[ms]"),
+        np.array(["1200-01-01", "2020-01-01", "NaT"], dtype="datetime64[us]"),
+        np.array([300 * 365 * 86400, -5, -(10**11)], dtype="timedelta64[s]"),
+        np.array([400 * 365 * 86400 * 1000 + 7, 0, "NaT"], dtype="timedelta64[ms]"),
+    ],
+    ids=["datetime64[s]", "datetime64[ms]", "datetime64[us]", "timedelta64[s]", "timedelta64[ms]"],
+)
+def test_times_outside_nanoseconds_go_to_anndata_and_back(
+    tmp_path: Path, column: Any, where: str
+) -> None:
+    """Datetimes and durations of a unit coarser than ns beyond the range of nanoseconds
+    (years 1677-2262, +-292 years) are parsed straight into their unit: pandas' parsing
+    through nanoseconds raised OutOfBoundsDatetime / OutOfBoundsTimedelta."""
+    cube = one_column_cube(pd.Series(column))
+    back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(back.samples, cube.samples)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("texts", "unit", "expected"),
+    [
+        (
+            ["2020-01-01T01:00:00+01:00", "2020-01-01T00:00:00-05:30"],
+            "s",
+            ["2020-01-01T00:00:00", "2020-01-01T05:30:00"],
+        ),
+        (["2020-01-01T00:00:00.000000001", None], "ns", ["2020-01-01T00:00:00.000000001", "NaT"]),
+        (["1000-01-01T00:00:00Z", float("nan")], "ms", ["1000-01-01T00:00:00", "NaT"]),
+    ],
+)
+def test_datetime_texts_are_parsed_into_their_unit(
+    texts: list[Any], unit: str, expected: list[str]
+) -> None:
+    from cytepool.io.anndata._times import datetimes_from_texts
+
+    parsed = datetimes_from_texts(texts, unit)
+    np.testing.assert_array_equal(parsed, np.array(expected, dtype=f"datetime64[{unit}]"))
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_duration_texts_are_parsed_into_their_unit(unit: str) -> None:
+    from cytepool.io.anndata._times import durations_from_texts
+
+    values = pd.to_timedelta([-1, 0, 86_399, 10**9 + 1], unit=unit).as_unit(unit)
+    texts = [value.isoformat() for value in values] + [None]
+    expected = np.append(values.to_numpy(), np.timedelta64("NaT", unit))
+    np.testing.assert_array_equal(durations_from_texts(texts, unit), expected)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("kind", ["datetime", "duration"])
+def test_a_damaged_time_text_is_an_input_error(kind: str) -> None:
+    pseudobulk = to_anndata(
+        one_column_cube(
+            pd.to_datetime(["2020-01-01"] * 3)
+            if kind == "datetime"
+            else pd.to_timedelta([1, 2, 3], unit="s")
+        )
+    )
+    record = pseudobulk.uns["cytepool"]
+    first = "2020-01-01T00:00:00" if kind == "datetime" else "P0DT0H0M1S"
+    record["samples"] = record["samples"].assign(c=[first, "yesterday", None])
+    with pytest.raises(InputError, match=rf"column 'c' as {kind}s, but it holds 'yesterday'"):
+        from_pseudobulk(pseudobulk)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("recorded", "zone"),
+    [
+        ("datetime64[ns, tzfile('/usr/share/zoneinfo/Europe/Berlin')]", "Europe/Berlin"),
+        ("datetime64[ns, pytz.FixedOffset(330)]", "+05:30"),
+        ("datetime64[ns, pytz.FixedOffset(-90)]", "-01:30"),
+        ("datetime64[ns, UTC+05:30]", "+05:30"),
+        ("datetime64[ns, UTC]", "UTC"),
+    ],
+)
+def test_records_naming_zones_as_pandas_printed_them_are_read(recorded: str, zone: str) -> None:
+    """Records written before zones were named by zone_name (files of dateutil and pytz
+    offset zones, which from_pseudobulk could not read) are read, in the zone they name."""
+    import json
+
+    from cytepool.io.tables.zones import zone_name
+
+    when = pd.to_datetime(["2020-01-01", "2021-07-01", "2022-01-01"]).tz_localize("UTC")
+    pseudobulk = to_anndata(one_column_cube(when))
+    record = pseudobulk.uns["cytepool"]
+    dtypes = json.loads(record["dtypes"])
+    dtypes["samples"]["c"] = recorded
+    record["dtypes"] = json.dumps(dtypes)
+    back = from_pseudobulk(pseudobulk).samples["c"]
+    assert zone_name(back.dt.tz) == zone
+    assert back.dt.tz_convert("UTC").tolist() == when.tolist()
+
+
 @pytest.mark.interop
 def test_record_dtype_mismatch_is_an_error() -> None:
     pseudobulk = to_anndata(rich_cube())

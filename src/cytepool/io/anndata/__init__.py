@@ -21,7 +21,13 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
   {column: pandas dtype}}``, so that the reader restores what writing changed (anndata
   turns repeated strings into categoricals; columns anndata cannot write, such as
   nullable strings or datetimes, are stored as strings or categoricals; pandas 3's ``str``
-  columns, which anndata 0.13 writes, are kept);
+  columns, which anndata 0.13 writes, are kept). Datetimes and durations go as ISO texts,
+  parsed back straight into their unit; a zone is named as tables name it (``Europe/Berlin``,
+  ``+05:30``, whatever library made it); a categorical whose categories are times or
+  pyarrow-backed keeps its codes, its categories written so and recorded as
+  ``category[<their dtype>]``; pyarrow-backed columns (``int64[pyarrow]``...) go in the
+  numpy or nullable pandas type holding their values (pyarrow strings are recorded as
+  ``utf8[pyarrow]``, since ``string[pyarrow]`` names pandas' ``StringDtype``);
 - ``samples``, ``groups``: the whole sample and group tables (samples whose profiles are
   all empty are in no observation, yet belong to the cube);
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,13 @@ if TYPE_CHECKING:
     from cytepool.cube import Cube
 from cytepool._records import ID_COLUMNS
 from cytepool.io.anndata._readers import eager
+from cytepool.io.anndata._times import (
+    datetimes_from_texts,
+    durations_from_texts,
+    recorded_zone,
+)
 from cytepool.io.tables.backends import date_objects
+from cytepool.io.tables.zones import zone_name
 
 RECORD_KEY = "cytepool"
 """The ``uns`` key under which :func:`to_anndata` and :func:`to_mudata` store the record."""
@@ -209,45 +216,133 @@ def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
 _DATE_OBJECTS = "object[date]"
 """The dtype name recorded for a pandas column of ``datetime.date`` objects (which the digest
 takes as dates): written as ISO texts, restored as such objects."""
+_ARROW_STRING = "utf8[pyarrow]"
+"""The dtype name recorded for pandas' ``ArrowDtype(pa.string())``, whose own name,
+``string[pyarrow]``, is that of ``StringDtype("pyarrow")``."""
+_DATETIME = re.compile(r"datetime64\[(\w+)(?:, (.+))?\]")
 
 
 def _dtype_names(frame: pd.DataFrame) -> dict[str, str]:
-    return {
-        str(column): _DATE_OBJECTS if date_objects(frame[column]) else _dtype_name(dtype)
-        for column, dtype in frame.dtypes.items()
-    }
+    return {str(column): _column_dtype_name(frame[column]) for column in frame.columns}
+
+
+def _column_dtype_name(series: pd.Series) -> str:
+    """The recorded name of a column's dtype: its pandas name; ``object[date]`` for
+    ``datetime.date`` objects; ``category[<categories' name>]`` for a categorical whose
+    categories ``writable`` changes (datetimes, durations, dates, pyarrow-backed)."""
+    import pandas as pd
+
+    if date_objects(series):
+        return _DATE_OBJECTS
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        categories = pd.Series(series.cat.categories)
+        if _writable_categories(categories) is not None:
+            return f"category[{_column_dtype_name(categories)}]"
+    return _dtype_name(series.dtype)
 
 
 def _dtype_name(dtype: Any) -> str:
+    """The name of ``dtype`` that :func:`restore` makes the dtype of again; a zone is named
+    by :func:`~cytepool.io.tables.zones.zone_name` (pandas prints dateutil's and pytz's
+    offsets as names no one parses)."""
     import pandas as pd
 
     if isinstance(dtype, pd.StringDtype):
         return f"string[{dtype.storage}]" if dtype.na_value is pd.NA else str(dtype)
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return f"datetime64[{dtype.unit}, {zone_name(dtype.tz)}]"
+    if isinstance(dtype, pd.ArrowDtype) and str(dtype) == "string[pyarrow]":
+        return _ARROW_STRING
     return str(dtype)
 
 
 def writable(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy whose columns anndata can write; :func:`restore` reverts it by dtype name."""
-    import pandas as pd
-
     frame = frame.copy()
     for column in frame.columns:
-        series = frame[column]
-        kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
-        timely = isinstance(series.dtype, pd.DatetimeTZDtype) or _arrow_dates(series.dtype)
-        timely = timely or date_objects(series)
-        if kind in ("m", "M") or timely:  # ISO texts, as objects (not pyarrow's strings)
-            texts = [None if pd.isna(value) else value.isoformat() for value in series]
-            series = pd.Series(texts, index=series.index, dtype=object)
-        if isinstance(series.dtype, pd.Float32Dtype | pd.Float64Dtype):  # anndata cannot write
-            floats = series.to_numpy(dtype=series.dtype.numpy_dtype, na_value=np.nan)
-            series = pd.Series(floats, index=series.index)  # missing: NaN, as the digest has it
-        strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
-        if strings and not _is_pandas3_str(series.dtype):
-            has_null = bool(series.isna().any())
-            series = series.astype("category") if has_null else series.astype(object)
-        frame[column] = series
+        frame[column] = _writable_column(frame[column])
     return frame
+
+
+def _writable_column(series: pd.Series) -> pd.Series:
+    """``series`` in a type anndata writes: times as ISO texts (objects), pyarrow-backed
+    columns in numpy or pandas' nullable types, nullable floats as floats with NaN, strings
+    as objects (a categorical when some are missing); categoricals keep their codes."""
+    import pandas as pd
+
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        categories = _writable_categories(pd.Series(series.cat.categories))
+        if categories is None:
+            return series
+        codes = series.cat.codes.to_numpy()
+        written = pd.Categorical.from_codes(codes, pd.Index(categories), series.cat.ordered)
+        return pd.Series(written, index=series.index, name=series.name)
+    series = _from_arrow_backed(series)
+    kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else ""
+    timely = isinstance(series.dtype, pd.DatetimeTZDtype) or _arrow_dates(series.dtype)
+    timely = timely or date_objects(series)
+    if kind in ("m", "M") or timely:  # ISO texts, as objects (not pyarrow's strings)
+        texts = [None if pd.isna(value) else value.isoformat() for value in series]
+        series = pd.Series(texts, index=series.index, dtype=object, name=series.name)
+    if isinstance(series.dtype, pd.Float32Dtype | pd.Float64Dtype):  # anndata cannot write
+        floats = series.to_numpy(dtype=series.dtype.numpy_dtype, na_value=np.nan)
+        series = pd.Series(floats, index=series.index, name=series.name)  # missing: NaN
+    strings = isinstance(series.dtype, pd.StringDtype) or series.dtype == object
+    if strings and not _is_pandas3_str(series.dtype):
+        has_null = bool(series.isna().any())
+        series = series.astype("category") if has_null else series.astype(object)
+    return series
+
+
+def _writable_categories(categories: pd.Series) -> pd.Series | None:
+    """The categories of a categorical in a type anndata writes as categories (ISO texts of
+    times, numpy types of pyarrow-backed ones), or None when anndata writes them as they are."""
+    import pandas as pd
+
+    dtype = categories.dtype
+    timely = isinstance(dtype, pd.DatetimeTZDtype | pd.ArrowDtype) or date_objects(categories)
+    if not timely and not (isinstance(dtype, np.dtype) and dtype.kind in "mM"):
+        return None
+    return _writable_column(categories)
+
+
+def _from_arrow_backed(series: pd.Series) -> pd.Series:
+    """A pyarrow-backed column (``int64[pyarrow]``...), which anndata cannot write, in the
+    numpy or pandas type of :func:`_unarrowed_name`; other columns as they are."""
+    import pandas as pd
+
+    if not isinstance(series.dtype, pd.ArrowDtype):
+        return series
+    name = _unarrowed_name(series.dtype)
+    if name is None:
+        return series
+    if name.startswith("float"):  # missing: NaN, as the digest has it
+        floats = series.to_numpy(dtype=np.dtype(name), na_value=np.nan)
+        return pd.Series(floats, index=series.index, name=series.name)
+    return series.astype(name)
+
+
+def _unarrowed_name(dtype: pd.ArrowDtype) -> str | None:
+    """The numpy or pandas dtype that holds the values of pandas' ``ArrowDtype`` exactly
+    (nullable integers and booleans, floats, objects for strings, datetimes and durations of
+    the unit and zone), or None for dates (written as such) and types a cube does not hold."""
+    import pyarrow as pa
+
+    kind = dtype.pyarrow_dtype
+    if pa.types.is_integer(kind):
+        return f"{'UInt' if pa.types.is_unsigned_integer(kind) else 'Int'}{kind.bit_width}"
+    if pa.types.is_boolean(kind):
+        return "boolean"
+    if pa.types.is_floating(kind):
+        return f"float{kind.bit_width}"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "object"
+    if pa.types.is_timestamp(kind):
+        zone = "" if kind.tz is None else f", {zone_name(kind.tz)}"
+        return f"datetime64[{kind.unit}{zone}]"
+    if pa.types.is_duration(kind):
+        return f"timedelta64[{kind.unit}]"
+    return None
 
 
 def _arrow_dates(dtype: Any) -> bool:
@@ -271,26 +366,79 @@ def _is_pandas3_str(dtype: Any) -> bool:
 
 def restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
     """Give the columns named in ``dtypes`` their recorded dtype back."""
-    import pandas as pd
-
     frame = frame.copy()
     for column, name in dtypes.items():
         if column not in frame.columns or _dtype_name(frame[column].dtype) == name:
             continue
-        series = frame[column]
-        if name.startswith("datetime64"):  # a zone's offsets may differ: parsed as UTC first
-            series = pd.to_datetime(series.astype(object), format="ISO8601", utc="," in name)
-        elif name.startswith("timedelta64"):
-            series = pd.to_timedelta(series.astype(object))
-        elif name.startswith("date") and name.endswith("[pyarrow]"):  # ISO dates: cast by arrow
-            series = series.astype(object).where(series.notna(), None)
-        elif name == _DATE_OBJECTS:
-            frame[column] = _dates_from_texts(series)
-            continue
-        if series.dtype == "category" and name in {"object", "str"}:
-            series = series.astype(object).where(series.notna(), None)
-        frame[column] = series.astype(name)
+        frame[column] = _restored(frame[column], name)
     return frame
+
+
+def _restored(series: pd.Series, name: str) -> pd.Series:
+    """``series`` as ``writable`` wrote it (and anndata read it), in the dtype named ``name``."""
+    import pandas as pd
+
+    if name == _DATE_OBJECTS:
+        return _dates_from_texts(series)
+    if name.startswith("category[") and name.endswith("]"):
+        return _restored_categorical(series, name[len("category[") : -1])
+    arrow = _arrow_dtype(name)
+    if arrow is not None and (unarrowed := _unarrowed_name(arrow)) is not None:
+        return _restored(series, unarrowed).astype(arrow)
+    if (datetime := _DATETIME.fullmatch(name)) is not None:
+        return _datetimes(series, *datetime.groups())
+    if name.startswith("timedelta64[") and series.dtype.kind != "m":
+        unit = name[len("timedelta64[") : -1]
+        values = durations_from_texts(series.astype(object), unit, str(series.name))
+        return pd.Series(values, index=series.index, name=series.name)
+    if name.startswith("date") and name.endswith("[pyarrow]"):  # ISO dates: cast by arrow
+        series = series.astype(object).where(series.notna(), None)
+    if series.dtype == "category" and name in {"object", "str"}:
+        series = series.astype(object).where(series.notna(), None)
+    return series.astype(name)
+
+
+def _arrow_dtype(name: str) -> pd.ArrowDtype | None:
+    """The pandas ``ArrowDtype`` a recorded name names, or None (``string[pyarrow]`` is
+    ``StringDtype("pyarrow")``)."""
+    import pandas as pd
+
+    if not name.endswith("[pyarrow]"):
+        return None
+    try:
+        return pd.ArrowDtype.construct_from_string(name)
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+
+
+def _restored_categorical(series: pd.Series, categories_name: str) -> pd.Series:
+    """A categorical whose categories ``writable`` wrote as texts (or in numpy types), with
+    its categories in the dtype named ``categories_name`` again; codes and order kept."""
+    import pandas as pd
+
+    if not isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype("category")
+    categories = _restored(pd.Series(series.cat.categories), categories_name)
+    codes = series.cat.codes.to_numpy()
+    restored = pd.Categorical.from_codes(codes, pd.Index(categories), series.cat.ordered)
+    return pd.Series(restored, index=series.index, name=series.name)
+
+
+def _datetimes(series: pd.Series, unit: str, zone: str | None) -> pd.Series:
+    """Datetimes of ``unit`` (in ``zone``) from the ISO texts ``writable`` wrote, parsed
+    straight into the unit (pandas' parsing goes through nanoseconds: years 1677 to 2262)."""
+    import pandas as pd
+
+    values = series  # datetimes already (not written by writable): only the unit and zone
+    if series.dtype.kind != "M" and not isinstance(series.dtype, pd.DatetimeTZDtype):
+        parsed = datetimes_from_texts(series.astype(object), unit, str(series.name))
+        values = pd.Series(parsed, index=series.index)
+    if zone is not None and values.dt.tz is None:
+        values = values.dt.tz_localize("UTC")  # the texts' offsets made UTC times of them
+    if zone is None:
+        return values.astype(f"datetime64[{unit}]").rename(series.name)
+    zoned = values.dt.tz_convert(recorded_zone(zone))
+    return zoned.astype(pd.DatetimeTZDtype(unit, zoned.dt.tz)).rename(series.name)
 
 
 def _dates_from_texts(series: pd.Series) -> pd.Series:
