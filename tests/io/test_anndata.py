@@ -1196,6 +1196,52 @@ def test_record_dtype_mismatch_is_an_error() -> None:
 
 
 @pytest.mark.interop
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64"])
+@pytest.mark.parametrize(
+    ("spoiled", "layer", "named"),
+    [
+        ("X", None, r"adata\.X holds"),  # scanpy's workflow: counts in layers, X normalised
+        ("counts", "counts", r"adata\.layers\['counts'\] holds"),  # read from there by layer=
+        ("detected", None, r"adata\.layers\['detected'\] holds"),
+    ],
+)
+def test_non_integer_sums_are_named_by_the_matrix_they_are_in(
+    dtype: str, spoiled: str, layer: str | None, named: str
+) -> None:
+    """The error names the matrix holding the non-integer values: with the counts in X as
+    recorded, a normalised X was blamed on "layer 'counts'", the cube's name of the layer,
+    although adata.layers['counts'] held the counts the user kept there."""
+    counts = np.arange(1, 9).reshape(1, 2, 4).astype(dtype)
+    cube = cytepool.Cube(
+        {"counts": counts, "detected": counts.copy()},
+        samples=pd.DataFrame({"sample_id": ["a", "b"]}),
+        groups=pd.DataFrame({"group_id": ["A"]}),
+        features=pd.DataFrame({"feature_id": list("wxyz")}),
+        cells=np.full((1, 2), 5),
+    )
+    pseudobulk = to_anndata(cube)
+    pseudobulk.layers["counts"] = pseudobulk.X.copy()
+    if spoiled == "X":
+        pseudobulk.X = pseudobulk.X / 3
+    else:
+        pseudobulk.layers[spoiled] = pseudobulk.layers[spoiled] / 3
+    with pytest.raises(
+        InputError, match=rf"^{named} non-integer values .* \({dtype}\) are required"
+    ):
+        from_pseudobulk(pseudobulk, layer=layer)
+
+
+@pytest.mark.interop
+def test_non_integer_sums_of_modalities_are_named_so() -> None:
+    pytest.importorskip("mudata")
+    mdata = conv.to_mudata(rich_cube())
+    for modality in mdata.mod.values():
+        modality.X = modality.X / 3
+    with pytest.raises(InputError, match=r"^mdata: the modalities' X holds non-integer values"):
+        conv.from_mudata(mdata)
+
+
+@pytest.mark.interop
 def test_unknown_ids_with_a_record_are_an_error() -> None:
     pseudobulk = to_anndata(rich_cube())
     obs = pseudobulk.obs.copy()

@@ -267,6 +267,9 @@ def _recorded_sums(
     sums: dict[str | None, np.ndarray] = {
         None: _pseudobulk_matrix(adata, layer if moved else None, where)
     }
+    if moved:  # checked here, where it is known to come from layers[layer], not X
+        dtype = record["dtypes"]["layers"][main]
+        sums[None] = _as_dtype(sums[None], dtype, f"{where}.layers[{layer!r}]")
     for name in record["layers"]:
         if name != main and name in adata.layers:
             sums[name] = _pseudobulk_matrix(adata, name, where)
@@ -607,7 +610,7 @@ def _recorded_parts(
         key = None if name == record["layer"] else name
         if key in sums:
             dtype = dtypes["layers"][name]
-            layers[name] = _as_dtype(sums[key], dtype, f"{where}: layer {name!r}")
+            layers[name] = _as_dtype(sums[key], dtype, _matrix_label(where, key))
     return _Parts(
         samples,
         groups,
@@ -616,6 +619,14 @@ def _recorded_parts(
         record["metadata"],
         record["provenance"],
     )
+
+
+def _matrix_label(where: str, key: str | None) -> str:
+    """The matrix the sums ``sums[key]`` of :func:`_recorded_parts` were read from: ``X``
+    for key None (whatever the layer's name in the cube), else ``layers[key]``; of every
+    modality for a MuData."""
+    matrix = "X" if key is None else f"layers[{key!r}]"
+    return f"{where}: the modalities' {matrix}" if where == "mdata" else f"{where}.{matrix}"
 
 
 def _kept_axes(
