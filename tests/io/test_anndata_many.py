@@ -183,6 +183,62 @@ def test_a_categorical_missing_in_a_whole_file_stays_categorical(tmp_path: Path)
     assert isinstance(cube.samples["site"].dtype, pd.CategoricalDtype)
 
 
+CATEGORICALS = {
+    "ordered alike": (["mild", "severe"], True, ["mild", "severe"], True),
+    "ordered alike, not sorted": (["severe", "mild"], True, ["severe", "mild"], True),
+    "unordered, other categories": (["y", "x"], False, ["z", "w"], False),
+    "unordered, natural order": (["c10"], False, ["c2"], False),
+    "ordered unlike": (["mild", "severe"], True, ["severe", "mild"], True),
+    "ordered and unordered": (["mild", "severe"], True, ["mild", "severe"], False),
+    "ordered numbers unlike": ([10, 2], True, [2, 10], True),
+    "numbers and text": ([1], False, ["a"], False),
+}
+
+
+@pytest.mark.parametrize("case", CATEGORICALS)
+def test_categorical_covariates_join_as_anndata_concat_does(tmp_path: Path, case: str) -> None:
+    """Categories of the files joined as anndata.concat(merge="same") joins them: ordered
+    kept when alike, the union in natural order when unordered, objects when ordered unlike
+    (numbers as objects are dropped, text kept), so the cube is the one of the cells in
+    memory, tables, dtypes and fingerprint."""
+    first, first_ordered, second, second_ordered = CATEGORICALS[case]
+    adatas = [cells(i) for i in range(2)]
+    for adata, categories, ordered in (
+        (adatas[0], first, first_ordered),
+        (adatas[1], second, second_ordered),
+    ):
+        adata.obs["severity"] = pd.Categorical(
+            [categories[0]] * adata.n_obs, categories=categories, ordered=ordered
+        )
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE)
+    same_cube(cube, expected(paths, **KEYS))
+
+
+def test_an_ordered_categorical_stays_ordered(tmp_path: Path) -> None:
+    adatas = [cells(i) for i in range(2)]
+    for adata, value in zip(adatas, ["mild", "severe"], strict=True):
+        adata.obs["severity"] = pd.Categorical(
+            [value] * adata.n_obs, categories=["mild", "severe"], ordered=True
+        )
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    severity = from_anndata(paths, **KEYS, **HERE).samples["severity"]
+    assert severity.cat.ordered
+    assert list(severity.cat.categories) == ["mild", "severe"]
+
+
+def test_numbers_ordered_unlike_cannot_be_a_named_covariate(tmp_path: Path) -> None:
+    """anndata.concat makes objects of them, which no table column holds."""
+    adatas = [cells(i) for i in range(2)]
+    for adata, categories in zip(adatas, ([10, 2], [2, 10]), strict=True):
+        adata.obs["severity"] = pd.Categorical(
+            [categories[0]] * adata.n_obs, categories=categories, ordered=True
+        )
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    with pytest.raises(InputError, match=r"'severity' holds values a cube's table cannot hold"):
+        from_anndata(paths, **KEYS, **HERE, samples=["severity"])
+
+
 def test_a_covariate_of_two_numpy_types_is_promoted_as_in_memory(tmp_path: Path) -> None:
     """True in one file and 1 in another: int64, as concatenating the cells in memory gives
     (pandas alone would join them as objects, which no table column holds)."""

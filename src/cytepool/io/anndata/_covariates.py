@@ -150,14 +150,14 @@ def _variation(
         return "holds unhashable values"
     varying = np.flatnonzero(values != values[first][codes])
     if not len(varying):
-        return _unstorable(column.iloc[first])
+        return unstorable(column.iloc[first])
     row = varying[0]
     one, other = column.iloc[first[codes[row]]], column.iloc[row]
     both = f"{_words.brief(one)} and {_words.brief(other)}"
     return f"varies within {axis} {ids[codes[row]]!r} ({both})"
 
 
-def _unstorable(column: pd.Series) -> str | None:
+def unstorable(column: pd.Series) -> str | None:
     """Why a cube's table cannot hold ``column`` (a value per id), or None if it can."""
     import narwhals.stable.v2 as nw
 

@@ -21,6 +21,7 @@ imports pointing one way. The steps:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -35,7 +36,12 @@ from cytepool import _progress, _words
 from cytepool._assemble import from_parts
 from cytepool._records import Provenance, stamp
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
-from cytepool.io.anndata._covariates import both_reasons, covariate_table, label_codes
+from cytepool.io.anndata._covariates import (
+    both_reasons,
+    covariate_table,
+    label_codes,
+    unstorable,
+)
 from cytepool.io.anndata._readers import survey_cells, survey_modalities
 from cytepool.io.anndata._running import Runner, portable
 from cytepool.layers import Accumulator
@@ -550,12 +556,10 @@ def _values(
         piece.index = pd.Index([str(k) for k in piece.index])
         pieces.append(piece)
     if all(isinstance(p.dtype, pd.CategoricalDtype) for p in pieces):
-        try:
-            union = pd.api.types.union_categoricals(_typed(pieces), ignore_order=True)
-            index = pd.Index([k for p in pieces for k in p.index])
-            return pd.Series(union, index=index), None
-        except TypeError:  # categories of different types
-            pass
+        target = _categories_as_concat(pieces)
+        if target is not None:  # as in memory, where some are not storable (ints and text)
+            joined = pd.concat([p.astype(target) for p in pieces])
+            return joined, unstorable(joined)
     common = _common_dtype([p.dtype for p in pieces])
     if common is not None:  # numpy types of one kind or another: numpy's promotion, as in memory
         pieces = [p.astype(common) for p in pieces]
@@ -580,13 +584,29 @@ def _common_dtype(dtypes: list[Any]) -> np.dtype[Any] | None:
     return None if common.kind == "O" else common
 
 
-def _typed(pieces: list[pd.Series]) -> list[pd.Series]:
-    """Categorical ``pieces``, those without categories (all missing, whose categories a file
-    read gives no type) given the empty categories of the first that has some."""
-    typed = next((p.cat.categories for p in pieces if len(p.cat.categories)), None)
-    if typed is None:
-        return pieces
-    return [p if len(p.cat.categories) else p.cat.set_categories(typed[:0]) for p in pieces]
+def _categories_as_concat(pieces: list[pd.Series]) -> Any:
+    """The type ``anndata.concat`` gives categorical ``pieces`` (its ``try_unifying_dtype``).
+
+    None of them ordered: the union of their categories, in natural order, unordered. Else,
+    when every piece with categories is ordered with the same ones in the same order, that
+    type (ordered); otherwise ``object``. None when the categories have no common order.
+    """
+    import pandas as pd
+    from natsort import natsorted
+
+    dtypes = [p.dtype for p in pieces]
+    union = functools.reduce(lambda a, b: a.union(b), (d.categories for d in dtypes))
+    if not any(d.ordered for d in dtypes):
+        try:
+            return pd.CategoricalDtype(natsorted(union), ordered=False)
+        except TypeError:  # categories of types without a common order
+            return None
+    typed = [d for d in dtypes if len(d.categories)]
+    alike = all(
+        d.ordered and len(d.categories) == len(union) and bool(np.all(d.categories == union))
+        for d in typed
+    )
+    return typed[0] if typed and alike else object
 
 
 def _same(a: Any, b: Any) -> bool:
