@@ -31,6 +31,7 @@ from cytepool.cli import main  # noqa: E402
 from cytepool.errors import (  # noqa: E402
     FormatError,
     InputError,
+    InputTypeError,
     NotCountsWarning,
     UnknownIdError,
 )
@@ -627,3 +628,64 @@ def as_csc(adata: ad.AnnData, path: Path, *, filtered: bool) -> None:
         with ad.settings.override(zarr_write_format=2):
             adata.write_zarr(path)
     filter_indices(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Column names given as one string
+# ---------------------------------------------------------------------------------------------
+
+
+def _str_inputs(tmp_path: Path) -> dict[str, Any]:
+    """The cells of file 0, with columns named by the letters of 'age' and 'batch' too."""
+    adata = cells(0)
+    for letter in "agebtch":
+        adata.obs[letter] = 1
+        adata.var[letter] = 1
+    adata.var["symbol"] = adata.var_names
+    inputs = {"AnnData": adata, "path": write(adata, tmp_path / "one.h5ad")}
+    inputs["paths"] = [inputs["path"], write(cells(1), tmp_path / "two.h5ad")]
+    return inputs
+
+
+@pytest.mark.parametrize("given", ["AnnData", "path", "paths", "MuData", "MuData paths"])
+@pytest.mark.parametrize(("option", "name"), [("samples", "age"), ("groups", "batch")])
+def test_covariates_named_by_one_string_are_a_type_error(
+    tmp_path: Path, given: str, option: str, name: str
+) -> None:
+    """A string is not split into letters (the columns 'a', 'g', 'e' were kept silently)."""
+    inputs = _str_inputs(tmp_path)
+    pool: Any = from_anndata
+    if given.startswith("MuData"):
+        md = pytest.importorskip("mudata")
+        pool = from_mudata_cells
+        inputs["MuData"] = md.MuData({"rna": inputs["AnnData"]})
+        path = str(tmp_path / "one.h5mu")
+        inputs["MuData"].write_h5mu(path)
+        inputs["MuData paths"] = [path]
+    with pytest.raises(
+        InputTypeError, match=rf"{option}= takes a list .*give a list: {option}=\['{name}'\]"
+    ):
+        pool(inputs[given], **KEYS, **HERE, **{option: name})
+
+
+@pytest.mark.parametrize("given", ["AnnData", "path", "paths"])
+def test_features_named_by_one_string_are_refused(tmp_path: Path, given: str) -> None:
+    """A type error for one file; for many, where features= may be 'intersection', the
+    InputError of any other string."""
+    inputs = _str_inputs(tmp_path)
+    error = InputError if given == "paths" else InputTypeError
+    for name in ("symbol", "age"):
+        with pytest.raises(error, match=rf"features=\['{name}'\]"):
+            from_anndata(inputs[given], **KEYS, **HERE, features=name)
+
+
+def test_from_pseudobulk_covariates_named_by_one_string_are_a_type_error() -> None:
+    from cytepool.io.anndata import from_pseudobulk
+
+    obs = pd.DataFrame(
+        {"donor": ["d1", "d2"], "cell_type": ["B", "B"], "n_cells": [3, 4], "age": [1, 2]},
+        index=["p1", "p2"],
+    ).assign(a=1, g=1, e=1)
+    adata = ad.AnnData(np.ones((2, 3), np.float32), obs=obs)
+    with pytest.raises(InputTypeError, match=r"give a list: samples=\['age'\]"):
+        from_pseudobulk(adata, **KEYS, samples="age")

@@ -166,6 +166,9 @@ def from_anndata(
         also if the files' features differ, a profile is in two files (unless
         ``duplicates="add"``), or ``sample_ids`` does not name one sample per file; a file
         that fails stops the run with its error, naming the file.
+    TypeError
+        If ``samples``, ``groups`` or ``features`` is one string (``samples="age"``) instead
+        of a list of column names (an :class:`~cytepool.errors.InputTypeError`).
     OverflowError
         If a sum does not fit the layer's data type (float64 sums of finite values that
         overflow, int64 sums of squares): a :class:`~cytepool.errors.SumOverflowError` naming

@@ -22,6 +22,21 @@ from cytepool._records import ID_COLUMNS
 Covariates = Sequence[str] | None
 
 
+def check_names(names: Any, option: str) -> None:
+    """InputTypeError if ``names``, the columns given as ``option=``, is one string.
+
+    A string is a sequence of its letters: ``samples="age"`` would name the columns ``'a'``,
+    ``'g'`` and ``'e'``.
+    """
+    if isinstance(names, str | bytes):
+        of = "var" if option == "features" else "obs"
+        msg = (
+            f"{option}= takes a list of {of} column names, found the string {names!r}: "
+            f"give a list: {option}=[{names!r}]"
+        )
+        raise InputTypeError(msg)
+
+
 def label_codes(
     obs: pd.DataFrame, key: str, role: str, obs_name: str, cells: Any = None
 ) -> tuple[np.ndarray, list[str]]:
@@ -65,6 +80,8 @@ def axis_tables(
     The report (for the provenance record): ``{"samples": [kept], "groups": [kept],
     "dropped": {column: why}}``; the keys, ``exclude`` and id columns are not covariates.
     """
+    check_names(columns[0], "samples")
+    check_names(columns[1], "groups")
     excluded = {*keys, *exclude}
     samples, why_not_sample = covariate_table(
         obs, codes[0], ids[0], columns[0], "sample", excluded, obs_name
@@ -213,6 +230,7 @@ def features_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.
             f"var_names_make_unique() on a copy"
         )
         raise InputError(msg)
+    check_names(columns, "features")
     if columns is not None:
         missing = [c for c in columns if c not in var.columns]
         if missing:

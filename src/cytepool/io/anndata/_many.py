@@ -38,6 +38,7 @@ from cytepool._records import Provenance, stamp
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 from cytepool.io.anndata._covariates import (
     both_reasons,
+    check_names,
     covariate_table,
     label_codes,
     unstorable,
@@ -70,6 +71,8 @@ def check_single(options: Mapping[str, Any]) -> str:
     if options["sample_key"] is None:
         msg = "sample_key= is required (sample_ids= only with a list of paths)"
         raise InputError(msg)
+    for name in ("samples", "groups", "features"):
+        check_names(options[name], name)
     return str(options["sample_key"])
 
 
@@ -165,9 +168,14 @@ def _tasks(
     if not isinstance(options["duplicates"], str) or options["duplicates"] not in _DUPLICATES:
         msg = f"duplicates must be 'error' or 'add', found {options['duplicates']!r}"
         raise InputError(msg)
+    check_names(options["samples"], "samples")
+    check_names(options["groups"], "groups")
     features = options["features"]
     if isinstance(features, str) and features != "intersection":
-        msg = f"features must be a list of var columns or 'intersection', found {features!r}"
+        msg = (
+            f"features must be a list of var columns or 'intersection', found {features!r}: "
+            f"give a list of columns, e.g. features=[{features!r}]"
+        )
         raise InputError(msg)
     samples = _file_samples(options, len(texts))
     flags = _words.option("layer").startswith("--")
