@@ -453,6 +453,17 @@ def _unsupported(name: str, dtype: Any) -> TypeError:
     return InputTypeError(msg)
 
 
+def _type_name(s: Any, dtype: Any) -> Any:
+    """narwhals' name of the data type of ``s``, or, for one narwhals calls Unknown (numpy's
+    complex numbers, say), the backend's own name of it (``complex128``)."""
+    import narwhals.stable.v2 as nw
+
+    if dtype != nw.Unknown:
+        return dtype
+    native = s.to_native()
+    return getattr(native, "dtype", None) or getattr(native, "type", None) or dtype
+
+
 def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
     """Return a narwhals (or native) series in canonical form.
 
@@ -477,7 +488,7 @@ def canonical_column(series: Any, name: str | None = None) -> CanonicalColumn:
         return _object_column(s, name, mask)
     tag = _dtype_tag(dtype)
     if tag is None:
-        raise _unsupported(name, dtype)
+        raise _unsupported(name, _type_name(s, dtype))
     if tag == "string":
         return CanonicalColumn(name, "string", mask, _string_values(s, name, mask))
     if tag == "date":

@@ -689,3 +689,66 @@ def test_from_pseudobulk_covariates_named_by_one_string_are_a_type_error() -> No
     adata = ad.AnnData(np.ones((2, 3), np.float32), obs=obs)
     with pytest.raises(InputTypeError, match=r"give a list: samples=\['age'\]"):
         from_pseudobulk(adata, **KEYS, samples="age")
+
+
+# ---------------------------------------------------------------------------------------------
+# Columns dropped, and the reasons the docs list
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_feature_id(adata: ad.AnnData) -> ad.AnnData:
+    adata.var["feature_id"] = [f"ENSG{j:02d}" for j in range(adata.n_vars)]
+    adata.var["symbol"] = adata.var_names
+    return adata
+
+
+@pytest.mark.parametrize("given", ["AnnData", "paths", "MuData"])
+def test_a_var_column_named_feature_id_is_dropped_with_its_reason(
+    tmp_path: Path, given: str
+) -> None:
+    """As an obs column named sample_id is: the cube keeps the other columns, and the record
+    says why (it raised "both the index and a column are named 'feature_id'")."""
+    adatas = [_with_feature_id(cells(i)) for i in range(2)]
+    if given == "AnnData":
+        cube = from_anndata(adatas[0], **KEYS)
+    elif given == "MuData":
+        md = pytest.importorskip("mudata")
+        cube = from_mudata_cells(md.MuData({"rna": adatas[0]}), **KEYS)["rna"]
+    else:
+        paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+        cube = from_anndata(paths, **KEYS, **HERE)
+        same_cube(cube, expected(paths, **KEYS))
+    assert list(cube.features.columns) == ["symbol"]
+    features = cube.provenance[-1].parameters["features"]
+    assert features["dropped"] == {"feature_id": "named like an id column"}
+
+
+def test_a_var_column_named_feature_id_cannot_be_named() -> None:
+    with pytest.raises(InputError, match=r"'feature_id' cannot be a feature column .*leave it"):
+        from_anndata(_with_feature_id(cells(0)), **KEYS, features=["symbol", "feature_id"])
+
+
+def test_every_reason_of_a_dropped_column_is_documented() -> None:
+    """docs/cube-files.md lists the forms of the reasons; complex numbers are named so."""
+    docs = (Path(__file__).parents[2] / "docs" / "cube-files.md").read_text()
+    listed = docs[docs.index("A reason is one of") :].split("\n\n")[1]
+    forms = [re.split(r" [<(']", item)[0] for item in re.findall(r"^- `([^`]+)`", listed, re.M)]
+    adata = cells(0)
+    adata.obs["batch/lane"] = adata.obs["batch"]  # constant per donor, a name no file holds
+    adata.obs["phase"] = (adata.obs["age"] * 1j).astype(complex)  # constant per donor
+    adata.obs["sample_id"] = "x"
+    adata.obs["cells"] = [[1]] * adata.n_obs
+    adata.obs["n"] = np.arange(adata.n_obs)
+    dropped = {}
+    for named in ({}, {"samples": ["age"]}):
+        cube = from_anndata(adata, **KEYS, **named)
+        dropped |= {(c, len(named)): r for c, r in dropped_columns(cube).items()}
+    expected = {"batch/lane", "phase", "sample_id", "cells", "n"}
+    assert expected <= {column for column, named in dropped if not named}
+    for column, reason in dropped.items():
+        assert reason.startswith(tuple(forms)), (column, reason, forms)
+    assert "data type complex128 is not supported" in dropped["phase", 0]
+
+
+def dropped_columns(cube: Any) -> dict[str, str]:
+    return cube.provenance[-1].parameters["covariates"]["dropped"]

@@ -27,6 +27,7 @@ from cytepool.io.anndata._covariates import (
     Covariates,
     axis_tables,
     concat_frames,
+    features_record,
     features_table,
     label_codes,
 )
@@ -108,7 +109,9 @@ def from_anndata(
         constant within each group and is not a sample covariate.
     features
         The ``var`` (or ``raw.var``) columns kept in the feature table (a list or array of
-        names, such as ``adata.var.columns``); None keeps all. With a list of paths, every
+        names, such as ``adata.var.columns``); None keeps all but one named ``feature_id``,
+        the name of the feature table's id column (dropped, with the reason in the provenance
+        record; naming it is an error). With a list of paths, every
         file must hold the same feature ids (in any order), else InputError;
         ``"intersection"`` pools only the ids all files share (keeping the ``var`` columns
         that are the same in every file, as None does).
@@ -445,6 +448,7 @@ def _pool_modalities(
             "sample_key": sample_key,
             "group_key": group_key,
             "covariates": covariates,
+            **features_record(modality.var, None),
         }
         cubes[name] = stamped(cube, cube.provenance, "from_mudata_cells", parameters)
     return cubes
@@ -537,6 +541,7 @@ def _pool(
         "sample_key": sample_key,
         "group_key": group_key,
         "covariates": covariates,
+        **features_record(var, features),
     }
     return stamped(cube, cube.provenance, "from_anndata", parameters)
 

@@ -21,6 +21,9 @@ from cytepool._records import ID_COLUMNS
 
 Covariates = Sequence[str] | None
 
+#: Why a column named as a table's id column (``sample_id``...) is not kept in that table.
+ID_REASON = "named like an id column"
+
 
 def check_names(names: Any, option: str) -> None:
     """InputTypeError if ``names``, the columns given as ``option=``, is one string.
@@ -133,7 +136,7 @@ def covariate_table(
         for name in candidates:
             reason = _variation(obs[name], codes, first, ids, axis)
             if name in {"sample_id", "group_id"}:
-                reason = "named like an id column"
+                reason = ID_REASON
             if reason is not None:
                 why_not[name] = reason
         names = [name for name in candidates if name not in why_not]
@@ -232,16 +235,42 @@ def features_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.
         raise InputError(msg)
     check_names(columns, "features")
     if columns is not None:
-        missing = [c for c in columns if c not in var.columns]
-        if missing:
-            msg = (
-                f"feature column {missing[0]!r} is not a column of {var_name}; its columns: "
-                f"{list(map(str, var.columns))}"
-            )
-            raise UnknownIdError(msg, unknown=missing[0], known=var.columns)
-    table = pd.DataFrame(var if columns is None else var[list(columns)]).copy()
+        _check_feature_columns(var, columns, var_name)
+    kept = [c for c in var.columns if c not in dropped_features(var, columns)]
+    table = pd.DataFrame(var[kept if columns is None else list(columns)]).copy()
     table.index = _text_index(index, "feature_id")
     return table
+
+
+def dropped_features(var: pd.DataFrame, columns: Covariates) -> dict[str, str]:
+    """The ``var`` columns not kept in the feature table (of all, ``columns`` None), with the
+    reason: the column named as the table's id column, ``feature_id``."""
+    if columns is not None or ID_COLUMNS["features"] not in var.columns:
+        return {}
+    return {ID_COLUMNS["features"]: ID_REASON}
+
+
+def features_record(var: pd.DataFrame, columns: Covariates) -> dict[str, Any]:
+    """The parameters of a pooling's record on ``var``'s columns: ``{"features": {"dropped":
+    {column: why}}}`` if a column is dropped, else none."""
+    dropped = dropped_features(var, columns)
+    return {"features": {"dropped": dropped}} if dropped else {}
+
+
+def _check_feature_columns(var: pd.DataFrame, columns: Sequence[str], var_name: str) -> None:
+    missing = [c for c in columns if c not in var.columns]
+    if missing:
+        msg = (
+            f"feature column {missing[0]!r} is not a column of {var_name}; its columns: "
+            f"{list(map(str, var.columns))}"
+        )
+        raise UnknownIdError(msg, unknown=missing[0], known=var.columns)
+    if ID_COLUMNS["features"] in columns:
+        msg = (
+            f"{ID_COLUMNS['features']!r} cannot be a feature column (features=): it is the name "
+            f"of the id column, which holds the names of {var_name}; leave it out"
+        )
+        raise InputError(msg)
 
 
 def _text_index(index: pd.Index, name: str) -> pd.Index:

@@ -655,7 +655,15 @@ def _merged_features(
     table = first.drop(columns=dropped)
     mode = "intersection" if _is_intersection(options.get("features")) else "same"
     report: dict[str, Any] = {"ids": mode, "n": len(ids), "dropped_columns": dropped}
-    return table, report
+    return table, report | _dropped_features(cubes[0])
+
+
+def _dropped_features(cube: Cube) -> dict[str, Any]:
+    """``{"dropped": {column: why}}``: the var columns a file's pooling left out (the one
+    named ``feature_id``), from its record; else nothing."""
+    features = cube.provenance[-1].parameters.get("features") if cube.provenance else None
+    dropped = features.get("dropped") if isinstance(features, dict) else None
+    return {"dropped": dict(dropped)} if dropped else {}
 
 
 def _records(
