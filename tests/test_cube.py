@@ -1209,3 +1209,23 @@ def test_read_caches_group_digest() -> None:
 def test_selection_and_axis_arguments_are_keyword_only(call) -> None:
     with pytest.raises(TypeError, match="positional argument"):
         call(pbmc_cube())
+
+
+@pytest.mark.parametrize("values", [["b", None, "a", "b"], [3, 1, None, 3]])
+def test_a_pandas_column_of_a_pyarrow_dictionary_is_a_categorical(
+    tmp_path: Any, values: list[Any]
+) -> None:
+    """pd.ArrowDtype(pa.dictionary(...)): Cube() raised AttributeError ("Can only use .cat
+    accessor with a 'category' dtype"). It is the categorical of its values: the fingerprint
+    of pandas' Categorical, kept by write_cube and read_cube."""
+    from cytepool.io import read_cube, write_cube
+
+    encoded = pa.array(values).dictionary_encode()
+    encoded = encoded.cast(pa.dictionary(pa.int32(), encoded.type.value_type))
+    column = pd.Series(encoded.to_pandas(types_mapper=pd.ArrowDtype)).array
+    cube = make_cube(samples={"c": column})
+    assert cube.fingerprint == make_cube(samples={"c": pd.Categorical(values)}).fingerprint
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    back = read_cube(tmp_path / "c.cube.zarr")
+    assert back.fingerprint == cube.fingerprint
+    assert [None if pd.isna(v) else v for v in back.samples["c"]] == values

@@ -233,6 +233,13 @@ def test_normalization_digest() -> None:
 # --------------------------------------------------------------------------- tables across backends
 
 
+def _arrow_dictionary(values: list[Any]) -> pd.Series:
+    """A pandas column of a pyarrow dictionary (``pd.ArrowDtype``), int32 indices."""
+    encoded = pa.array(values).dictionary_encode()
+    typed = encoded.cast(pa.dictionary(pa.int32(), encoded.type.value_type))
+    return pd.Series(typed.to_pandas(types_mapper=pd.ArrowDtype))
+
+
 def variants(kind: str) -> list[Any]:
     """The same logical column ``x`` (with a missing value) in several backends and dtypes."""
     ts = [dt.datetime(2020, 1, 1, 12), None, dt.datetime(1969, 12, 31)]
@@ -292,11 +299,13 @@ def variants(kind: str) -> list[Any]:
             pl.DataFrame({"x": pl.Series(values, dtype=pl.Categorical)}),
             pl.DataFrame({"x": pl.Series(values, dtype=pl.Enum(["B cells", "CD4 T", "NK"]))}),
             pa.table({"x": pa.array(values).dictionary_encode()}),
+            pd.DataFrame({"x": _arrow_dictionary(values)}),
         ]
     if kind == "categorical_int":
         return [
             pd.DataFrame({"x": pd.Categorical([3, None, 1])}),
             pa.table({"x": pa.array([3, None, 1]).dictionary_encode()}),
+            pd.DataFrame({"x": _arrow_dictionary([3, None, 1])}),
         ]
     if kind == "datetime_tz":
         return [
