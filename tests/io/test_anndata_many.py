@@ -680,7 +680,7 @@ def test_features_named_by_one_string_are_refused(tmp_path: Path, given: str) ->
 
 
 def test_from_pseudobulk_covariates_named_by_one_string_are_a_type_error() -> None:
-    from cytepool.io.anndata import from_pseudobulk
+    from cytepool.io.anndata import from_pseudobulk, to_anndata
 
     obs = pd.DataFrame(
         {"donor": ["d1", "d2"], "cell_type": ["B", "B"], "n_cells": [3, 4], "age": [1, 2]},
@@ -689,6 +689,9 @@ def test_from_pseudobulk_covariates_named_by_one_string_are_a_type_error() -> No
     adata = ad.AnnData(np.ones((2, 3), np.float32), obs=obs)
     with pytest.raises(InputTypeError, match=r"give a list: samples=\['age'\]"):
         from_pseudobulk(adata, **KEYS, samples="age")
+    ours = to_anndata(from_pseudobulk(adata, **KEYS))  # with the record: refused all the same
+    with pytest.raises(InputTypeError, match=r"give a list: groups=\['age'\]"):
+        from_pseudobulk(ours, groups="age")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from cytepool.io.anndata._covariates import (
     Covariates,
     axis_tables,
+    check_names,
     concat_frames,
     features_table,
     label_codes,
@@ -218,6 +219,8 @@ def from_pseudobulk(
     ([[4, 6]], dtype('int64'))
     """
     where = "adata"
+    check_names(samples, "samples")  # a string is refused, the record used or not
+    check_names(groups, "groups")
     record = read_record(adata.uns, where)
     if record is not None:
         sums = _recorded_sums(adata, record, layer, where)
