@@ -17,8 +17,6 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-import numpy as np
-
 from cytepool.errors import CytepoolError, FormatError, InputError
 
 __all__ = [
@@ -114,9 +112,12 @@ def brief(value: Any) -> str:
 
     Examples
     --------
+    >>> import numpy as np
     >>> brief(np.float32(0.5854321)), brief("ctrl"), brief("a very long text indeed, too long")
     ('0.585432', "'ctrl'", "'a very long text ind...")
     """
+    import numpy as np  # here: the command line imports this module, and starts without numpy
+
     value = value.item() if isinstance(value, np.generic) else value
     text = f"{value:.6g}" if isinstance(value, float) else repr(value)
     return text if len(text) <= 24 else text[:21] + "..."
