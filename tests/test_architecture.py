@@ -33,6 +33,7 @@ LAYERS = [
         "cytepool._exact",
         "cytepool._kept_pools",
         "cytepool._value_texts",
+        "cytepool._dask",
     ],
     ["cytepool.io.zarr"],
     ["cytepool.io.tables", "cytepool.io._atomic"],

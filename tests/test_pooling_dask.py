@@ -95,6 +95,36 @@ def test_invalid_values_are_located_in_the_whole_array() -> None:
         from_cells(counts, sample_labels=["a"] * 10, group_labels=["g"] * 10)
 
 
+@pytest.mark.parametrize("chunks", [(50, 7), (50, 3), (300, 1)])
+def test_the_warning_names_the_first_fraction_in_row_order(chunks: tuple[int, int]) -> None:
+    """As in memory, whatever the chunks: the column block of a later row came first."""
+    x = np.ones((300, 7), dtype=np.float32)
+    x[100, 6], x[250, 1] = 1.5, 0.5
+    labels = {"sample_labels": np.repeat(["a", "b", "c"], 100), "group_labels": ["x"] * 300}
+    with pytest.warns(NotCountsWarning, match=r"e\.g\. 1\.5 at row 100, column 6;"):
+        from_cells(da.from_array(x, chunks=chunks), **labels)
+
+
+@pytest.mark.parametrize("kind", ["DataFrame", "Bag", "Delayed"])
+def test_other_dask_collections_are_a_type_error(kind: str) -> None:
+    """A dask DataFrame, Bag or Delayed is no matrix of cells: a TypeError naming it, before
+    anything is computed (a Bag was iterated as row blocks, computed by processes)."""
+    import dask.bag
+
+    with warnings.catch_warnings():  # dask 2024.8 without dask-expr: its legacy DataFrame
+        warnings.simplefilter("ignore", FutureWarning)
+        import dask.dataframe
+
+    x = np.arange(12).reshape(4, 3)
+    counts = {
+        "DataFrame": lambda: dask.dataframe.from_pandas(pd.DataFrame(x), npartitions=2),
+        "Bag": lambda: dask.bag.from_sequence(list(x), npartitions=2),
+        "Delayed": lambda: dask.delayed(x),
+    }[kind]()
+    with pytest.raises(TypeError, match=rf"counts: expected a dask array, found a dask {kind}"):
+        from_cells(counts, sample_labels=["a", "a", "b", "b"], group_labels=["x"] * 4)
+
+
 def test_unknown_chunk_sizes() -> None:
     x = da.from_array(np.ones((6, 2)), chunks=(3, 2))
     counts = x[x[:, 0] > 0]

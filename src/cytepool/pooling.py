@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import math
-import os
 import sys
 import threading
 import warnings
@@ -27,6 +26,7 @@ import numpy as np
 from cytepool import _pool_sums, _words
 from cytepool._assemble import from_parts, provenance_record
 from cytepool._blocks import ColumnBlocks, RowBlocks
+from cytepool._dask import dask_workers, is_dask_array, require_dask, tree
 from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
 from cytepool._records import ID_COLUMNS
@@ -229,6 +229,7 @@ def from_codes(
         "samples": _table(samples, sample_ids, "samples", backend),
         "groups": _table(groups, group_ids, "groups", backend),
     }
+    is_dask_array(counts)  # refuses dask's other collections now (a Delayed's shape is lazy)
     shape: tuple[Any, ...] = getattr(counts, "shape", ())
     if len(shape) == 2:  # else known once pooled (row blocks)
         tables["features"] = _feature_table(features, shape[1], backend)
@@ -626,7 +627,7 @@ def _pool(
     first value that is not a whole number below 2**31 with its row and column, if any."""
     n_cells = profiles.size
     fmt = _sparse_format(counts)
-    if _is_dask(counts):
+    if is_dask_array(counts):
         kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
     elif isinstance(counts, ColumnBlocks):
         kind, arrays = "csc", _pool_columns(counts, profiles, n_groups, n_samples, extra).arrays()
@@ -753,27 +754,6 @@ def _dense_csr(array: np.ndarray[Any, Any], what: str) -> Iterator[tuple[int, Bl
 
 # --------------------------------------------------------------------------- dask
 
-# Partial sums are added this many at a time, in a tree.
-_FAN_IN = 4
-
-
-def _is_dask(counts: Any) -> bool:
-    return type(counts).__module__.startswith("dask.") and hasattr(counts, "to_delayed")
-
-
-def _require_dask() -> Any:
-    """Import dask, or raise an ImportError that names the extra to install."""
-    try:
-        import dask
-        import dask.array
-    except ImportError as err:
-        msg = (
-            "pooling a dask array needs dask[array]: install cytepool's extra 'dask' (in a "
-            "checkout of cytepool: pip install -e '.[dask]')"
-        )
-        raise ImportError(msg) from err
-    return dask
-
 
 def _pool_dask(
     counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
@@ -787,7 +767,7 @@ def _pool_dask(
     its chain's sums float64, and so does every sum that chain enters. One compute, on the
     scheduler in use (threads, processes or a dask.distributed client).
     """
-    dask = _require_dask()
+    dask = require_dask()
     if any(np.isnan(size) for sizes in counts.chunks for size in sizes):
         msg = "counts: the dask array has unknown chunk sizes; call .compute_chunk_sizes() first"
         raise InputError(msg)
@@ -796,7 +776,7 @@ def _pool_dask(
     rows = np.cumsum((0, *counts.chunks[0]))
     columns = np.cumsum((0, *counts.chunks[1]))
     blocks = counts.to_delayed()
-    n_chains = min(len(blocks), max(4 * _dask_workers(dask), math.isqrt(len(blocks) - 1) + 1))
+    n_chains = min(len(blocks), max(4 * dask_workers(dask), math.isqrt(len(blocks) - 1) + 1))
     cuts = np.linspace(0, len(blocks), n_chains + 1).round().astype(int)
     pool = dask.delayed(_pool_chunk)
     trees = []
@@ -810,21 +790,12 @@ def _pool_dask(
                 args = (block_profiles, (n_groups, n_samples), extra, where)
                 partial = pool(partial, blocks[i, j], *args)
             chains.append(partial)
-        trees.append(_tree(dask.delayed(_add_partials), chains))
+        trees.append(tree(dask.delayed(_add_partials), chains))
     finals = dask.compute(*trees)
     fractions = [final.pop(_FRACTION) for final in finals if _FRACTION in final]
     arrays = {name: np.concatenate([f[name] for f in finals], axis=1) for name in finals[0]}
-    return {**arrays, _FRACTION: fractions[0]} if fractions else arrays
-
-
-def _dask_workers(dask: Any) -> int:
-    """How many tasks the scheduler in use runs at once: a client's threads, else dask's."""
-    try:
-        from distributed import default_client
-
-        return sum(default_client().nthreads().values())
-    except (ImportError, ValueError):
-        return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    first = min(fractions, key=lambda fraction: tuple(fraction[:2]), default=None)  # row, column
+    return arrays if first is None else {**arrays, _FRACTION: first}
 
 
 def _pool_chunk(
@@ -869,13 +840,6 @@ def _add_partials(*parts: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarr
                 else:
                     total[name] = total[name] + values
     return total
-
-
-def _tree(add: Any, parts: list[Any]) -> Any:
-    """Add delayed partial sums in a tree, _FAN_IN at a time."""
-    while len(parts) > 1:
-        parts = [add(*parts[i : i + _FAN_IN]) for i in range(0, len(parts), _FAN_IN)]
-    return parts[0]
 
 
 def _data(values: np.ndarray[Any, Any], what: str) -> np.ndarray[Any, Any]:
