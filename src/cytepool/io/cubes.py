@@ -268,6 +268,13 @@ def read_cube(
         numbers) is refused when the table's frame is made, with a ValueError
         (:class:`~cytepool.errors.InputError`) that names the column and the backends that
         hold it: a table held in another type would not be the file's.
+    storage_options
+        For a URL only: obstore's configuration keys for the scheme (credentials, endpoint,
+        region, ...), its client options (``timeout``, ``connect_timeout``, ...: durations
+        as strings such as ``"30s"``, numbers of seconds or ``datetime.timedelta``) and
+        cytepool's own ``anonymous``, ``max_retries``, ``retry_timeout`` and
+        ``max_in_flight`` (see :class:`~cytepool.io.zarr.remote.RemoteStore` and
+        docs/remote.md). They travel with the cube when it is pickled.
 
     Returns
     -------
@@ -278,11 +285,23 @@ def read_cube(
     ------
     FileNotFoundError
         If there is no store at ``path``.
+    PermissionError
+        If the store may not be read: a local file this process may not read, or a server
+        that refuses the request (401, 403); the message names the URL and says how to give
+        credentials.
+    ImportError
+        If ``path`` is a URL and obstore (``cytepool[remote]``) is not installed.
+    cytepool.errors.RemoteStoreError
+        If a remote store cannot be reached or keeps failing beyond the retries (an
+        ``OSError``), or this process was forked after its parent read by URL (use the
+        ``"spawn"`` or ``"forkserver"`` start method).
     ValueError
         If the store is not a cube file, has another format version, is corrupt, uses a
         Zarr feature this reader does not support, or holds tables, cell numbers, a
         normalization, metadata or provenance that do not match its stored digests
-        (:class:`~cytepool.errors.FormatError`, every error about the file's content).
+        (:class:`~cytepool.errors.FormatError`, every error about the file's content), or
+        ``storage_options`` are given for a local path, hold an unknown key or a value of
+        the wrong type or range (:class:`~cytepool.errors.InputError`, naming the option).
     TypeError
         If a stored value has a type the cube does not accept
         (:class:`~cytepool.errors.StoredTypeError`, also a FormatError).

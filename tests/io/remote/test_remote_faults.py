@@ -242,3 +242,32 @@ def test_values_that_fail_their_digest_in_an_unchanged_store_are_corrupt(
     (chunks / "1" / "0" / "0").write_bytes((chunks / "3" / "0" / "0").read_bytes())
     with pytest.raises(FormatError, match="group 'type 1': the values do not match"):
         READS[read](cube)
+
+
+# ---------------------------------------------------------------------------------------------
+# Access denied: a PermissionError naming the URL and saying how to give credentials
+
+
+def test_a_refused_http_read_is_a_permission_error_saying_how_to_sign_in(
+    local: Path, serve_http
+) -> None:
+    served = serve_http(local)
+    cube = read_cube(served.url)
+    served.fault("layers/*", errors=10, status=403)
+    with pytest.raises(PermissionError) as info:
+        cube.to_numpy("counts")
+    message = str(info.value)
+    assert f"{served.url}/layers/counts/" in message
+    assert "access denied" in message
+    assert "user:password@" in message
+    assert "default_headers" in message
+
+
+def test_a_private_bucket_read_anonymously_is_a_permission_error(local: Path, serve_s3) -> None:
+    served = serve_s3(local)
+    options = {key: value for key, value in served.storage_options.items() if "key" not in key}
+    with pytest.raises(PermissionError) as info:
+        open_array(served.url + "/layers/counts", storage_options={**options, "anonymous": True})
+    assert served.url in str(info.value)
+    assert "credentials" in str(info.value)
+    assert "anonymous" in str(info.value)

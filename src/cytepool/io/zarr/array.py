@@ -438,12 +438,19 @@ def open_array(
         If there is no array metadata at path.
     ValueError
         If the metadata is invalid or uses a feature this module does not support (the
-        message names it), or ``storage_options`` are given for a local path or hold an
-        unknown key.
+        message names it), or ``storage_options`` are given for a local path, hold an
+        unknown key or a value of the wrong type or range (an
+        :class:`~cytepool.errors.InputError` naming the option).
+    PermissionError
+        If the store may not be read: a local file this process may not read, or a server
+        that refuses the request (401, 403); the message names the URL and says how to give
+        credentials.
     ImportError
         If ``path`` is a URL and obstore (``cytepool[remote]``) is not installed.
     cytepool.errors.RemoteStoreError
-        If a remote store cannot be reached (an ``OSError``).
+        If a remote store cannot be reached or keeps failing beyond the retries (an
+        ``OSError``), or this process was forked after its parent read by URL (use the
+        ``"spawn"`` or ``"forkserver"`` start method).
 
     Examples
     --------

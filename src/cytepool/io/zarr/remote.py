@@ -44,7 +44,6 @@ from __future__ import annotations
 import base64
 import builtins
 import dataclasses
-import datetime
 import functools
 import os
 import threading
@@ -57,11 +56,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from cytepool.errors import (
     FormatError,
     InputError,
-    InputTypeError,
     RemoteStoreError,
     StoreChangedError,
     UnsupportedFeatureError,
 )
+from cytepool.io.zarr._remote_options import DEFAULT_IN_FLIGHT, split_options
 from cytepool.io.zarr.fetching import Range, Span, Window
 from cytepool.io.zarr.store import Blob, Part, RangesRefusedError, TooLargeError, is_url
 
@@ -79,83 +78,7 @@ __all__ = [
 SCHEMES = ("http", "https", "s3", "gs", "az")
 """The URL schemes of remote stores."""
 
-DEFAULT_IN_FLIGHT = 32
-"""Requests of one read in flight at a time, unless ``storage_options["max_in_flight"]``.
-
-32 lets every golden cube file (formats 1.0 to 1.2) open without consolidated metadata in at
-most four rounds (up to six with 16) and a whole layer of a cube stream in fewer rounds;
-zarr-python's default is 10 (``async.concurrency``), fsspec gathers 128 at a time, and object
-stores serve thousands of requests a second per prefix. Memory: a read keeps at most
-``2 * max_in_flight`` chunks fetched and not yet decoded, each refused beyond the most bytes a
-valid encoding of it takes (about 1 MiB for a cube's chunks, so about 64 MiB; 64 times the
-chunk bound of an array of larger chunks: lower ``max_in_flight`` for those), plus, while a
-file without consolidated metadata is opened, ``max_in_flight`` guesses of at most 1 MiB each.
-"""
-
-_MOST_IN_FLIGHT = 1024
 _INSTALL = "install the extra with: pip install 'cytepool[remote]'"
-_CONFIG = {
-    "s3": frozenset(
-        {
-            "endpoint",
-            "region",
-            "access_key_id",
-            "secret_access_key",
-            "session_token",
-            "virtual_hosted_style_request",
-            "request_payer",
-            "skip_signature",
-            "unsigned_payload",
-            "checksum_algorithm",
-        }
-    ),
-    "gs": frozenset(
-        {
-            "service_account",
-            "service_account_key",
-            "application_credentials",
-            "bearer_token",
-            "base_url",
-            "skip_signature",
-        }
-    ),
-    "az": frozenset(
-        {
-            "account_name",
-            "account_key",
-            "sas_key",
-            "token",
-            "client_id",
-            "client_secret",
-            "tenant_id",
-            "use_emulator",
-            "endpoint",
-            "container_name",
-            "skip_signature",
-            "use_fabric_endpoint",
-        }
-    ),
-}
-_PREFIXES = {"s3": "aws_", "gs": "google_", "az": "azure_"}
-_CLIENT = frozenset(
-    {
-        "allow_http",
-        "allow_invalid_certificates",
-        "connect_timeout",
-        "default_content_type",
-        "default_headers",
-        "http1_only",
-        "http2_only",
-        "pool_idle_timeout",
-        "pool_max_idle_per_host",
-        "proxy_url",
-        "timeout",
-        "user_agent",
-    }
-)
-_OWN = frozenset({"max_in_flight", "max_retries", "retry_timeout", "anonymous"})
-_CLIENT_DEFAULTS = {"connect_timeout": "5s", "timeout": "120s"}
-_RETRY_DEFAULTS = {"max_retries": 4, "retry_timeout": 30.0}
 
 T = TypeVar("T")
 
@@ -192,18 +115,46 @@ def _event_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+_used_obstore = False
+"""Whether this process made an obstore client (obstore's runtime then runs in it)."""
+_forked_after_use = False
+"""Whether this process was forked after it, or a parent, made an obstore client."""
+
+
 def _forget_loop() -> None:
-    """A forked child has no loop thread: start a new one when needed."""
-    global _loop, _loop_lock
-    _loop, _loop_lock = None, threading.Lock()
+    """A forked child has no loop thread: start a new one when needed. If the parent had used
+    obstore, the child cannot: obstore's runtime does not survive a fork (its requests, even
+    those of a store made in the child, would never be answered)."""
+    global _loop, _loop_lock, _clients_lock, _forked_after_use
+    _loop, _loop_lock, _clients_lock = None, threading.Lock(), threading.Lock()
+    _forked_after_use = _forked_after_use or _used_obstore
 
 
 os.register_at_fork(after_in_child=_forget_loop)
 
 
+def _forked_error(url: str | None) -> RemoteStoreError:
+    """The error of a remote read in a process forked after obstore was used."""
+    what = url or "a store read by URL"
+    msg = (
+        f"{what} cannot be read in this process: it was forked (os.fork, or multiprocessing's "
+        "'fork' start method, the default on Linux before Python 3.14) after its parent had "
+        "read by URL, and obstore cannot be used in a process forked after its parent used it "
+        "(its requests would never be answered); start worker processes with the 'spawn' or "
+        "'forkserver' method: multiprocessing.get_context('spawn'), or "
+        "ProcessPoolExecutor(mp_context=multiprocessing.get_context('spawn'))"
+    )
+    return RemoteStoreError(msg)
+
+
 def _submit(coroutine: Awaitable[T]) -> Future[T]:
     import asyncio
 
+    if _forked_after_use:
+        close = getattr(coroutine, "close", None)
+        if close is not None:
+            close()  # never awaited: no warning
+        raise _forked_error(None)
     return asyncio.run_coroutine_threadsafe(coroutine, _event_loop())  # type: ignore[arg-type]
 
 
@@ -213,84 +164,6 @@ def _run(coroutine: Awaitable[T]) -> T:
 
 # ---------------------------------------------------------------------------------------------
 # Options
-
-
-@dataclass(frozen=True)
-class _Options:
-    """``storage_options`` split into obstore's config, client options and retries."""
-
-    config: dict[str, Any]
-    client: dict[str, Any]
-    retry: dict[str, Any]
-    max_in_flight: int
-
-
-def _split_options(scheme: str, options: Mapping[str, Any], url: str) -> _Options:
-    """Check ``storage_options`` and sort them, before obstore sees any (a client option
-    given to obstore as a config key makes it panic)."""
-    if not isinstance(options, Mapping):
-        msg = f"storage_options must be a mapping, not {type(options).__name__}"
-        raise InputTypeError(msg)
-    config: dict[str, Any] = {}
-    client: dict[str, Any] = dict(_CLIENT_DEFAULTS)
-    if scheme == "http":  # the URL asks for plain HTTP
-        client["allow_http"] = True
-    known = _CONFIG.get(scheme, frozenset())
-    for key, value in options.items():
-        if not isinstance(key, str):
-            msg = f"storage_options keys must be strings, found {key!r}"
-            raise InputTypeError(msg)
-        if key in _CLIENT:
-            client[key] = value
-        elif key in known or (scheme in _PREFIXES and key.startswith(_PREFIXES[scheme])):
-            config[key] = value
-        elif key not in _OWN:
-            allowed = sorted(known | _CLIENT | _OWN)
-            msg = (
-                f"storage_options has the unknown key {key!r} for a {scheme}:// store {url}; "
-                f"the keys known are {', '.join(allowed)}"
-            )
-            raise InputError(msg)
-    if options.get("anonymous"):
-        if scheme not in _CONFIG:
-            msg = f"storage_options 'anonymous' applies to s3, gs and az stores, not {url}"
-            raise InputError(msg)
-        config["skip_signature"] = True
-    return _Options(config, client, _retry(options), _in_flight(options))
-
-
-def _positive(options: Mapping[str, Any], key: str, default: Any, kind: type) -> Any:
-    value: Any = options.get(key, default)
-    allowed = (int, float) if kind is float else (int,)
-    if isinstance(value, bool) or not isinstance(value, allowed) or value < 0:
-        msg = f"storage_options[{key!r}] must be a non-negative number, found {value!r}"
-        raise InputError(msg)
-    return value
-
-
-def _retry(options: Mapping[str, Any]) -> dict[str, Any]:
-    retries = _positive(options, "max_retries", _RETRY_DEFAULTS["max_retries"], int)
-    seconds = _positive(options, "retry_timeout", _RETRY_DEFAULTS["retry_timeout"], float)
-    return {
-        "max_retries": int(retries),
-        "retry_timeout": datetime.timedelta(seconds=float(seconds)),
-        "backoff": {
-            "init_backoff": datetime.timedelta(milliseconds=100),
-            "max_backoff": datetime.timedelta(seconds=5),
-            "base": 2,
-        },
-    }
-
-
-def _in_flight(options: Mapping[str, Any]) -> int:
-    value = options.get("max_in_flight", DEFAULT_IN_FLIGHT)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MOST_IN_FLIGHT:
-        msg = (
-            f"storage_options['max_in_flight'] must be an integer from 1 to {_MOST_IN_FLIGHT}, "
-            f"found {value!r}"
-        )
-        raise InputError(msg)
-    return value
 
 
 def _strip_userinfo(url: str) -> tuple[str, str | None]:
@@ -355,7 +228,15 @@ class RemoteStore:
     ... for GCS; ``account_name``, ``sas_key``, ... for Azure), its client options
     (``allow_http``, ``timeout``, ``connect_timeout``, ``default_headers``, ...), and
     cytepool's own: ``anonymous`` (unsigned requests), ``max_retries`` (4), ``retry_timeout``
-    (30 seconds) and ``max_in_flight`` (32). Unknown keys raise ValueError.
+    (30 seconds) and ``max_in_flight`` (32). Durations (``timeout``, ``connect_timeout``,
+    ``pool_idle_timeout``, ``retry_timeout``) are duration strings (``"30s"``, ``"2min"``),
+    numbers of seconds or :class:`datetime.timedelta`. An unknown key, or a value of the
+    wrong type or range, raises :class:`~cytepool.errors.InputError` (a ValueError) naming it.
+
+    obstore cannot be used in a process forked after its parent used it: there every read
+    raises :class:`~cytepool.errors.RemoteStoreError` at once (start processes with the
+    ``"spawn"`` or ``"forkserver"`` method). The clients of the 8 stores (URL and options)
+    most recently read are kept, with their connections, for the next reads.
 
     Examples
     --------
@@ -381,11 +262,11 @@ class RemoteStore:
             raise InputError(msg)
         url, authorization = _strip_userinfo(self.url.rstrip("/"))
         options = dict(self.storage_options)
-        if authorization is not None:
+        if authorization is not None and isinstance(options.get("default_headers"), Mapping | None):
             headers = dict(options.get("default_headers") or {})
             headers.setdefault("Authorization", authorization)
             options["default_headers"] = headers
-        _split_options(scheme, options, url)  # checked now, before any request
+        split_options(scheme, options, url)  # checked now, before any request
         object.__setattr__(self, "url", url)
         object.__setattr__(self, "storage_options", options)
 
@@ -421,36 +302,63 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-_clients: dict[tuple[str, Any], tuple[Any, int]] = {}
+_MOST_CLIENTS = 8
+"""obstore clients kept for reuse, the most recently used (each holds its own connections)."""
+_clients: dict[tuple[str, Any], tuple[Any, int]] = {}  # in order of use, the last most recent
 _clients_lock = threading.Lock()
 
 
 def _client(url: str, frozen: tuple[tuple[str, Any], ...]) -> tuple[Any, int]:
-    """One obstore store per URL and options (its connection pool is reused across reads)."""
+    """An obstore store for ``url`` and its options, and the most requests in flight.
+
+    The :data:`_MOST_CLIENTS` most recently used are kept, so that reads of one store reuse
+    its connections; the others are dropped, with their connections, once no open handle
+    holds them. RemoteStoreError in a process forked after obstore was used.
+    """
+    if _forked_after_use:
+        raise _forked_error(url)
+    key = (url, frozen)
     with _clients_lock:
-        made = _clients.get((url, frozen))
-    if made is not None:
-        return made
-    obstore = import_obstore()
+        made = _clients.pop(key, None)
+        if made is not None:
+            _clients[key] = made  # now the most recently used
+            return made
+    made = _make_client(url, {name: _thaw(value) for name, value in frozen})
+    with _clients_lock:
+        made = _clients.setdefault(key, made)
+        dropped = [_clients.pop(old) for old in list(_clients)[:-_MOST_CLIENTS]]
+    del dropped  # dropped outside the lock: closing their connections takes a moment
+    return made
+
+
+def _make_client(url: str, options: Mapping[str, Any]) -> tuple[Any, int]:
+    """A new obstore store for ``url``; RemoteStoreError naming it if obstore cannot make one."""
+    global _used_obstore
+    import_obstore()
+    from obstore.exceptions import BaseError
     from obstore.store import HTTPStore, from_url
 
     scheme = url.split("://", 1)[0].lower()
-    options = {key: _thaw(value) for key, value in frozen}
-    split = _split_options(scheme, options, url)
-    if scheme in ("http", "https"):
-        made_store: Any = HTTPStore.from_url(
-            url,
-            client_options=split.client,  # type: ignore[arg-type]
-            retry_config=split.retry,  # type: ignore[arg-type]
+    split = split_options(scheme, options, url)
+    _used_obstore = True
+    try:
+        if scheme in ("http", "https"):
+            made: Any = HTTPStore.from_url(
+                url,
+                client_options=split.client,  # type: ignore[arg-type]
+                retry_config=split.retry,  # type: ignore[arg-type]
+            )
+        else:
+            made = from_url(  # type: ignore[call-overload]
+                url, config=split.config, client_options=split.client, retry_config=split.retry
+            )
+    except (BaseError, ValueError, OSError) as error:
+        msg = (
+            f"no client could be made for {url}: {_first_line(error)}; check the URL and "
+            "storage_options, and that this process may open more files (ulimit -n)"
         )
-    else:
-        made_store = from_url(  # type: ignore[call-overload]
-            url, config=split.config, client_options=split.client, retry_config=split.retry
-        )
-    del obstore
-    with _clients_lock:
-        made = _clients.setdefault((url, frozen), (made_store, split.max_in_flight))
-    return made
+        raise RemoteStoreError(msg) from None
+    return made, split.max_in_flight
 
 
 def _thaw(value: Any) -> Any:
@@ -485,16 +393,29 @@ def _failure(error: BaseException, where: str) -> Exception:
         msg = f"{where} changed while it was being read; open it again"
         return StoreChangedError(msg)
     if isinstance(error, PermissionDeniedError | UnauthenticatedError):
-        msg = (
-            f"{where} cannot be read: access denied ({_first_line(error)}); give credentials "
-            "in storage_options, or anonymous=True for a public bucket"
-        )
-        return PermissionError(msg)
+        return _denied(error, where)
     msg = (
         f"{where} could not be read: {_first_line(error)}; check the URL and the network, or "
         "raise storage_options max_retries/retry_timeout/timeout"
     )
     return RemoteStoreError(msg)
+
+
+def _denied(error: BaseException, where: str) -> PermissionError:
+    """The error of a read the server refused (401, 403): a PermissionError, as for a local
+    file this process may not read, saying how to give credentials for the URL's scheme."""
+    if where.split("://", 1)[0].lower() in ("http", "https"):
+        fix = (
+            "give credentials as user:password@ in the URL, or as an Authorization header in "
+            "storage_options['default_headers']"
+        )
+    else:
+        fix = (
+            "give credentials in storage_options (or in the environment, such as "
+            "AWS_ACCESS_KEY_ID), or storage_options['anonymous']=True for a public bucket"
+        )
+    msg = f"{where} cannot be read: access denied ({_first_line(error)}); {fix}"
+    return PermissionError(msg)
 
 
 def _unaddressable(key: str, url: str) -> UnsupportedFeatureError:
