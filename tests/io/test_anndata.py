@@ -1694,3 +1694,30 @@ def assert_pooled_plain(cube: Any, counts: np.ndarray, obs: Any) -> None:
             rows = ((obs["sample"] == sample) & (obs["group"] == group)).to_numpy()
             np.testing.assert_array_equal(cube.profiles(g)[s], counts[rows].sum(axis=0))
             assert cube.cells[g, s] == rows.sum()
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad", "zarr"])
+@pytest.mark.parametrize("values", ["strings", "integers"])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_pyarrow_dictionary_columns_go_to_anndata_and_back(
+    tmp_path: Path, where: str, values: str, ordered: bool
+) -> None:
+    """A pandas column of a pyarrow dictionary, which a cube holds as a categorical: anndata
+    could not write the AnnData of to_anndata (IORegistryError). It goes as the pandas
+    Categorical of the same codes, categories and order, which has its fingerprint."""
+    pa = pytest.importorskip("pyarrow")
+    categories = pa.array(["x", "y", "z"] if values == "strings" else [7, 3, 5])
+    array = pa.DictionaryArray.from_arrays(
+        pa.array([2, None, 0], pa.int32()), categories, ordered=ordered
+    )
+    column = pd.Series(array, dtype=pd.ArrowDtype(array.type))
+    cube = one_column_cube(column)
+    back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    restored = back.samples["c"]
+    assert isinstance(restored.dtype, pd.CategoricalDtype)
+    assert restored.cat.ordered == ordered
+    assert list(restored.cat.categories) == categories.to_pylist()  # the unused one kept
+    assert restored.cat.codes.tolist() == [2, -1, 0]

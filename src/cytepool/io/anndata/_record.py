@@ -232,6 +232,7 @@ def _column_dtype_name(series: pd.Series) -> str:
     categories ``writable`` changes (datetimes, durations, dates, pyarrow-backed)."""
     import pandas as pd
 
+    series = _dictionary_as_categorical(series)
     if date_objects(series):
         return _DATE_OBJECTS
     if isinstance(series.dtype, pd.CategoricalDtype):
@@ -270,6 +271,7 @@ def _writable_column(series: pd.Series) -> pd.Series:
     as objects (a categorical when some are missing); categoricals keep their codes."""
     import pandas as pd
 
+    series = _dictionary_as_categorical(series)
     if isinstance(series.dtype, pd.CategoricalDtype):
         categories = _writable_categories(pd.Series(series.cat.categories))
         if categories is None:
@@ -304,6 +306,21 @@ def _writable_categories(categories: pd.Series) -> pd.Series | None:
     if not timely and not (isinstance(dtype, np.dtype) and dtype.kind in "mM"):
         return None
     return _writable_column(categories)
+
+
+def _dictionary_as_categorical(series: pd.Series) -> pd.Series:
+    """A column of pandas' ``ArrowDtype`` of a pyarrow dictionary (which anndata cannot
+    write) as the pandas ``Categorical`` of the same codes, categories and order, which has
+    its fingerprint: it is written, recorded and restored as one; other columns as they are."""
+    import pandas as pd
+
+    dtype = series.dtype
+    if not isinstance(dtype, pd.ArrowDtype) or not hasattr(dtype.pyarrow_dtype, "index_type"):
+        return series
+    import pyarrow as pa
+
+    categorical = pa.chunked_array(pa.array(series.array)).to_pandas()
+    return pd.Series(categorical.array, index=series.index, name=series.name)
 
 
 def _from_arrow_backed(series: pd.Series) -> pd.Series:
