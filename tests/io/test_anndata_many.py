@@ -755,3 +755,18 @@ def test_every_reason_of_a_dropped_column_is_documented() -> None:
 
 def dropped_columns(cube: Any) -> dict[str, str]:
     return cube.provenance[-1].parameters["covariates"]["dropped"]
+
+
+def test_features_of_one_mudata_are_refused() -> None:
+    """features= names var columns of one AnnData; of one MuData it was ignored silently (each
+    modality keeps its var columns): an InputError saying so, a string a type error."""
+    md = pytest.importorskip("mudata")
+    rna = cells(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        mdata = md.MuData({"rna": rna})
+    with pytest.raises(InputError, match=r"features= of one MuData: found \['symbol'\]; every"):
+        from_mudata_cells(mdata, **KEYS, features=["symbol"])
+    with pytest.raises(InputTypeError, match=r"give a list"):
+        from_mudata_cells(mdata, **KEYS, features="symbol")
+    assert from_mudata_cells(mdata, **KEYS)["rna"].shape[2] == rna.n_vars

@@ -347,6 +347,12 @@ def from_mudata_cells(
     if isinstance(mdata, list | tuple):  # several files
         return pool_files(mdata, pool_file, mudata=True, options=locals())
     sample_key = check_single(locals())
+    if features is not None:  # not "intersection" (check_single): a list of var columns
+        msg = (
+            f"features= of one MuData: found {features!r}; every modality keeps its var "
+            "columns (features= is None or 'intersection', with a list of paths)"
+        )
+        raise InputError(msg)
     pool = functools.partial(
         _pool_modalities,
         sample_key=sample_key,
