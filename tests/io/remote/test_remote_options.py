@@ -95,3 +95,18 @@ def test_values_accepted_make_a_client() -> None:
     client, in_flight = RemoteStore("https://example.invalid/y.cube.zarr", options).client()
     assert client is not None
     assert in_flight == 32
+
+
+@pytest.mark.parametrize("reader", [read_cube, open_array])
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://[::1/x.cube.zarr", "Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999/x.cube.zarr", "Port out of range"),
+        ("https://user:pw@127.0.0.1:abc/x.cube.zarr", "Port could not be cast"),
+    ],
+)
+def test_a_url_python_cannot_parse_is_an_input_error(reader: Any, url: str, problem: str) -> None:
+    """A bare ValueError of urllib's before: an InputError naming the URL."""
+    with pytest.raises(InputError, match=rf"is not a valid URL \({problem}"):
+        reader(url)

@@ -168,13 +168,18 @@ def _run(coroutine: Awaitable[T]) -> T:
 
 def _strip_userinfo(url: str) -> tuple[str, str | None]:
     """The URL without ``user:password@``, and a basic Authorization header made of them."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # checked: a port past 65535 or not a number raises ValueError
+    except ValueError as error:  # "http://[::1/x": Invalid IPv6 URL
+        msg = f"{url!r} is not a valid URL ({error}); check its host and port"
+        raise InputError(msg) from None
     if parts.username is None and parts.password is None:
         return url, None
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
+    if port is not None:
+        netloc += f":{port}"
     token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
     header = "Basic " + base64.b64encode(token.encode()).decode("ascii")
     return urlunsplit(parts._replace(netloc=netloc)), header
