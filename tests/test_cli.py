@@ -287,7 +287,7 @@ def test_subprocess_demo_and_errors(tmp_path: Path) -> None:
 
 
 _TERMINATED_MIDWAY = """
-import os, signal, sys, time
+import os, shutil, signal, sys, time
 import cytepool.io.cubes as cubes
 from cytepool.cli import run
 
@@ -298,6 +298,13 @@ def build_then_terminated(*args, **kwargs):  # the new cube is whole, not yet in
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)  # the signal's handler raises here
 
+def removed_then_terminated_again(path, *args, **kwargs):  # a second SIGTERM, while
+    if "cytepool-tmp" in str(path):  # the temporary cube is removed
+        os.kill(os.getpid(), signal.SIGTERM)
+    return removed(path, *args, **kwargs)
+
+removed = shutil.rmtree
+shutil.rmtree = removed_then_terminated_again
 cubes._build = build_then_terminated
 sys.argv = ["cytepool", *sys.argv[1:]]
 run()
@@ -306,8 +313,9 @@ run()
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_sigterm_leaves_what_was_there(tmp_path: Path, h5ad: Path, existing: bool) -> None:
-    """SIGTERM while a cube is being written: exit status 143 with one line, the cube the
-    output held before (or nothing) left as it was, no temporary directory beside it."""
+    """SIGTERM while a cube is being written, and again while it is cleaned up (`timeout`
+    passes one on): exit status 143 with one line, the cube the output held before (or
+    nothing) left as it was, no temporary directory beside it."""
     out = tmp_path / "out.cube.zarr"
     if existing:
         assert main(pool(h5ad, out)) == 0

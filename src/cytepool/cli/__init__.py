@@ -118,7 +118,8 @@ class _Terminated(BaseException):
 
 
 def _terminate(signum: int, frame: Any) -> None:
-    raise _Terminated
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: another (`timeout` passes one on,
+    raise _Terminated  # a process group gets one each) would cut the clean-up short
 
 
 def _parser() -> argparse.ArgumentParser:
