@@ -649,11 +649,13 @@ def _decode_categorical(s: Any) -> tuple[Any, np.ndarray[Any, Any]]:
     """The values of a categorical series in the type of its categories, and a null mask."""
     import narwhals.stable.v2 as nw
 
+    from cytepool.io.tables.backends import arrow_of, is_arrow_dictionary
+
     impl = s.implementation
     native = s.to_native()
     n = len(s)
-    if impl.is_pandas_like() and _is_arrow_dictionary(native.dtype):
-        return _decode_categorical(nw.from_native(_arrow_of(native), series_only=True))
+    if impl.is_pandas_like() and is_arrow_dictionary(native.dtype):
+        return _decode_categorical(nw.from_native(arrow_of(native), series_only=True))
     if impl.is_pandas_like():
         cats = native.cat.categories
         codes = np.asarray(native.cat.codes.to_numpy())
@@ -670,24 +672,6 @@ def _decode_categorical(s: Any) -> tuple[Any, np.ndarray[Any, Any]]:
         inner = pa.chunked_array(chunks, type=value_type)
         return nw.from_native(inner, series_only=True), np.zeros(n, dtype=bool)
     return s.cast(nw.String()), np.zeros(n, dtype=bool)
-
-
-def _is_arrow_dictionary(dtype: Any) -> bool:
-    """Whether ``dtype`` is pandas' type of a pyarrow dictionary (``pd.ArrowDtype``)."""
-    arrow = getattr(dtype, "pyarrow_dtype", None)
-    if arrow is None:  # pandas' own types: no pyarrow needed
-        return False
-    import pyarrow as pa
-
-    return bool(pa.types.is_dictionary(arrow))
-
-
-def _arrow_of(native: Any) -> Any:
-    """The pyarrow ChunkedArray of a pandas series of a ``pd.ArrowDtype``."""
-    import pyarrow as pa
-
-    arrow = native.array.__arrow_array__()
-    return arrow if isinstance(arrow, pa.ChunkedArray) else pa.chunked_array([arrow])
 
 
 def canonical_table(frame: Any) -> list[CanonicalColumn]:

@@ -23,7 +23,7 @@ from cytepool.io.anndata._times import (
     durations_from_texts,
     recorded_zone,
 )
-from cytepool.io.tables.backends import date_objects
+from cytepool.io.tables.backends import arrow_of, date_objects, is_arrow_dictionary
 from cytepool.io.tables.zones import zone_name
 
 RECORD_KEY = "cytepool"
@@ -314,12 +314,9 @@ def _dictionary_as_categorical(series: pd.Series) -> pd.Series:
     its fingerprint: it is written, recorded and restored as one; other columns as they are."""
     import pandas as pd
 
-    dtype = series.dtype
-    if not isinstance(dtype, pd.ArrowDtype) or not hasattr(dtype.pyarrow_dtype, "index_type"):
+    if not is_arrow_dictionary(series.dtype):
         return series
-    import pyarrow as pa
-
-    categorical = pa.chunked_array(pa.array(series.array)).to_pandas()
+    categorical = arrow_of(series).to_pandas()
     return pd.Series(categorical.array, index=series.index, name=series.name)
 
 

@@ -209,6 +209,25 @@ def date_objects(series: Any) -> bool:
     return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) == "date"
 
 
+def is_arrow_dictionary(dtype: Any) -> bool:
+    """Whether ``dtype`` is pandas' type of a pyarrow dictionary (``pd.ArrowDtype``), a
+    column a cube holds as a categorical."""
+    arrow = getattr(dtype, "pyarrow_dtype", None)
+    if arrow is None:  # pandas' own types: no pyarrow needed
+        return False
+    import pyarrow as pa
+
+    return bool(pa.types.is_dictionary(arrow))
+
+
+def arrow_of(native: Any) -> Any:
+    """The pyarrow ChunkedArray of a pandas series of a ``pd.ArrowDtype``."""
+    import pyarrow as pa
+
+    arrow = native.array.__arrow_array__()
+    return arrow if isinstance(arrow, pa.ChunkedArray) else pa.chunked_array([arrow])
+
+
 def _row_numbers(n: int, start: int = 0, step: int = 1) -> Dense:
     """Row numbers as strings, ``start``, ``start + step``, ..., made a chunk at a time."""
     return Dense("string", _s.RowNumbers(n, start, step))
