@@ -146,9 +146,6 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("cytepool: interrupted", file=sys.stderr)
         return 130
-    except _Terminated:
-        print("cytepool: terminated", file=sys.stderr)
-        return _TERMINATED
     except UsageError as error:  # a bad argument, as argparse reports one
         message = as_typed(one_line(error), args)
         see = f"see cytepool {args.command} --help"

@@ -231,7 +231,9 @@ def _check_replaceable(typed: str, *, cube: bool) -> None:
     path = Path(typed)
     if cube:
         what = "a cube file or an empty directory"
-        found = refusal(path, _is_cube_file)
+        from cytepool.io.cubes import is_cube_file  # here: the command starts without numpy
+
+        found = refusal(path, is_cube_file)
     else:
         what = "a file or a Zarr store"
         is_file = path.is_file() and not path.is_symlink()
@@ -294,15 +296,6 @@ def _same_file(first: str, second: str) -> bool:
 
 def _is_store(path: Path) -> bool:
     return any((path / name).is_file() for name in (_ZARR_JSON, ".zgroup"))
-
-
-def _is_cube_file(path: Path) -> bool:
-    from cytepool.io.zarr import read_group_attributes
-
-    try:
-        return read_group_attributes(path).get("format") == "cytepool.cube"
-    except (OSError, ValueError):
-        return False
 
 
 def write_anndata(adata: anndata.AnnData, output: Path) -> None:

@@ -222,7 +222,7 @@ def write_cube(
         target,
         build,
         overwrite=overwrite,
-        replaceable=_is_cube_file,
+        replaceable=is_cube_file,
         what="a cube file",
         hint="pass overwrite=True to replace a cube file or an empty directory",
     )
@@ -599,7 +599,7 @@ def _attributes_digest(metadata: Any, provenance: Any, algorithm: str = "blake3"
 # ---------------------------------------------------------------------------------------------
 
 
-def _is_cube_file(path: Path) -> bool:
+def is_cube_file(path: Path) -> bool:
     """Whether ``path`` holds a cube file (of any version); asked again while another writer
     replaces it."""
     for _ in range(_ATTEMPTS):

@@ -83,8 +83,6 @@ def axis_tables(
     The report (for the provenance record): ``{"samples": [kept], "groups": [kept],
     "dropped": {column: why}}``; the keys, ``exclude`` and id columns are not covariates.
     """
-    check_names(columns[0], "samples")
-    check_names(columns[1], "groups")
     excluded = {*keys, *exclude}
     samples, why_not_sample = covariate_table(
         obs, codes[0], ids[0], columns[0], "sample", excluded, obs_name
@@ -233,7 +231,6 @@ def features_table(var: pd.DataFrame, columns: Covariates, var_name: str) -> pd.
             f"var_names_make_unique() on a copy"
         )
         raise InputError(msg)
-    check_names(columns, "features")
     if columns is not None:
         _check_feature_columns(var, columns, var_name)
     kept = [c for c in var.columns if c not in dropped_features(var, columns)]

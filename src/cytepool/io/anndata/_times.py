@@ -19,6 +19,7 @@ array([9460800000000,          -500], dtype='timedelta64[ms]')
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -93,9 +94,7 @@ def recorded_zone(text: str) -> str:
         return tzfile.group(1)
     fixed = _FIXED_OFFSET.fullmatch(text)
     if fixed is not None:
-        minutes = int(fixed.group(1))
-        sign = "-" if minutes < 0 else "+"
-        return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+        return zone_name(dt.timezone(dt.timedelta(minutes=int(fixed.group(1)))))
     return zone_name(text)
 
 

@@ -93,7 +93,8 @@ def source_of(frame: Any, index: str | None) -> Source:
     import narwhals.stable.v2 as nw
 
     if type(frame).__module__.split(".")[0] == "pandas":  # "pandas" in pandas 3
-        _check_names(frame.columns)  # before narwhals, which refuses repeated names its own way
+        # before narwhals, which refuses repeated names its own way
+        check_column_names(frame.columns)
     try:
         nw_frame = nw.from_native(frame, eager_only=True)
     except TypeError as error:
@@ -118,10 +119,6 @@ def check_column_names(names: Iterable[Any]) -> list[str]:
     """The column names of a table to be written (InputError for one a table cannot hold:
     not a string, anndata's index key ``_index``, one that cannot name a Zarr node, or one
     given twice)."""
-    return _check_names(names)
-
-
-def _check_names(names: Iterable[Any]) -> list[str]:
     names = list(names)
     for name in names:
         if not isinstance(name, str):
@@ -256,7 +253,7 @@ def _has_pyarrow() -> bool:
 def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
     import pandas as pd
 
-    names = _check_names(df.columns)
+    names = check_column_names(df.columns)
     _check_dtypes(nw_frame)
     makers: dict[str, Callable[[], Column]] = {
         name: _maker(_pandas_column, df[name], name) for name in names
@@ -404,7 +401,7 @@ def _source_from_polars(nw_frame: nw.DataFrame[Any], index: str | None) -> Sourc
     import narwhals.stable.v2 as nw
 
     df = nw.to_native(nw_frame)
-    names = _check_names(df.columns)
+    names = check_column_names(df.columns)
     _check_dtypes(nw_frame)
     makers = {name: _maker(_polars_column, df.get_column(name), name) for name in names}
     return _source_without_index(names, makers, index, df.height)
@@ -486,7 +483,7 @@ def _source_from_arrow(nw_frame: nw.DataFrame[Any], index: str | None) -> Source
     import narwhals.stable.v2 as nw
 
     table = nw.to_native(nw_frame)
-    names = _check_names(table.column_names)
+    names = check_column_names(table.column_names)
     _check_dtypes(nw_frame)
     makers = {name: _maker(_arrow_column, table.column(name), name) for name in names}
     return _source_without_index(names, makers, index, table.num_rows)

@@ -40,7 +40,14 @@ file without consolidated metadata is opened, ``max_in_flight`` guesses of at mo
 _MOST_IN_FLIGHT = 1024
 _MOST_RETRIES = 2**31 - 1
 _NANOS = 1_000_000_000
-_MOST_NANOS = ((999_999_999 * 86_400 + 86_399) * 1_000_000 + 999_999) * 1_000
+
+
+def _timedelta_nanos(value: datetime.timedelta) -> int:
+    """A timedelta in nanoseconds, exactly."""
+    return (value.days * 86_400 + value.seconds) * _NANOS + value.microseconds * 1_000
+
+
+_MOST_NANOS = _timedelta_nanos(datetime.timedelta.max)
 """The longest duration: datetime.timedelta.max, in nanoseconds."""
 _CONFIG = {
     "s3": frozenset(
@@ -278,7 +285,7 @@ def _nanoseconds(key: str, value: Any, url: str, *, zero: bool) -> int:
     if isinstance(value, str):
         nanos = _parse_duration(key, value, url)
     elif isinstance(value, datetime.timedelta):
-        nanos = (value.days * 86_400 + value.seconds) * _NANOS + value.microseconds * 1_000
+        nanos = _timedelta_nanos(value)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         if not math.isfinite(value):
             expected = 'a finite number of seconds, a duration string such as "30s" or a timedelta'

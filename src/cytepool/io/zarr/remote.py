@@ -163,7 +163,7 @@ def _run(coroutine: Awaitable[T]) -> T:
 
 
 # ---------------------------------------------------------------------------------------------
-# Options
+# URLs (the options are checked in _remote_options)
 
 
 def _strip_userinfo(url: str) -> tuple[str, str | None]:
