@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from cytepool.errors import FormatError, InputTypeError, RemoteStoreError
-from cytepool.io.zarr._stored import coordinates, stored_chunks
+from cytepool.io.zarr._stored import LIST_FROM, coordinates, stored_chunks
 from cytepool.io.zarr._threads import for_each
 from cytepool.io.zarr._vlen import Decoder, spaced
 from cytepool.io.zarr.codecs import (
@@ -244,7 +244,7 @@ class Reader:
         self.chain = head.codecs if isinstance(head, ShardingCodec) else meta.codecs
         self.chunk_shape = self.shard.chunk_shape if self.shard else meta.chunk_grid.chunk_shape
         self.data_type = meta.data_type
-        self.count = int(np.prod(self.chunk_shape, dtype=np.int64))
+        self.count = math.prod(self.chunk_shape)
         one_chunk = len(meta.shape) == 1 and meta.shape[0] <= self.chunk_shape[0]
         self.spaced = spaced and pieces is not None and one_chunk
         string = self.data_type.is_string
@@ -322,8 +322,8 @@ class Reader:
     def _stored(self, selection: Selection, grid: tuple[int, ...]) -> np.ndarray[Any, Any] | None:
         """The chunks (shards) stored, as positions in the grid, if one listing found fewer than
         the read needs (see :mod:`cytepool.io.zarr._stored`); None to look each of them up."""
-        if self.pieces is not None:
-            return None
+        if self.pieces is not None or _most_chunks(selection, self.meta.shape, grid) < LIST_FROM:
+            return None  # too few chunks to be worth a listing, told without planning each axis
         needed = selection.count(grid)
         stored = stored_chunks(
             self.handle, self.key, self.meta, _grid(self.meta.shape, grid), needed
@@ -593,6 +593,13 @@ def _whole_shard(handle: StoreHandle, key: str, bound: int) -> WholeShard | None
         )
         raise RemoteStoreError(msg) from None
     return None if blob is None else WholeShard(blob.data)
+
+
+def _most_chunks(selection: Selection, shape: Sequence[int], grid: Sequence[int]) -> int:
+    """At most how many chunks of length ``grid`` a selection of an array of ``shape`` touches:
+    along each axis, no more than it selects positions, nor than the axis has chunks."""
+    counts = _grid(shape, grid)
+    return math.prod(min(n, c) for n, c in zip(selection.full_shape, counts, strict=True))
 
 
 def _grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:

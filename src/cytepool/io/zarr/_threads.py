@@ -12,6 +12,7 @@ one chunk at a time in the calling thread.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -34,7 +35,9 @@ T = TypeVar("T")
 _pools = KeptPools("cytepool-zarr")
 
 
+@functools.cache
 def _cpus() -> int:
+    """The CPUs this process may use, counted once (every read asks: a system call each)."""
     counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
     if counter is not None:
         return int(counter() or 1)

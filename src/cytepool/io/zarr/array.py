@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import types
@@ -27,6 +28,7 @@ from cytepool.io.zarr.codecs import (
     import_zstd,
 )
 from cytepool.io.zarr.fetching import fetch_shards_ahead
+from cytepool.io.zarr.fields import json_copy
 from cytepool.io.zarr.indexing import Selection, parse_selection
 from cytepool.io.zarr.metadata import (
     METADATA_FILE,
@@ -172,7 +174,7 @@ class ZarrArray:
     @property
     def attributes(self) -> dict[str, Any]:
         """A copy of the array's attributes."""
-        return json.loads(json.dumps(self._metadata.attributes))
+        return dict(json_copy(self._metadata.attributes))
 
     @property
     def dimension_names(self) -> tuple[str | None, ...] | None:
@@ -230,9 +232,12 @@ class ZarrArray:
         with array_handle(self) as handle:
             sessions[id(self)] = handle
             try:
+                ahead = getattr(handle, "prefetch", None) is not None  # a local store: none
                 for key in keys:
-                    selection = parse_selection(key, self.shape, orthogonal=True)
-                    _fetch_ahead(handle, Reader(handle, self._key, self._metadata), self, selection)
+                    selection = parse_selection(key, self.shape, orthogonal=True)  # checked
+                    if ahead:
+                        reader = Reader(handle, self._key, self._metadata)
+                        _fetch_ahead(handle, reader, self, selection)
                 yield self
             finally:
                 del sessions[id(self)]
@@ -680,7 +685,7 @@ def _check_chunks(chunks: Any, shape: tuple[int, ...], data_type: DataType) -> t
     if len(result) != len(shape) or any(c < 1 for c in result):
         msg = f"chunks must be {len(shape)} positive lengths for shape {shape}, not {result}"
         raise InputError(msg)
-    nbytes = int(np.prod(result, dtype=object)) * data_type.itemsize
+    nbytes = math.prod(result) * data_type.itemsize
     if nbytes > MAX_CHUNK_BYTES:
         msg = f"chunks of {result} take {nbytes} bytes, more than MAX_CHUNK_BYTES"
         raise InputError(msg)

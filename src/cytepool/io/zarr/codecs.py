@@ -741,7 +741,7 @@ def _check_chunk_size(
             problem = f"a shard index of {index} bytes exceeds MAX_CHUNK_BYTES"
             raise unsupported(where, problem)
         return
-    nbytes = int(np.prod(chunk_shape, dtype=object)) * data_type.itemsize
+    nbytes = math.prod(chunk_shape) * data_type.itemsize
     if nbytes > MAX_CHUNK_BYTES:
         problem = f"chunks of {nbytes} bytes exceed MAX_CHUNK_BYTES ({MAX_CHUNK_BYTES})"
         raise unsupported(where, problem)

@@ -236,9 +236,9 @@ class _Points(AxisPlan):
 
 
 def _as_slice(values: np.ndarray[Any, Any]) -> AxisSel:
-    first = int(values[0])
-    if len(values) == 1 or bool(np.all(np.diff(values) == 1)):
-        return slice(first, first + len(values), 1)
+    first, n = int(values[0]), len(values)
+    if n == 1 or (int(values[-1]) - first == n - 1 and bool(np.all(np.diff(values) == 1))):
+        return slice(first, first + n, 1)  # a run of steps of 1 spans exactly n - 1
     return values.astype(np.intp)
 
 
@@ -407,7 +407,7 @@ def _run_product(
 def _shard_pieces(
     plans: Sequence[Sequence[AxisPiece]], per_shard: Sequence[int], runs: tuple[Run, ...]
 ) -> Iterator[tuple[int, ChunkPiece]]:
-    strides = [int(np.prod(per_shard[axis + 1 :], dtype=np.int64)) for axis in range(len(plans))]
+    strides = [math.prod(per_shard[axis + 1 :]) for axis in range(len(plans))]
     for index in _odometer([(first, stop) for _, first, stop in runs]):
         piece = _combine(plans, index)
         flat = sum((c % k) * s for c, k, s in zip(piece.coords, per_shard, strides, strict=True))
