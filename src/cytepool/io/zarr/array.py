@@ -208,7 +208,8 @@ class ZarrArray:
     def reading(self, keys: Sequence[Any] = ()) -> Iterator[ZarrArray]:
         """Read several times through one opening of the store, the chunks of the ``oindex``
         selections ``keys`` fetched ahead (a remote store fetches them concurrently, all of
-        them in one stream of requests rather than one round per read).
+        them in one stream of requests rather than one round per read; a local store fetches
+        nothing ahead, and a key is checked when it is read).
 
         Reads of this array in this thread, inside the ``with`` block, share one store handle;
         the store is checked when the block starts and verified when it ends, as for one read:
@@ -232,10 +233,9 @@ class ZarrArray:
         with array_handle(self) as handle:
             sessions[id(self)] = handle
             try:
-                ahead = getattr(handle, "prefetch", None) is not None  # a local store: none
-                for key in keys:
-                    selection = parse_selection(key, self.shape, orthogonal=True)  # checked
-                    if ahead:
+                if getattr(handle, "prefetch", None) is not None:  # a local store: none
+                    for key in keys:
+                        selection = parse_selection(key, self.shape, orthogonal=True)
                         reader = Reader(handle, self._key, self._metadata)
                         _fetch_ahead(handle, reader, self, selection)
                 yield self
