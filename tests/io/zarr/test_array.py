@@ -36,6 +36,7 @@ from cytepool.io.zarr import _reading as reading_module
 from cytepool.io.zarr._threads import ENV_THREADS, threads
 from cytepool.io.zarr.codecs import PIECE_BYTES, import_zstd
 from cytepool.io.zarr.store import LocalHandle, Stamp
+from cytepool.io.zarr.strings import write_strings
 
 STRING = np.dtypes.StringDType()
 
@@ -331,6 +332,26 @@ def test_fortran_and_strided_input(tmp_path: Path) -> None:
     data = np.asfortranarray(np.arange(24, dtype=np.int32).reshape(4, 6))[:, ::2]
     write_array(tmp_path / "a", data, chunks=(3, 2))
     assert open_array(tmp_path / "a")[...].tolist() == data.tolist()
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/a", "https://example.org/a", "file:///tmp/a"])
+@pytest.mark.parametrize("what", ["array", "strings", "group"])
+def test_a_url_is_refused_by_the_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, what: str
+) -> None:
+    """A URL is not taken for a local path (``s3:`` then ``bucket``, made under the working
+    directory, while open_array of the URL reads the remote object): cytepool writes local
+    directories only, and says how to publish instead."""
+    monkeypatch.chdir(tmp_path)
+    writers = {
+        "array": lambda: write_array(url, np.arange(3), chunks=(3,)),
+        "strings": lambda: write_strings(url, np.array(["a", "b"], dtype=object), chunks=2),
+        "group": lambda: write_group(url),
+    }
+    kind = "group" if what == "group" else "array"
+    with pytest.raises(ValueError, match=f"cannot write a Zarr {kind} to the URL .*sync"):
+        writers[what]()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_writes_chunks_first_and_metadata_last(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from cytepool.io.zarr.store import (
     Version,
     join,
     reading,
+    refuse_url,
 )
 
 __all__ = [
@@ -590,10 +591,12 @@ def write_array(
         If data has no shape and dtype, its data type is not a supported data type, it is or
         gives rows as a numpy masked array, or another argument has the wrong type.
     ValueError
-        If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES, or data gives rows of
-        the wrong shape or dtype.
+        If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES, data gives rows of
+        the wrong shape or dtype, or path is a URL (cytepool writes local directories only).
     FileExistsError
         If path exists.
+    FileNotFoundError
+        If the parent directory of path does not exist.
 
     Examples
     --------
@@ -603,6 +606,7 @@ def write_array(
     >>> open_array(tmp / "s")[:].tolist()
     ['x', '', 'yz']
     """
+    refuse_url(path, "a Zarr array")
     directory = as_path(path)
     shape, dtype = _shape_and_dtype(data)
     meta = new_metadata(shape, dtype, chunks, compression, level, attributes, dimension_names)

@@ -15,7 +15,7 @@ from cytepool.io.zarr.metadata import (
     check_attributes,
     parse_document,
 )
-from cytepool.io.zarr.store import StorePath, Version, is_url
+from cytepool.io.zarr.store import StorePath, Version, is_url, refuse_url
 
 __all__ = ["node_type", "read_group_attributes", "read_node_document", "write_group"]
 
@@ -37,7 +37,8 @@ def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | No
     FileNotFoundError
         If the parent directory does not exist.
     ValueError, TypeError
-        If an attribute cannot be written as JSON.
+        If an attribute cannot be written as JSON; ValueError if path is a URL (cytepool
+        writes local directories only).
 
     Examples
     --------
@@ -47,6 +48,7 @@ def write_group(path: str | os.PathLike[str], attributes: Mapping[str, Any] | No
     >>> read_group_attributes(tmp / "g")
     {'encoding-type': 'dict'}
     """
+    refuse_url(path, "a Zarr group")
     directory = as_path(path)
     document = GroupMetadata(check_attributes(attributes)).to_json()
     if (directory / METADATA_FILE).exists():

@@ -39,6 +39,7 @@ from cytepool.io.zarr._store import as_path, write_document
 from cytepool.io.zarr._writing import write_payloads
 from cytepool.io.zarr.array import ZarrArray, array_handle, new_metadata
 from cytepool.io.zarr.indexing import parse_selection
+from cytepool.io.zarr.store import refuse_url
 
 __all__ = ["decode_strings", "read_strings", "write_strings"]
 
@@ -61,6 +62,7 @@ def write_strings(
     :class:`~cytepool._utf8.Utf8Buffer`'s ``rows``), or gives those rows as a numpy array of
     ``str`` through ``rows[start:stop]``. The arguments are checked as by ``write_array``.
     """
+    refuse_url(path, "a Zarr array")
     directory = as_path(path)
     n = len(rows)
     meta = new_metadata((n,), _OBJECT, (chunks,), compression, level, attributes, None)
