@@ -175,6 +175,19 @@ def check_block(
                 raise ConstraintError(msg)
 
 
+def _wider_advice(dtype: np.dtype[Any]) -> str:
+    """What to do when a sum of a layer of ``dtype`` does not fit it."""
+    if dtype.kind == "f":
+        wider = dtype.itemsize < 8  # float64 holds no larger value
+        return "; store the layer as float64 first" if wider else ""
+    if dtype.itemsize == 8:  # no wider integer type
+        return (
+            "; no integer data type holds it: store the layer as float64 first (its sums are"
+            " then rounded above 2**53)"
+        )
+    return "; store the layer with a wider data type (int64, uint64 or float64) first"
+
+
 class Accumulator:
     """Exact sums of non-negative blocks; OverflowError when a sum does not fit.
 
@@ -197,7 +210,7 @@ class Accumulator:
             limit = f"(largest {np.iinfo(self.dtype).max})"
         msg = f"{self.where}: a sum does not fit the data type {self.dtype.name} {limit}"
         if self.where.startswith("layer"):
-            msg += "; store the layer with a wider data type (int64, uint64 or float64) first"
+            msg += _wider_advice(self.dtype)
         return SumOverflowError(msg)
 
     def add(self, block: np.ndarray[Any, Any], rows: Index | None = None) -> None:

@@ -374,7 +374,8 @@ def _local_target(path: object) -> Path:
     else:
         parent = given.parent
     if not parent.is_dir():
-        message = f"the parent directory of {os.fspath(given)!r} does not exist: {parent}"
+        found = "is not a directory" if parent.exists() else "does not exist"
+        message = f"the parent directory of {os.fspath(given)!r} {found}: {parent}"
         raise FileNotFoundError(errno.ENOENT, message, str(parent))
     return Path(os.path.realpath(parent)) / name
 
