@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
 import os
 import re
 import secrets
@@ -164,12 +165,29 @@ def _rename_noreplace(source: Path, destination: Path) -> bool:
 # Siblings and locks
 
 
+_NAME_BYTES = 255  # the longest name (in bytes) Linux, macOS and Windows file systems take
+_SIBLING_EXTRA = len(".") + len(".cytepool-tmp-") + 16  # what a sibling adds to the name
+
+
+def _stem(name: str) -> str:
+    """``name`` as its siblings hold it: whole, or, if a sibling's name would be longer than
+    :data:`_NAME_BYTES`, its first bytes and a hash of the whole (so a target whose own name
+    fits always has siblings that fit, told apart from those of other long names)."""
+    raw = os.fsencode(name)
+    room = _NAME_BYTES - _SIBLING_EXTRA
+    if len(raw) <= room:
+        return name
+    digest = hashlib.blake2b(raw, digest_size=8).hexdigest()
+    return os.fsdecode(raw[: room - len(digest) - 1]) + "~" + digest
+
+
 def _sibling_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(target.name)}\.cytepool-(tmp|old)-[0-9a-f]{{16}}")
+    stem = re.escape(_stem(target.name))
+    return re.compile(rf"\.{stem}\.cytepool-(tmp|old)-[0-9a-f]{{16}}")
 
 
 def _sibling(target: Path, kind: str) -> Path:
-    return target.with_name(f".{target.name}.cytepool-{kind}-{secrets.token_hex(8)}")
+    return target.with_name(f".{_stem(target.name)}.cytepool-{kind}-{secrets.token_hex(8)}")
 
 
 class _Lock:
