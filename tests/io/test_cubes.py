@@ -600,10 +600,10 @@ def test_unsupported_url_schemes_refused() -> None:
 
 
 def test_write_missing_parent(tmp_path: Path, cube: Cube) -> None:
-    with pytest.raises(FileNotFoundError, match="parent directory .* does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"parent directory .* does not exist"):
         write_cube(cube, tmp_path / "missing" / "a.cube.zarr")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(FileNotFoundError, match="parent directory .* is not a directory"):
+    with pytest.raises(FileNotFoundError, match=r"parent directory .* is not a directory"):
         write_cube(cube, tmp_path / "file" / "a.cube.zarr")
 
 
