@@ -32,6 +32,7 @@ from cytepool.layers import (
     LazyLayer,
     check_block,
     is_full,
+    layer_source,
     positions,
     values_fine,
 )
@@ -236,6 +237,7 @@ class CubeParts:
                 samples=s,
                 features=f,
                 cells=row if s is None else row[s],
+                source=layer_source(lay),
             )
         known = self.group_digests[layer]
         if s is None and f is None and known[g] is None:

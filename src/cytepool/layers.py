@@ -42,6 +42,7 @@ __all__ = [
     "SampleSumLayer",
     "SelectLayer",
     "SumLayer",
+    "layer_source",
 ]
 
 Index = np.ndarray[Any, np.dtype[np.intp]]
@@ -130,49 +131,79 @@ def check_block(
     features: Index | None,
     cells: np.ndarray[Any, Any] | None,
     fine: bool | None = None,
+    source: str | None = None,
 ) -> None:
     """Raise ConstraintError naming layer, group, sample (and feature) for a bad value.
 
     ``block`` holds the selected samples x features of one group; ``cells`` the cell numbers
     of the selected samples (or None to skip the empty-profile check); ``fine`` what
-    :func:`values_fine` gives for ``block``, if known already.
+    :func:`values_fine` gives for ``block``, if known already; ``source`` where the values
+    were read (:func:`layer_source`), named at the end of the message.
     """
-    where = f"layer {layer!r}, group {group!r}"
     fine = values_fine(block) if fine is None else fine
-    if not fine and block.dtype.kind == "f":
+    found = None if fine else _bad_value(block)
+    if found is None and cells is not None and block.size:
+        found = _filled_empty_profile(block, np.asarray(cells))
+    if found is None:
+        return
+    i, j, problem = found
+    sample, feature = _cell(sample_ids, samples, i), _cell(feature_ids, features, j)
+    msg = f"layer {layer!r}, group {group!r}, sample {sample}: " + problem.format(feature=feature)
+    raise ConstraintError(msg + read_from(source))
+
+
+def _bad_value(block: np.ndarray[Any, Any]) -> tuple[int, int, str] | None:
+    """The first value that is not finite or is negative: its row, its column and the
+    problem (``{feature}`` standing for the feature's name)."""
+    if block.dtype.kind == "f":
         finite = np.isfinite(block)
         if not finite.all():
             i, j = np.argwhere(~finite)[0]
-            sample, feature = _cell(sample_ids, samples, i), _cell(feature_ids, features, j)
-            msg = (
-                f"{where}, sample {sample}: value {block[i, j]} at feature {feature} is not "
-                "finite; expected finite values >= 0"
-            )
-            raise ConstraintError(msg)
-    if not fine and block.dtype.kind != "u":
+            problem = "is not finite; expected finite values >= 0"
+            return i, j, f"value {block[i, j]} at feature {{feature}} {problem}"
+    if block.dtype.kind != "u":
         negative = block < 0
         if negative.any():
             i, j = np.argwhere(negative)[0]
-            sample, feature = _cell(sample_ids, samples, i), _cell(feature_ids, features, j)
-            msg = (
-                f"{where}, sample {sample}: value {block[i, j]} at feature {feature} is "
-                "negative; expected values >= 0"
-            )
-            raise ConstraintError(msg)
-    if cells is not None and block.size:
-        empty = np.asarray(cells) == 0
-        if empty.any():
-            rows = np.flatnonzero(empty)
-            nonzero = block[rows] != 0
-            if nonzero.any():
-                r, j = np.argwhere(nonzero)[0]
-                i = rows[r]
-                sample, feature = _cell(sample_ids, samples, i), _cell(feature_ids, features, j)
-                msg = (
-                    f"{where}, sample {sample}: the profile pools 0 cells but holds "
-                    f"{block[i, j]} at feature {feature}; expected 0 where cells == 0"
-                )
-                raise ConstraintError(msg)
+            problem = "is negative; expected values >= 0"
+            return i, j, f"value {block[i, j]} at feature {{feature}} {problem}"
+    return None
+
+
+def _filled_empty_profile(
+    block: np.ndarray[Any, Any], cells: np.ndarray[Any, Any]
+) -> tuple[int, int, str] | None:
+    """The first nonzero value of a profile of 0 cells: its row, column and problem."""
+    rows = np.flatnonzero(cells == 0)
+    if not len(rows):
+        return None
+    nonzero = block[rows] != 0
+    if not nonzero.any():
+        return None
+    r, j = np.argwhere(nonzero)[0]
+    i = rows[r]
+    problem = (
+        f"the profile pools 0 cells but holds {block[i, j]} at feature {{feature}}; "
+        "expected 0 where cells == 0"
+    )
+    return i, j, problem
+
+
+def read_from(source: str | None) -> str:
+    """What to add to a message about values read from ``source`` (nothing if in memory)."""
+    return "" if source is None else f" (read from {source})"
+
+
+def layer_source(layer: object) -> str | None:
+    """Where a lazy layer reads its values: the path (or URL) of the Zarr array under it,
+    through the layers it derives from; None for values in memory."""
+    while layer is not None:
+        array = getattr(layer, "array", None)
+        if array is not None:
+            path = getattr(array, "path", None)
+            return None if isinstance(array, np.ndarray) or path is None else str(path)
+        layer = getattr(layer, "base", None)
+    return None
 
 
 def _wider_advice(dtype: np.dtype[Any]) -> str:
@@ -517,7 +548,7 @@ class ArrayLayer(LazyLayer):
             msg = (
                 f"layer {self.name!r}, group {self._group_id(group)!r}: the values do not match"
                 f" their stored digest (expected {expected[:16]}..., found {found[:16]}...);"
-                " the store is corrupt or was modified"
+                " the store is corrupt or was modified" + read_from(layer_source(self))
             )
             raise FormatError(msg)
         return found
@@ -561,6 +592,7 @@ def _check_read(
         features=features,
         cells=cells,
         fine=fine,
+        source=layer_source(layer),
     )
 
 

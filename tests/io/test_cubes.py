@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from special_files import SPECIAL_FILES, make_special, without_blocking
 import cytepool
 from cytepool import Cube, Normalization
 from cytepool._assemble import parts_of
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import ConstraintError, FormatError, StoreChangedError
 from cytepool.io import _atomic, cubes, read_cube, write_cube
 from cytepool.io.zarr import ZarrArray, open_array, write_array
 from factories import BACKENDS, make_cube, string_values
@@ -1210,10 +1211,16 @@ def test_to_numpy_verifies_every_group_as_it_arrives(
     write_array(path / "layers" / "counts", values, chunks=chunks, compression=compression)
     group = str(parts_of(cube).tables["groups"].ids[1])
     pattern = f"layer 'counts', group '{group}': the values do not match their stored digest"
-    with pytest.raises(FormatError, match=pattern):
+    source = re.escape(f"(read from {path / 'layers' / 'counts'})")  # which file, of several
+    with pytest.raises(FormatError, match=f"{pattern}.*{source}$"):
         read_cube(path).to_numpy("counts")
-    with pytest.raises(FormatError, match=pattern):
+    with pytest.raises(FormatError, match=f"{pattern}.*{source}$"):
         read_cube(path).profiles(group)
+    values[1, 2, 3] = -1  # a part of the group: checked, not verified
+    shutil.rmtree(path / "layers" / "counts")
+    write_array(path / "layers" / "counts", values, chunks=chunks, compression=compression)
+    with pytest.raises(ConstraintError, match=f"group '{group}', .* is negative.*{source}$"):
+        read_cube(path).select(samples=[2]).profiles(group)
 
 
 def test_flipped_byte_in_compressed_layer_chunk(tmp_path: Path, cube: Cube) -> None:
