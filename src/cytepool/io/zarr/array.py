@@ -73,9 +73,10 @@ class ZarrArray:
 
     Each read opens the store once (for a local store, a file descriptor of its directory)
     and fetches every chunk through that handle (see :mod:`cytepool.io.zarr.store`). It
-    first checks that the array's zarr.json is still the file it was when the array was
-    opened, and at its end that the store is still at its path; otherwise it raises
-    StoreChangedError (a RuntimeError). So a read returns values wholly from the store the
+    first checks that the array's zarr.json (or the root document of consolidated metadata it
+    was opened through) is still the file it was when the array was opened, and at its end
+    that the store is still at its path; otherwise it raises StoreChangedError (a
+    RuntimeError). So a read returns values wholly from the store the
     array was opened in, or raises: never a mix of two stores. The array holds no open
     files, so it can be pickled; a copy unpickled in another process opens the store by its
     path at each read and makes the same checks, so it too reads the store it was opened
@@ -393,7 +394,8 @@ def _fetch_ahead(
 
 def _check_stamp(array: ZarrArray, handle: StoreHandle) -> None:
     key = join(array._key, METADATA_FILE)
-    where = handle.where(key)
+    stamped = getattr(handle, "stamped_where", handle.where)  # the root document, if consolidated
+    where = stamped(key)
     current = handle.version(key)
     changed = f"the Zarr array {array.path} changed since it was opened: {where}"
     if current is None:
@@ -401,8 +403,8 @@ def _check_stamp(array: ZarrArray, handle: StoreHandle) -> None:
         raise StoreChangedError(msg)
     if not array._stamp.matches(current):
         msg = (
-            f"{changed} is not the file it was (inode, size or modification time differ);"
-            " open it again"
+            f"{changed} is not the file it was (its inode, size, modification or change time"
+            " differ); open it again"
         )
         raise StoreChangedError(msg)
 

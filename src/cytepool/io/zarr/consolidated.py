@@ -202,6 +202,14 @@ class ConsolidatedHandle:
         """The inner store's name of ``key``."""
         return self._inner.where(key)
 
+    def stamped_where(self, key: str) -> str:
+        """The name of the file whose version :meth:`version` gives for ``key``: for a document
+        the copy holds, the root document, which holds it (consolidated)."""
+        node = self._node(key)
+        if node is None or node == "" or node not in self._store.documents:
+            return self.where(key)
+        return f"{self.where(METADATA_FILE)} (the consolidated metadata, which holds {key})"
+
     def _node(self, key: str) -> str | None:
         """The node whose document ``key`` is, or None if ``key`` is no metadata document."""
         if key == METADATA_FILE:
