@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cytepool import _utf8
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, InputError
 from cytepool.io import read_table, write_table
 from cytepool.io.tables import backends
 from cytepool.io.tables.columns import LazyRows
@@ -27,6 +27,7 @@ from cytepool.io.tables.strings import (
     read_strings,
     write_strings,
 )
+from cytepool.io.zarr import _writing as writing_module
 from cytepool.io.zarr import open_array, write_array
 
 pa = pytest.importorskip("pyarrow")
@@ -170,6 +171,48 @@ def test_write_strings_writes_what_write_array_writes(
         "lazy": LazyRows(len(values), objects.dtype, lambda a, b: objects[a:b]),
     }[kind]
     assert_written_like_write_array(tmp_path_factory.mktemp("w"), data, values, chunks, compression)
+
+
+VALUES = ["99999", "100000", "100001"]  # as RowNumbers(3, 99999, 1) gives them
+"""Strings whose first chunk of two is 23 bytes as vlen-utf8: one byte over the lowered limit."""
+
+
+@pytest.fixture
+def low_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    """MAX_CHUNK_BYTES lowered to 22 bytes for writing, as if the strings took over 2 GiB."""
+    monkeypatch.setattr(writing_module, "MAX_CHUNK_BYTES", 22)
+    return 22
+
+
+@pytest.mark.parametrize("kind", ["object", "StringDType", "U", "arrow", "lazy", "numbers"])
+def test_write_strings_refuses_a_chunk_beyond_max_chunk_bytes(
+    kind: str, low_limit: int, tmp_path: Path
+) -> None:
+    objects = np.array(VALUES, dtype=object)
+    data: Any = {
+        "object": objects,
+        "StringDType": np.array(VALUES, dtype=np.dtypes.StringDType()),
+        "U": np.array(VALUES, dtype=str),
+        "arrow": Utf8Strings.from_arrow(pa.array(VALUES, type=pa.string())),
+        "lazy": LazyRows(len(VALUES), objects.dtype, lambda a, b: objects[a:b]),
+        "numbers": RowNumbers(3, 99999, 1),
+    }[kind]
+    path = tmp_path / "s"
+    problem = f"chunk c/0 of the Zarr array {path} would take 23 bytes.* \\({low_limit}\\)"
+    with pytest.raises(InputError, match=problem):
+        write_strings(path, data, chunks=2, compression="gzip", level=None, attributes={})
+    assert not (path / "zarr.json").exists()
+
+
+def test_a_table_with_a_chunk_beyond_max_chunk_bytes_is_not_written(
+    low_limit: int, tmp_path: Path
+) -> None:
+    table = pa.table({"s": VALUES, "n": [1, 2, 3]})
+    with pytest.raises(InputError, match=r"chunk c/0 of the Zarr array .* would take 23 bytes"):
+        write_table(table, tmp_path / "t", chunks=2)
+    assert list(tmp_path.iterdir()) == []
+    write_table(table, tmp_path / "t", chunks=1)
+    assert read_table(tmp_path / "t", backend="pyarrow")["s"].to_pylist() == VALUES
 
 
 # read_strings ---------------------------------------------------------------------------------

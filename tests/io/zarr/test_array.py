@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool._utf8 import Utf8Buffer
+from cytepool.errors import FormatError, InputError, StoreChangedError
 from cytepool.io import zarr as cz
 from cytepool.io.zarr import (
     DATA_TYPES,
@@ -33,6 +34,7 @@ from cytepool.io.zarr import (
     write_group,
 )
 from cytepool.io.zarr import _reading as reading_module
+from cytepool.io.zarr import _writing as writing_module
 from cytepool.io.zarr._threads import ENV_THREADS, threads
 from cytepool.io.zarr.codecs import PIECE_BYTES, import_zstd
 from cytepool.io.zarr.store import LocalHandle, Stamp
@@ -815,6 +817,68 @@ def test_string_chunks_are_bounded_too(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(reading_module, "MAX_CHUNK_BYTES", 1000)
     with pytest.raises(FormatError, match="decodes to more bytes than a valid chunk holds"):
         open_array(tmp_path / "s")[...]
+
+
+LIMIT = 4 + 2 * 4 + 10  # a vlen-utf8 chunk of two items of 5 bytes
+"""MAX_CHUNK_BYTES as the tests of string chunks at the limit lower it."""
+
+
+@pytest.fixture
+def low_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Lower the limit of string chunks to LIMIT bytes, for writing and reading alike."""
+    monkeypatch.setattr(writing_module, "MAX_CHUNK_BYTES", LIMIT)
+    monkeypatch.setattr(reading_module, "MAX_CHUNK_BYTES", LIMIT)
+    return LIMIT
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_string_chunk_beyond_max_chunk_bytes_is_refused_unwritten(
+    tmp_path: Path, low_limit: int, compression: str | None
+) -> None:
+    values = np.array([["abcde", "fghij"], ["abcde", "fghijk"], ["x", ""]], dtype=object)
+    path = tmp_path / "s"
+    problem = (
+        f"the strings of chunk c/0/1 of the Zarr array {path} would take {low_limit + 1} bytes"
+        f" encoded as vlen-utf8, more than MAX_CHUNK_BYTES \\({low_limit}\\), .*; write them in"
+        " smaller chunks \\(fewer rows along the first axis\\)"
+    )
+    with pytest.raises(InputError, match=problem):
+        write_array(path, values.T, chunks=(2, 1), compression=compression)
+    assert not (path / METADATA_FILE).exists()  # no array, as after any failed write
+    assert not (path / "c" / "0" / "1").exists()
+    with pytest.raises(FileNotFoundError):
+        open_array(path)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_string_chunk_of_max_chunk_bytes_is_written_and_read(
+    tmp_path: Path, low_limit: int, compression: str | None
+) -> None:
+    values = np.array(["abcde", "fghij", "é", "😀"], dtype=np.dtypes.StringDType())
+    write_array(tmp_path / "s", values, chunks=(2,), compression=compression)
+    if compression is None:
+        assert (tmp_path / "s" / "c" / "0").stat().st_size == low_limit
+    assert open_array(tmp_path / "s")[...].tolist() == values.tolist()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        lambda values: Utf8Buffer.from_str(values),  # rows.utf8(start, stop)
+        lambda values: np.array(values, dtype=object),  # rows[start:stop]
+    ],
+    ids=["utf8", "numpy"],
+)
+def test_write_strings_refuses_a_chunk_beyond_max_chunk_bytes_too(
+    tmp_path: Path, low_limit: int, source: Any
+) -> None:
+    write_strings(tmp_path / "ok", source(["x", "", "abcde", "fghij"]), chunks=2)
+    assert open_array(tmp_path / "ok")[...].tolist() == ["x", "", "abcde", "fghij"]
+    path = tmp_path / "s"
+    with pytest.raises(InputError, match=f"chunk c/1 of the Zarr array {path} would take 23"):
+        write_strings(path, source(["x", "", "abcde", "fghijk"]), chunks=2)
+    assert not (path / METADATA_FILE).exists()
+    assert not (path / "c" / "1").exists()
 
 
 def test_bool_chunks_hold_only_zero_and_one(tmp_path: Path) -> None:

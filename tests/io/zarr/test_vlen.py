@@ -7,6 +7,7 @@ and all-ASCII fallbacks), padding, and the Arrow-style buffers of ``Decoder.buff
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cytepool.errors import FormatError
+from cytepool.errors import FormatError, InputError
 from cytepool.io.zarr import _vlen
 
 STRING = np.dtypes.StringDType()
@@ -82,6 +83,60 @@ def test_assemble_from_lengths_and_bytes(values: list[str]) -> None:
     assert _vlen.assemble(lengths, body, len(values) + 2).tobytes() == reference(
         values, len(values) + 2
     )
+
+
+@pytest.mark.parametrize("values", [["abc", "", "é"], ["x\0y", "é€", "z"], ["ab", "cd"]])
+@pytest.mark.parametrize("padding", [0, 2])
+def test_a_limit_is_met_exactly_and_refuses_one_byte_more(values: list[str], padding: int) -> None:
+    items = [value.encode() for value in values]
+    lengths = np.array([len(item) for item in items], dtype=np.int64)
+    body = np.frombuffer(b"".join(items), dtype=np.uint8)
+    count = len(values) + padding
+    expected = reference(values, count)
+    at = _vlen.ChunkLimit(len(expected), "c/3 of the Zarr array /data/s")
+    assert _vlen.assemble(lengths, body, count, limit=at).tobytes() == expected
+    array = np.array(values, dtype=object)
+    assert _vlen.payload(array, count, limit=at).tobytes() == expected
+    below = _vlen.ChunkLimit(len(expected) - 1, "c/3 of the Zarr array /data/s")
+    problem = (
+        f"the strings of chunk c/3 of the Zarr array /data/s would take {len(expected)} bytes"
+        f" encoded as vlen-utf8, more than MAX_CHUNK_BYTES \\({len(expected) - 1}\\)"
+    )
+    with pytest.raises(InputError, match=problem):
+        _vlen.assemble(lengths, body, count, limit=below)
+    with pytest.raises(InputError, match=problem):
+        _vlen.payload(array, count, limit=below)
+
+
+def test_a_chunk_beyond_its_limit_is_refused_before_it_is_made() -> None:
+    limit = _vlen.ChunkLimit(100, "c/0 of the Zarr array /data/s")
+    lengths, body = np.array([1], dtype=np.int64), np.frombuffer(b"a", dtype=np.uint8)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="would take 4000005 bytes"):
+            _vlen.assemble(lengths, body, 10**6, limit=limit)  # 4 MB of padding
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+
+
+@pytest.mark.parametrize(
+    ("values", "count", "found"),
+    [(["a" * 20], 1, "1 items, the longest of 20 bytes"), ([""], 16, "16 items")],
+)
+def test_length_fields_never_wrap_past_32_bits(
+    monkeypatch: pytest.MonkeyPatch, values: list[str], count: int, found: str
+) -> None:
+    monkeypatch.setattr(_vlen, "_U32_MAX", 15)  # as if the chunk took 4 GiB or more
+    array = np.array(values, dtype=object)
+    with pytest.raises(InputError, match=f"32 bits; {found}"):
+        _vlen.payload(array, count)
+    lengths = np.array([len(v) for v in values], dtype=np.int64)
+    with pytest.raises(InputError, match=f"32 bits; {found}"):
+        _vlen.assemble(lengths, np.frombuffer("".join(values).encode(), np.uint8), count)
+    monkeypatch.setattr(_vlen, "_U32_MAX", 2**32 - 1)
+    assert _vlen.payload(array, count).tobytes() == reference(values, count)
 
 
 @pytest.mark.parametrize("values", CASES, ids=range(len(CASES)))

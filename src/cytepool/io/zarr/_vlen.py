@@ -24,10 +24,11 @@ from cytepool._utf8 import SpacedUtf8Buffer, move_by_size, size_runs
 from cytepool._utf8 import encode as encode_utf8
 from cytepool.errors import FormatError, InputError
 
-__all__ = ["Decoder", "assemble", "decode", "encode", "payload", "spaced"]
+__all__ = ["ChunkLimit", "Decoder", "assemble", "decode", "encode", "payload", "spaced"]
 
 _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
+_U32_MAX = 2**32 - 1
 _OFFSETS = np.arange(4)
 _BATCH_BYTES = 256 * 1024
 
@@ -43,6 +44,30 @@ def _corrupt(where: str, problem: str) -> FormatError:
 # Encoding
 
 
+@dataclass(frozen=True)
+class ChunkLimit:
+    """The most bytes the vlen-utf8 encoding of a chunk to be written may take, and the chunk
+    as an error names it (``"c/0 of the Zarr array /data/names"``).
+
+    Writers give MAX_CHUNK_BYTES, the largest chunk cytepool reads: a chunk written larger
+    could not be read back. Since it is below 4 GiB, every item count and length field of a
+    chunk written fits in its 32 bits.
+    """
+
+    nbytes: int
+    where: str
+
+    def check(self, size: int) -> None:
+        """Raise InputError if an encoding of ``size`` bytes exceeds the limit."""
+        if size > self.nbytes:
+            msg = (
+                f"the strings of chunk {self.where} would take {size} bytes encoded as vlen-utf8,"
+                f" more than MAX_CHUNK_BYTES ({self.nbytes}), the largest chunk cytepool"
+                " reads or writes; write them in smaller chunks (fewer rows along the first axis)"
+            )
+            raise InputError(msg)
+
+
 def encode(values: np.ndarray[Any, Any], count: int | None = None) -> bytes:
     """The vlen-utf8 encoding of a 1-D array of str (UnicodeEncodeError for lone surrogates).
 
@@ -51,21 +76,31 @@ def encode(values: np.ndarray[Any, Any], count: int | None = None) -> bytes:
     return payload(values, count).tobytes()
 
 
-def payload(values: np.ndarray[Any, Any], count: int | None = None) -> np.ndarray[Any, Any]:
-    """:func:`encode` as a uint8 array (no copy into a bytes object)."""
+def payload(
+    values: np.ndarray[Any, Any], count: int | None = None, *, limit: ChunkLimit | None = None
+) -> np.ndarray[Any, Any]:
+    """:func:`encode` as a uint8 array (no copy into a bytes object).
+
+    With ``limit``, an encoding larger than it is refused (InputError) before it is made.
+    """
     lengths, raw, separated = _encode_items(values)
-    return _assemble(lengths, raw, separated, count)
+    return _assemble(lengths, raw, separated, count, limit)
 
 
 def assemble(
-    lengths: np.ndarray[Any, Any], body: np.ndarray[Any, Any], count: int | None = None
+    lengths: np.ndarray[Any, Any],
+    body: np.ndarray[Any, Any],
+    count: int | None = None,
+    *,
+    limit: ChunkLimit | None = None,
 ) -> np.ndarray[Any, Any]:
     """The vlen-utf8 encoding (uint8) of items given as byte lengths and their bytes joined.
 
     The bytes must be the items' UTF-8, which is not checked here. ``count`` (at least the
-    number of items) pads the chunk with empty items.
+    number of items) pads the chunk with empty items. With ``limit``, an encoding larger than
+    it is refused (InputError) before it is made.
     """
-    return _assemble(np.asarray(lengths, dtype=np.int64), body, False, count)
+    return _assemble(np.asarray(lengths, dtype=np.int64), body, False, count, limit)
 
 
 def _encode_items(
@@ -82,9 +117,11 @@ def _assemble(
     raw: np.ndarray[Any, Any],
     separated: bool,
     count: int | None,
+    limit: ChunkLimit | None,
 ) -> np.ndarray[Any, Any]:
     """Interleave the length fields with the items' bytes (``raw``: joined by NULs if
-    ``separated``, else back to back), then pad with ``count - n`` empty items."""
+    ``separated``, else back to back), then pad with ``count - n`` empty items; refuse an
+    encoding larger than ``limit`` (if given) before making it."""
     n = len(lengths)
     count = n if count is None else count
     if count < n:
@@ -92,7 +129,12 @@ def _assemble(
         raise InputError(msg)
     size = len(raw) - (n - 1 if separated and n else 0)
     end = 4 + 4 * n + size
-    out = np.empty(end + 4 * (count - n), dtype=np.uint8)
+    total = end + 4 * (count - n)
+    if limit is not None:
+        limit.check(total)
+    if total > _U32_MAX:  # never for a chunk written: its limit is below 4 GiB
+        _check_fields(lengths, count)
+    out = np.empty(total, dtype=np.uint8)
     out[:4] = np.frombuffer(_U32.pack(count), dtype=np.uint8)
     out[end:] = 0  # the length fields of the padding
     if not n:
@@ -119,6 +161,17 @@ def _assemble(
     out[:end][keep] = raw
     out[_field_bytes(fields)] = lengths.astype("<u4").view(np.uint8)
     return out
+
+
+def _check_fields(lengths: np.ndarray[Any, Any], count: int) -> None:
+    """Refuse an item count or a byte length that its 32-bit field cannot hold."""
+    longest = int(lengths.max()) if len(lengths) else 0
+    if count > _U32_MAX or longest > _U32_MAX:
+        msg = (
+            f"vlen-utf8 stores item counts and lengths in 32 bits; {count} items, the longest"
+            f" of {longest} bytes, do not fit: store fewer items (or shorter strings) per chunk"
+        )
+        raise InputError(msg)
 
 
 def _field_bytes(fields: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cytepool.errors import InputError, InputTypeError
-from cytepool.io.zarr import indexing
+from cytepool.io.zarr import _vlen, indexing
 from cytepool.io.zarr._threads import for_each
+from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 from cytepool.io.zarr.data_types import DataType
 from cytepool.io.zarr.metadata import ArrayMetadata
 
-__all__ = ["NAT", "write_chunks", "write_payloads"]
+__all__ = ["NAT", "Payload", "write_chunks", "write_payloads"]
 
 NAT = np.iinfo(np.int64).min
 
@@ -31,17 +32,23 @@ def write_chunks(directory: Path, data: Any, meta: ArrayMetadata, dtype: np.dtyp
         for_each(writer.write, row)
 
 
-def write_payloads(
-    directory: Path, meta: ArrayMetadata, payloads: Iterator[np.ndarray[Any, Any]]
-) -> None:
-    """Store the encoded chunks (``array -> bytes`` codec applied) of a 1-D array, in order.
+Payload = Callable[[int, _vlen.ChunkLimit], np.ndarray[Any, Any]]
+"""Makes the vlen-utf8 encoding (uint8) of a chunk of a 1-D string array: given its index and
+its limit, which it checks before it assembles the encoding (:func:`_vlen.assemble`)."""
 
-    Each payload is compressed with the array's codecs and stored under its key, a few at a
-    time (see ``_threads``); the payloads are made in order as they are taken, so at most
-    about one per thread is held. A payload equal to the fill value is not stored.
+
+def write_payloads(directory: Path, meta: ArrayMetadata, payload: Payload) -> None:
+    """Store the encoded chunks (``array -> bytes`` codec applied) of a 1-D string array.
+
+    ``payload`` makes each chunk's encoding, refusing one larger than MAX_CHUNK_BYTES; each is
+    compressed with the array's codecs and stored under its key, a few at a time (see
+    ``_threads``). The payloads are made in order as they are taken, so at most about one per
+    thread is held. A payload equal to the fill value is not stored.
     """
     writer = _ChunkWriter(directory, meta)
-    for_each(writer.write_payload, enumerate(payloads))
+    count = indexing.grid_shape(meta.shape, meta.chunk_grid.chunk_shape)[0]
+    made = ((index, payload(index, writer.limit((index,)))) for index in range(count))
+    for_each(writer.write_payload, made)
 
 
 Region = tuple[tuple[int, ...], np.ndarray[Any, Any]]
@@ -124,12 +131,23 @@ class _ChunkWriter:
         """Encode a chunk and store it in its new file, unless it equals the fill value."""
         coords, region = item
         chunk = self._pad(region)
-        if self.meta.data_type.is_string and not any(chunk.ravel().tolist()):
+        if self.meta.data_type.is_string:
+            values = chunk.ravel(order="C")
+            if not any(values.tolist()):
+                return
+            payload = _vlen.payload(values, limit=self.limit(coords))
+            self._store(coords, self.meta.codecs.compress(payload.data))
             return
         raw = self.meta.codecs.array_bytes.encode(chunk)  # type: ignore[union-attr]
         if self._is_fill(raw):
             return
         self._store(coords, self.meta.codecs.compress(raw))
+
+    def limit(self, coords: tuple[int, ...]) -> _vlen.ChunkLimit:
+        """The limit of the vlen-utf8 encoding of a string chunk: MAX_CHUNK_BYTES, the largest
+        chunk cytepool reads (looked up at each call, so a test can lower it)."""
+        key = self.meta.chunk_key_encoding.encode(coords)
+        return _vlen.ChunkLimit(MAX_CHUNK_BYTES, f"{key} of the Zarr array {self.directory}")
 
     def write_payload(self, item: tuple[int, np.ndarray[Any, Any]]) -> None:
         """Compress and store the encoded chunk ``index`` of a 1-D array, unless it is fill."""

@@ -593,8 +593,9 @@ def write_array(
         If data has no shape and dtype, its data type is not a supported data type, it is or
         gives rows as a numpy masked array, or another argument has the wrong type.
     ValueError
-        If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES, data gives rows of
-        the wrong shape or dtype, or path is a URL (cytepool writes local directories only).
+        If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES (for strings:
+        its vlen-utf8 encoding, refused before it is made), data gives rows of the wrong
+        shape or dtype, or path is a URL (cytepool writes local directories only).
     FileExistsError
         If path exists.
     FileNotFoundError

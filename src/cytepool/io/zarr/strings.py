@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -36,7 +36,7 @@ from cytepool._utf8 import Utf8Buffer
 from cytepool.io.zarr import _vlen
 from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr._store import as_path, write_document
-from cytepool.io.zarr._writing import write_payloads
+from cytepool.io.zarr._writing import Payload, write_payloads
 from cytepool.io.zarr.array import ZarrArray, array_handle, new_metadata
 from cytepool.io.zarr.indexing import parse_selection
 from cytepool.io.zarr.store import refuse_url
@@ -60,7 +60,9 @@ def write_strings(
     ``rows`` has a length, and either a method ``utf8(start, stop)`` giving the byte length
     of each row in ``[start, stop)`` and their UTF-8 bytes back to back (such as a
     :class:`~cytepool._utf8.Utf8Buffer`'s ``rows``), or gives those rows as a numpy array of
-    ``str`` through ``rows[start:stop]``. The arguments are checked as by ``write_array``.
+    ``str`` through ``rows[start:stop]``. The arguments are checked as by ``write_array``,
+    and a chunk whose encoding would exceed MAX_CHUNK_BYTES is refused (InputError, a
+    ValueError) before it is made, leaving a directory that does not open as an array.
     """
     refuse_url(path, "a Zarr array")
     directory = as_path(path)
@@ -69,20 +71,24 @@ def write_strings(
     document = meta.to_json()
     json.dumps(document, allow_nan=False)
     directory.mkdir()
-    write_payloads(directory, meta, _payloads(rows, n, chunks))
+    write_payloads(directory, meta, _payload(rows, n, chunks))
     write_document(directory, document)
 
 
-def _payloads(rows: Any, n: int, count: int) -> Iterator[np.ndarray[Any, Any]]:
-    """The vlen-utf8 encoding of each chunk of ``count`` rows, the last one padded."""
+def _payload(rows: Any, n: int, count: int) -> Payload:
+    """Makes the vlen-utf8 encoding of a chunk of ``count`` rows (the last one padded), refused
+    before it is assembled if it exceeds its limit."""
     utf8 = getattr(rows, "utf8", None)
-    for start in range(0, n, count):
+
+    def make(index: int, limit: _vlen.ChunkLimit) -> np.ndarray[Any, Any]:
+        start = index * count
         stop = min(start + count, n)
         if utf8 is not None:
             lengths, body = utf8(start, stop)
-            yield _vlen.assemble(lengths, body, count)
-        else:
-            yield _vlen.payload(np.asarray(rows[start:stop]), count)
+            return _vlen.assemble(lengths, body, count, limit=limit)
+        return _vlen.payload(np.asarray(rows[start:stop]), count, limit=limit)
+
+    return make
 
 
 def read_strings(array: ZarrArray) -> Utf8Buffer:
