@@ -92,6 +92,14 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["frobnicate"], capsys)
     assert code == 2
     assert err.count("\n") == 1
+    for args in (
+        ["pool", "a", "b", "--sample-key", "x", "--group-key", "y", "--bogus"],
+        ["info", "x", "y"],
+    ):
+        code, _, err = run(args, capsys)
+        command = args[0]  # the command's parser tells, as for its other usage errors
+        expected = f"cytepool {command}: error: unrecognized arguments: {args[-1]} "
+        assert (code, err) == (2, f"{expected}(see cytepool {command} --help)\n")
 
 
 def pool(h5ad: Path, out: Path, *extra: str) -> list[str]:
@@ -193,13 +201,15 @@ def test_errors_are_one_line(
         (["info", str(tmp_path / "nothing.cube.zarr")], "nothing.cube.zarr"),
         (["info", str(h5ad)], "cells.h5ad"),
         (["export", str(tmp_path / "nothing.cube.zarr"), str(tmp_path / "o.h5ad")], "nothing"),
-        (["export", str(cube_path), str(tmp_path / "o.csv")], "must end in .h5ad or .zarr"),
         (pool(h5ad, tmp_path / "no" / "dir" / "c.cube.zarr"), "does not exist"),
     ]
     for args, message in cases:
         code, out, err = run(args, capsys)
         assert_one_line_error(code, err, message)
         assert out == ""
+    code, out, err = run(["export", str(cube_path), str(tmp_path / "o.csv")], capsys)
+    assert_one_line_error(code, err, "must end in .h5ad or .zarr", status=2)  # a bad argument
+    assert "(see cytepool export --help)" in err
     assert not cube_path.exists()
     assert run(pool(h5ad, cube_path), capsys)[0] == 0
     code, _, err = run(pool(h5ad, cube_path), capsys)

@@ -75,9 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cytepool import _words
     from cytepool.errors import NotCountsWarning
 
-    parser = _parser()
+    parser, commands = _parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # reported by the command's parser, as its other usage errors are
+            commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as stop:  # --help, --version, or a usage error (already printed)
         return stop.code if isinstance(stop.code, int) else 0
     with _words.speaking(command_line=True), warnings.catch_warnings():
@@ -122,7 +124,8 @@ def _terminate(signum: int, frame: Any) -> None:
     raise _Terminated  # a process group gets one each) would cut the clean-up short
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The program's parser and each command's, by name."""
     parser = Parser(
         prog="cytepool",
         description="Pool single cells into pseudobulk cubes; inspect and export cube files.",
@@ -133,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (pool, info, export, demo):
         command.add(commands)
-    return parser
+    return parser, commands.choices
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from cytepool.cli._shared import (
     path_argument,
     write_anndata,
 )
-from cytepool.errors import InputError, UnknownIdError
+from cytepool.errors import UnknownIdError
 
 __all__ = ["add"]
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> None:
     output = Path(args.output)
     if output.suffix not in {".h5ad", ".zarr"}:
         msg = f"OUTPUT must end in .h5ad or .zarr, found {output.name!r}"
-        raise InputError(msg)
+        raise UsageError(msg)  # a bad argument: status 2
     _check_groups(args.group or [])
     check_output(
         args.output, overwrite=args.overwrite, cube=False, reading=[args.cube], role="CUBE"
