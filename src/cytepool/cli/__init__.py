@@ -124,7 +124,7 @@ def _terminate(signum: int, frame: Any) -> None:
     raise _Terminated  # a process group gets one each) would cut the clean-up short
 
 
-def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def _parser() -> tuple[Parser, dict[str, Parser]]:
     """The program's parser and each command's, by name."""
     parser = Parser(
         prog="cytepool",
