@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cytepool.errors import InputError, InputTypeError
 from cytepool.io.zarr.indexing import (
     ArrayAxis,
     IntAxis,
@@ -166,9 +167,10 @@ def test_orthogonal_index_errors(key: Any, problem: str) -> None:
 
 
 def test_slice_errors_are_numpy_errors() -> None:
-    with pytest.raises(ValueError, match="slice step cannot be zero"):
+    """numpy's builtin types, as cytepool's errors (every error raised on purpose is one)."""
+    with pytest.raises(InputError, match=r"slice step cannot be zero, found slice\(None, None, 0"):
         parse_selection(slice(None, None, 0), (3,), orthogonal=False)
-    with pytest.raises(TypeError, match="slice indices must be integers"):
+    with pytest.raises(InputTypeError, match="slice bounds must be integers or None, found"):
         parse_selection(slice(1.5, None), (3,), orthogonal=False)
 
 

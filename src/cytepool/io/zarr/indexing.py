@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
-from cytepool.errors import InputIndexError, InputTypeError
+from cytepool.errors import InputError, InputIndexError, InputTypeError
 
 __all__ = [
     "ArrayAxis",
@@ -476,7 +476,7 @@ def _expand_ellipsis(parts: list[Any], ndim: int) -> list[Any]:
 
 def _parse_axis(part: Any, n: int, orthogonal: bool) -> Axis:
     if isinstance(part, slice):
-        start, stop, step = part.indices(n)
+        start, stop, step = _slice_bounds(part, n)
         if step > 0:
             return SliceAxis(start, stop, step)
         return ArrayAxis(np.arange(start, stop, step, dtype=np.intp))
@@ -489,6 +489,18 @@ def _parse_axis(part: Any, n: int, orthogonal: bool) -> Axis:
         allowed += ", 1-D integer arrays and boolean masks"
     msg = f"only {allowed} are valid indices, not {part!r}"
     raise InputIndexError(msg)
+
+
+def _slice_bounds(part: slice, n: int) -> tuple[int, int, int]:
+    """``part.indices(n)``, its errors as cytepool's (the same builtin types as numpy's)."""
+    try:
+        return part.indices(n)
+    except ValueError:  # a step of 0
+        msg = f"a slice step cannot be zero, found {part!r}"
+        raise InputError(msg) from None
+    except TypeError:
+        msg = f"slice bounds must be integers or None, found {part!r}"
+        raise InputTypeError(msg) from None
 
 
 def _is_integer(part: Any) -> bool:
