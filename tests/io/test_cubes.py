@@ -212,6 +212,29 @@ def test_a_column_of_date_objects_is_written_as_dates(tmp_path: Path) -> None:
     assert read.samples["v"].tolist()[::2] == visits[::2]
 
 
+def test_a_dictionary_that_repeats_a_value_is_stored_with_unique_categories(
+    tmp_path: Path,
+) -> None:
+    """A pyarrow dictionary ["x", "y", "x"] was written as it was, and read_cube refused the
+    file it wrote (categories must be unique); it is stored as ["x", "y"], codes moved to the
+    first "x", and reads back with every backend as the same cube."""
+    pa = pytest.importorskip("pyarrow")
+    batch = pa.DictionaryArray.from_arrays(
+        pa.array([0, 2, 1, None], pa.int32()), pa.array(["x", "y", "x"])
+    )
+    samples = pa.table({"sample_id": ["s0", "s1", "s2", "s3"], "batch": batch})
+    cube = make_cube(samples=samples)
+    plain = make_cube(samples={"batch": pd.Categorical(["x", "x", "y", None])}, backend="pandas")
+    assert cube.fingerprint == plain.fingerprint
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    for backend in BACKENDS:
+        read = read_cube(tmp_path / "c.cube.zarr", backend=backend)
+        assert read.fingerprint == cube.fingerprint
+    read = read_cube(tmp_path / "c.cube.zarr")
+    assert list(read.samples["batch"].cat.categories) == ["x", "y"]
+    assert read.samples["batch"].tolist()[:3] == ["x", "x", "y"]
+
+
 def test_round_trip_without_normalization_and_float_layers(tmp_path: Path) -> None:
     cube = stored_cube(normalization=False, dtype=np.float64, metadata={})
     write_cube(cube, tmp_path / "a.cube.zarr")

@@ -514,3 +514,25 @@ def test_a_nan_with_the_bits_of_the_missing_marker_stays_a_nan(
     ]:
         assert nulls == missing
         assert [item is not None and np.isnan(item) for item in items] == [0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_dictionary_that_repeats_a_value_is_written_with_unique_categories(
+    tmp_path: Path, ordered: bool
+) -> None:
+    """write_table wrote a pyarrow dictionary that repeats a value as it was, and read_table
+    (and anndata) refused what it wrote: categories must be unique."""
+    indices = pa.array([2, 0, 1, None, 3], pa.int8())
+    column = pa.DictionaryArray.from_arrays(
+        indices, pa.array(["b", "a", "b", "c"]), ordered=ordered
+    )
+    table = pa.table({"c": column})
+    for frame in (table, table.to_pandas(types_mapper=pd.ArrowDtype)):
+        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.zarr"
+        write_table(frame, path)
+        back = read_table(path)["c"]
+        assert list(back.cat.categories) == ["b", "a", "c"]
+        assert back.cat.ordered == ordered
+        assert back.tolist()[:3] == ["b", "b", "a"]
+        assert pd.isna(back.iloc[3])
+        assert back.iloc[4] == "c"

@@ -479,6 +479,22 @@ def _polars_categorical(series: Any, name: str) -> Categorical:
 # pyarrow --------------------------------------------------------------------------------------
 
 
+def _unique_dictionary(array: Any) -> Any:
+    """A pyarrow DictionaryArray with each value once in its dictionary, at its first place,
+    and the indices of a repeated value moved to it: anndata's categories (and pandas') are
+    unique, and a dictionary that repeats a value holds the same values without the repeat."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dictionary = array.dictionary
+    unique = pc.unique(dictionary)
+    if len(unique) == len(dictionary):
+        return array
+    positions = pc.index_in(dictionary, value_set=unique).cast(array.indices.type)
+    indices = pc.take(positions, array.indices)
+    return pa.DictionaryArray.from_arrays(indices, unique, ordered=array.type.ordered)
+
+
 def _source_from_arrow(nw_frame: nw.DataFrame[Any], index: str | None) -> Source:
     import narwhals.stable.v2 as nw
 
@@ -499,6 +515,7 @@ def _arrow_column(chunked: Any, name: str) -> Column:
         array = chunked.unify_dictionaries().combine_chunks() if chunked.num_chunks else None
         if array is None:
             array = pa.array([], kind)
+        array = _unique_dictionary(array)
         categories = _plain(_arrow_column(pa.chunked_array([array.dictionary]), name), name)
         codes = pc.fill_null(array.indices.cast(pa.int64()), -1).to_numpy()
         return Categorical(codes.astype(codes_dtype(len(categories))), categories, kind.ordered)
