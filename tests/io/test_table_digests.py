@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import re
 import sys
 import warnings
 import zoneinfo
@@ -90,7 +91,13 @@ RETYPED: dict[str, tuple[Any, tuple[str, ...]]] = {
         ),
         ("polars", "pyarrow"),
     ),
+    "date categories": (
+        pd.Categorical([date(2020, 1, 1), None, date(1960, 5, 1), date(2020, 1, 1)]),
+        ("pyarrow",),
+    ),
 }
+
+HELD_IN_A_CUBE_BY_PANDAS = ("dates", "date categories")  # as read_table does not give them
 
 
 IDS = ["s1", "s2", "s3", "s4"]
@@ -222,16 +229,57 @@ def test_a_cube_holds_its_file_s_columns_or_says_which_backend_does(
     write_cube(cube, path)
     read = read_cube(path, backend=backend)
     assert read.fingerprint == cube.fingerprint
-    if backend not in kept_by and not (name == "dates" and backend == "pandas"):
+    if backend not in kept_by and not (name in HELD_IN_A_CUBE_BY_PANDAS and backend == "pandas"):
         pattern = f"column '{name}' holds .*, which a {backend} frame cannot hold .*backend="
-        with pytest.raises(InputError, match=pattern):
+        with pytest.raises(InputError, match=pattern) as refused:
             _ = read.samples
+        named = re.findall(r"backend='(\w+)'", str(refused.value))
+        assert named
+        for other in named:  # the backends named hold it (a hint never points back)
+            held = read_cube(path, backend=other).samples
+            assert table_digest(held) == table_digest(cube.samples)
         return
     assert table_digest(read.samples) == table_digest(cube.samples)
     if backend == "pandas":
         pd.testing.assert_frame_equal(read.samples, cube.samples)
     write_cube(read, tmp_path / "again.cube.zarr")
     assert read_cube(tmp_path / "again.cube.zarr").fingerprint == cube.fingerprint
+
+
+@pytest.mark.parametrize("given", ["pandas", "pyarrow"])
+def test_categories_of_dates_read_back_with_pandas(tmp_path: Path, given: str) -> None:
+    """A categorical of dates (pandas categories of datetime.date, a pyarrow dictionary of
+    date32) was written, and its cube's pandas frame refused ("read the cube with
+    backend='polars'", which refused it too): pandas holds it, as datetime.date categories,
+    and the cube read with pandas is the cube written, and writes again."""
+    visits = [date(2020, 1, 1), date(2021, 1, 1), None, date(2020, 1, 1)]
+    column = pd.Categorical(visits, categories=[date(2021, 1, 1), date(2020, 1, 1)], ordered=True)
+    table = pd.DataFrame({"sample_id": IDS, "visit": column})
+    samples = table if given == "pandas" else pa.Table.from_pandas(table, preserve_index=False)
+    cube = make_cube(samples=samples, ids={"samples": IDS})
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    read = read_cube(tmp_path / "c.cube.zarr")
+    assert read.fingerprint == cube.fingerprint
+    pd.testing.assert_frame_equal(read.samples, table.set_index("sample_id"))
+    assert table_digest(read.samples) == table_digest(cube.samples)
+    write_cube(read, tmp_path / "again.cube.zarr")
+    assert read_cube(tmp_path / "again.cube.zarr").fingerprint == cube.fingerprint
+
+
+def test_a_refusal_names_only_the_backends_that_hold_the_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pandas refusing categories of dates pointed to polars, which refused them and pointed
+    back to pandas."""
+    from cytepool.io import _cube_tables
+
+    cube = make_cube(samples={"visit": RETYPED["date categories"][0]})
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    monkeypatch.setattr(_cube_tables, "_pandas_date_categories", lambda frame, stored: frame)
+    read = read_cube(tmp_path / "c.cube.zarr")
+    pattern = r"holds categorical\[date\], .*; read the cube with backend='pyarrow'$"
+    with pytest.raises(InputError, match=pattern):
+        _ = read.samples
 
 
 def test_dates_need_pyarrow_in_a_cube_s_pandas_frame(

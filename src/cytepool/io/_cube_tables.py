@@ -23,7 +23,8 @@ A deferred table's frame is made by a :class:`StoredFrame`, which holds what was
 open file, no closure), so a cube read from a file pickles before its tables were used. When
 it makes the frame, it verifies a column whose canonical form only the frame gives, and checks
 that the backend holds every other column but strings as stored (polars has no seconds and no
-categories but of strings; pandas no dates, so it is given dates in pyarrow). A table read
+categories but of strings; pandas no dates, so it is given dates in pyarrow, and categories of
+dates as ``datetime.date`` objects, as it holds those it is given). A table read
 otherwise would no longer be the file's (its digest would not be its frame's), so that is
 refused, with the backends that hold it.
 """
@@ -271,7 +272,7 @@ class StoredFrame:
         """The frame, in the form a table holds (its ids were checked when it was read)."""
         native = self.stored.frame(self.backend)
         if self.backend == "pandas":
-            native = _pandas_dates(native, self.stored)
+            native = _pandas_date_categories(_pandas_dates(native, self.stored), self.stored)
         frame = AxisTable.user_frame(native, self.axis)
         unverified = dict(self.pending)
         for name, column in self.stored.columns.items():
@@ -317,14 +318,28 @@ def _strings_alike(column: Column) -> bool:
 
 
 def _retyped(root: str, axis: str, name: str, tag: str, found: str, backend: str) -> InputError:
-    others = [other for other in BACKENDS if other != backend]
+    """The error for a column of ``tag`` that ``backend`` holds as ``found``, naming the other
+    backends that hold it as stored."""
+    others = [other for other in BACKENDS if other != backend and _holds(other, tag)]
     hint = " (install pyarrow)" if tag == "date" else ""
     message = (
         f"the cube file {root}: {axis}: column {name!r} holds {tag}, which a {backend} frame "
         f"cannot hold (it would hold {found}, and the table would no longer be the file's); "
-        f"read the cube with backend={others[0]!r} or backend={others[1]!r}{hint}"
+        f"read the cube with {' or '.join(f'backend={other!r}' for other in others)}{hint}"
     )
     return InputError(message)
+
+
+def _holds(backend: str, tag: str) -> bool:
+    """Whether ``backend`` holds a column of canonical ``tag`` as stored: polars has no
+    categories but of strings, no seconds and no zone given as an offset; pandas and pyarrow
+    hold every type a cube file stores (pandas dates in pyarrow, dates as categories too)."""
+    if backend != "polars":
+        return True
+    if tag.startswith("categorical["):
+        return tag == "categorical[string]"
+    unit, _, zone = tag.partition("[")[2].rstrip("]").partition(",")
+    return unit != "s" and not zone.startswith(("+", "-"))
 
 
 def _pandas_dates(frame: Any, stored: StoredTable) -> Any:
@@ -351,6 +366,31 @@ def _pandas_dates(frame: Any, stored: StoredTable) -> Any:
         values = np.asarray(stored_values).astype("datetime64[D]")
         array = pa.array(values, type=pa.date32(), mask=np.isnat(values))
         frame[name] = pd.array(array, dtype=pd.ArrowDtype(pa.date32()))
+    return frame
+
+
+def _pandas_date_categories(frame: Any, stored: StoredTable) -> Any:
+    """``frame`` (pandas) with its categoricals of dates as categoricals of ``datetime.date``
+    objects, as pandas holds the categoricals of dates it is given (``pd.Categorical`` of
+    dates); pandas reads them as categories of ``datetime64[s]`` otherwise, which is not what
+    the cube file holds."""
+    columns = {  # of the dates Python has (others are refused: their form is the frame's)
+        name: column
+        for name, column in stored.columns.items()
+        if isinstance(column, Categorical)
+        and column.categories.kind == "date"
+        and _dates(name, column.categories.values) is not None
+    }
+    if not columns:
+        return frame
+    import pandas as pd
+
+    frame = frame.copy(deep=False)
+    for name, column in columns.items():
+        days = np.asarray(column.categories.values).astype("datetime64[D]")
+        categories = pd.Index(days.astype(object), dtype=object)  # datetime.date objects
+        codes = np.asarray(column.codes)
+        frame[name] = pd.Categorical.from_codes(codes, categories, ordered=column.ordered)
     return frame
 
 
