@@ -4,7 +4,9 @@
 digest, do not depend on the backend that holds them (see ``docs/cube.md``): a column a table
 lacks is missing there in the column's nullable type, numbers of other types take numpy's
 common type, times of other units the finest unit, categoricals joined with strings become
-strings and categoricals keep the union of their categories; floats of 16 bits that get
+strings and categoricals keep the union of their categories, but for ordered ones, which stay
+as they are if they have the same categories in the same order and otherwise become their
+values, as with pandas and anndata; floats of 16 bits that get
 missing values become float32 (exactly), which a cube file can store.
 """
 
@@ -59,7 +61,8 @@ def numbers_alike(frames: Sequence[Any]) -> list[Any]:
     """The narwhals ``frames`` with each column of types that polars and pyarrow do not join
     cast to the type pandas gives it: numbers of other types to their common type (numpy's:
     integers and floats make floats), times of other units to the finest, categoricals
-    joined with strings to strings, and floats of 16 bits that a frame lacks to float32."""
+    joined with strings, and polars Enums (ordered) joined with other categoricals, to
+    strings, and floats of 16 bits that a frame lacks to float32."""
     kinds: dict[str, list[Any]] = {}
     for frame in frames:
         for name, dtype in frame.schema.items():
@@ -84,8 +87,8 @@ def _common_type(dtypes: list[Any], *, missing: bool) -> Any:
             common = "float32"
         target = getattr(nw, {n.lower(): n for n in _NUMBERS}[common])
         return None if names == {str(target)} else target
-    if len(names) > 1 and all(d == nw.String or d == nw.Categorical for d in dtypes):
-        return nw.String
+    if len(names) > 1 and all(d in (nw.String, nw.Categorical, nw.Enum) for d in dtypes):
+        return nw.String  # a polars Enum is ordered: with others, strings (as pandas)
     for kind in (nw.Datetime, nw.Duration):
         if len(names) > 1 and all(d == kind for d in dtypes):
             zones = {getattr(d, "time_zone", None) for d in dtypes}
@@ -134,6 +137,9 @@ def _arrow_alike(frames: list[Any]) -> list[Any]:
         for field in native.schema:
             types.setdefault(field.name, set()).add(field.type)
     targets = {n: _arrow_target(found) for n, found in types.items() if len(found) > 1}
+    for name in types:
+        columns = [native[name] for native in natives if name in native.column_names]
+        targets[name] = _ordered_target(columns) or targets.get(name)
     targets = {n: t for n, t in targets.items() if t is not None}
     out = []
     for native in natives:
@@ -145,21 +151,45 @@ def _arrow_alike(frames: list[Any]) -> list[Any]:
     return out
 
 
+def _arrow_strings(kind: Any) -> bool:
+    """Whether arrow type ``kind`` is one of strings."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)) or (
+        str(kind) == "string_view"
+    )
+
+
+def _ordered_target(columns: list[Any]) -> Any:
+    """The arrow type that pyarrow dictionary ``columns`` join as when one is ordered, as
+    pandas joins them: None (as they are) if all are ordered with the same values in the same
+    order (empty ones do not count), else the values' type (strings as ``large_string``)."""
+    import pyarrow as pa
+
+    kinds = [column.type for column in columns]
+    if not all(pa.types.is_dictionary(kind) for kind in kinds):
+        return None
+    if not any(kind.ordered for kind in kinds):
+        return None
+    values = [chunk.dictionary.to_pylist() for column in columns for chunk in column.chunks]
+    given = [value for value in values if value]
+    if all(kind.ordered for kind in kinds) and all(value == given[0] for value in given):
+        return None
+    if all(_arrow_strings(kind.value_type) for kind in kinds):
+        return pa.large_string()
+    return kinds[0].value_type
+
+
 def _arrow_target(found: set[Any]) -> Any:
     """The arrow type that strings or categoricals of types ``found`` are joined as."""
     import pyarrow as pa
 
-    def strings(kind: Any) -> bool:
-        return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)) or (
-            str(kind) == "string_view"
-        )
-
-    if all(strings(kind) for kind in found):
+    if all(_arrow_strings(kind) for kind in found):
         return pa.large_string()
     decoded = {kind.value_type if pa.types.is_dictionary(kind) else kind for kind in found}
     if len(decoded) == 1 and not all(pa.types.is_dictionary(kind) for kind in found):
         return decoded.pop()  # categories of numbers joined with such numbers: numbers
-    if all(pa.types.is_dictionary(kind) and strings(kind.value_type) for kind in found):
+    if all(pa.types.is_dictionary(kind) and _arrow_strings(kind.value_type) for kind in found):
         ordered = {kind.ordered for kind in found}
         if len(ordered) == 1:
             return pa.dictionary(pa.int32(), pa.large_string(), ordered.pop())
@@ -185,7 +215,7 @@ def pandas_joined(frames: Sequence[Any]) -> Any:
             else pd.Series([None] * len(frame), dtype=_nullable(like))
             for frame in frames
         ]
-        columns[name] = _joined_column(parts)
+        columns[name] = _joined_column(name, parts)
         _check_joined(name, parts, columns[name])
     return pd.DataFrame(columns)
 
@@ -204,17 +234,43 @@ def _nullable(dtype: Any) -> Any:
     return "boolean" if kind == "b" else dtype
 
 
-def _joined_column(parts: list[Any]) -> Any:
-    """One column of pandas Series ``parts`` joined: categoricals over their categories'
-    union (when pandas can make it), others as pandas joins them."""
+def _joined_column(name: str, parts: list[Any]) -> Any:
+    """One column ``name`` of pandas Series ``parts`` joined: categoricals as
+    :func:`_joined_categoricals`, others as pandas joins them."""
     import pandas as pd
 
     if all(isinstance(part.dtype, pd.CategoricalDtype) for part in parts):
-        try:
-            return pd.Series(pd.api.types.union_categoricals(parts))
-        except TypeError:  # categories of other types, or ordered differently: as pandas does
-            pass
+        return _joined_categoricals(name, parts)
     return pd.concat(parts, ignore_index=True)
+
+
+def _joined_categoricals(name: str, parts: list[Any]) -> Any:
+    """pandas categoricals ``parts`` (of column ``name``) joined as pandas and anndata join
+    them: unordered ones over the union of their categories, ordered ones of the same
+    categories in the same order as they are, others (ordered ones of other categories, or
+    ordered and unordered ones) as their values, in their categories' type. Parts without
+    categories (a column a frame lacks) do not count.
+    """
+    import pandas as pd
+
+    given = [part.dtype for part in parts if len(part.dtype.categories)]
+    ordered = {dtype.ordered for dtype in given}
+    alike = all(dtype.categories.equals(given[0].categories) for dtype in given)
+    if (ordered == {True} and not alike) or len(ordered) > 1:
+        return pd.concat(_decoded(parts, given[0].categories.dtype), ignore_index=True)
+    try:
+        joined = pd.api.types.union_categoricals(parts, ignore_order=True)
+    except TypeError:  # categories of one kind but other types (int8, int64): as pandas does
+        return pd.concat(parts, ignore_index=True)
+    return pd.Series(joined.as_ordered() if ordered == {True} else joined)
+
+
+def _decoded(parts: list[Any], dtype: Any) -> list[Any]:
+    """The values of pandas categoricals ``parts`` in the categories' ``dtype`` (in its
+    nullable type if a value is missing)."""
+    if any(part.isna().any() for part in parts):
+        dtype = _nullable(dtype)
+    return [part.astype(dtype) for part in parts]
 
 
 def _check_joined(name: str, parts: list[Any], joined: Any) -> None:
