@@ -14,7 +14,7 @@ import pytest
 import cytepool
 from cytepool import Cube, Normalization, Provenance
 from cytepool._assemble import from_parts, parts_of, provenance_record, with_provenance
-from cytepool.errors import ConstraintError, FormatError
+from cytepool.errors import ConstraintError, FormatError, InputError
 from cytepool.fingerprint import Digests
 from cytepool.layers import LazyLayer
 from factories import counts, frame, make_cube
@@ -855,6 +855,30 @@ def test_concat_refuses_columns_that_do_not_join_in_every_backend(case: str, bac
         ValueError, match=r"(?s)^samples: the tables cannot be joined .*; give the columns"
     ):
         cytepool.concat(cubes, axis="samples")
+
+
+@pytest.mark.parametrize("second", ["pandas", "pyarrow"])
+@pytest.mark.parametrize("first", ["pandas", "pyarrow"])
+def test_concat_refuses_categories_that_do_not_join_alike_in_every_backend(
+    first: str, second: str
+) -> None:
+    """Categories of integers and of strings: pandas raised a TypeError of the joined table
+    naming neither concat nor the table, pyarrow a ValueError naming no column."""
+    tables = [
+        pd.DataFrame({"sample_id": ["s1", "s2"], "batch": pd.Categorical([1, 2])}),
+        pd.DataFrame({"sample_id": ["s3"], "batch": pd.Categorical(["1"])}),
+    ]
+    cubes = [
+        make_cube(np.ones((1, len(t), 2), int), samples=TO_BACKEND[backend](t))
+        for t, backend in zip(tables, [first, second], strict=True)
+    ]
+    pattern = (
+        r"^samples: the tables cannot be joined \(InputTypeError: column 'batch' holds "
+        r"categories of types \['int64', 'string'\], which do not join\); give the columns"
+    )
+    with pytest.raises(InputError, match=pattern) as refused:
+        cytepool.concat(cubes, axis="samples")
+    assert not isinstance(refused.value, TypeError)
 
 
 @pytest.mark.parametrize("case", list(JOINED_COLUMNS))

@@ -137,8 +137,9 @@ def _arrow_alike(frames: list[Any]) -> list[Any]:
         for field in native.schema:
             types.setdefault(field.name, set()).add(field.type)
     targets = {n: _arrow_target(found) for n, found in types.items() if len(found) > 1}
-    for name in types:
+    for name, found in types.items():
         columns = [native[name] for native in natives if name in native.column_names]
+        _check_categories(name, found)
         targets[name] = _ordered_target(columns) or targets.get(name)
     targets = {n: t for n, t in targets.items() if t is not None}
     out = []
@@ -158,6 +159,19 @@ def _arrow_strings(kind: Any) -> bool:
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)) or (
         str(kind) == "string_view"
     )
+
+
+def _check_categories(name: str, found: set[Any]) -> None:
+    """InputTypeError if arrow dictionary types ``found`` (of column ``name``) hold categories
+    of types that do not join (integers and strings, ...), as pandas refuses them."""
+    import pyarrow as pa
+
+    if not all(pa.types.is_dictionary(kind) for kind in found):
+        return
+    types = {"string" if _arrow_strings(k.value_type) else str(k.value_type) for k in found}
+    if len(types) > 1:
+        msg = f"column {name!r} holds categories of types {sorted(types)}, which do not join"
+        raise InputTypeError(msg)
 
 
 def _ordered_target(columns: list[Any]) -> Any:
@@ -250,10 +264,19 @@ def _joined_categoricals(name: str, parts: list[Any]) -> Any:
     categories in the same order as they are, others (ordered ones of other categories, or
     ordered and unordered ones) as their values, in their categories' type. Parts without
     categories (a column a frame lacks) do not count.
+
+    Raises
+    ------
+    InputTypeError
+        If the categories are of types that do not join (integers and strings, ...).
     """
     import pandas as pd
 
     given = [part.dtype for part in parts if len(part.dtype.categories)]
+    types = {_categories_type(dtype.categories) for dtype in given}
+    if len(types) > 1:
+        msg = f"column {name!r} holds categories of types {sorted(types)}, which do not join"
+        raise InputTypeError(msg)
     ordered = {dtype.ordered for dtype in given}
     alike = all(dtype.categories.equals(given[0].categories) for dtype in given)
     if (ordered == {True} and not alike) or len(ordered) > 1:
@@ -263,6 +286,12 @@ def _joined_categoricals(name: str, parts: list[Any]) -> Any:
     except TypeError:  # categories of one kind but other types (int8, int64): as pandas does
         return pd.concat(parts, ignore_index=True)
     return pd.Series(joined.as_ordered() if ordered == {True} else joined)
+
+
+def _categories_type(categories: Any) -> str:
+    """The name of the type of pandas ``categories``: ``string`` for strings (of any dtype),
+    else the dtype's."""
+    return "string" if categories.inferred_type == "string" else str(categories.dtype)
 
 
 def _decoded(parts: list[Any], dtype: Any) -> list[Any]:
