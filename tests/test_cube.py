@@ -954,8 +954,15 @@ def _keeping_order(table: Any, backend: str) -> Any:
     return native.with_columns(*(pl.col(name).cast(enum) for name, enum in enums.items()))
 
 
-@pytest.mark.parametrize("backend", list(TO_BACKEND))
-@pytest.mark.parametrize("case", list(ORDERED_COLUMNS))
+@pytest.mark.parametrize(
+    ("case", "backend"),
+    [  # polars holds categories of strings only
+        (case, backend)
+        for case in ORDERED_COLUMNS
+        for backend in TO_BACKEND
+        if not (backend == "polars" and case.startswith("ordered integers"))
+    ],
+)
 def test_concat_joins_ordered_categoricals_as_pandas_in_every_backend(
     case: str, backend: str
 ) -> None:
@@ -965,8 +972,6 @@ def test_concat_joins_ordered_categoricals_as_pandas_in_every_backend(
     same categories in the same order stay that categorical, and any other mix of ordered
     categoricals gives their values."""
     first, second, expected = ORDERED_COLUMNS[case]
-    if backend == "polars" and case.startswith("ordered integers"):
-        pytest.skip("polars has no categories of integers")
     tables = [pd.DataFrame({"sample_id": ["s1", "s2"], "c": first})]
     tables.append(pd.DataFrame({"sample_id": ["s3"]}))
     if second is not None:
