@@ -245,6 +245,37 @@ def test_long_strings_picked_twice_from_a_chunk(tmp_path: Path) -> None:
     assert done.stdout.strip() == str([["", "long" * 5], ["", "long" * 5]])
 
 
+@pytest.mark.parametrize("chunks", [(3, 3), (1, 2), (2, 7), (7, 1)])
+@pytest.mark.parametrize(
+    "key",
+    [
+        ([0, 5, 1], slice(None)),
+        (slice(None), [0, 5, 1]),
+        ([0, 5, 1], [0, 5, 1]),
+        ([4, 0], [2, 1, 3]),
+        ([0, 1, 2, 5], [4, -1, -2]),
+        ([1, 1, 0], [0, 0, 1]),
+        (np.array([1, 0, 1, 0, 0, 1, 1], dtype=bool), [6, 0, 3]),
+        (np.array([1, 0, 1, 0, 0, 1, 1], dtype=bool), np.array([0, 1, 1, 0, 1, 0, 1], dtype=bool)),
+        (slice(1, 6, 2), [5, 2, 0]),
+    ],
+)
+def test_oindex_long_strings_into_scattered_positions(
+    tmp_path: Path, chunks: tuple[int, int], key: Any
+) -> None:
+    """``oindex`` on strings of over 15 bytes with integer arrays or masks on two axes, a
+    chunk feeding output positions that are not adjacent: numpy 2.1 assigned them through
+    ``numpy.ix_`` as empty strings or garbage."""
+    values = np.array(["x" * (i % 19) + f"-long-{i:02d}" for i in range(49)], dtype=object)
+    values = values.reshape(7, 7)
+    write_array(tmp_path / "s", values, chunks=chunks, compression=None)
+    picked = open_array(tmp_path / "s").oindex[key]
+    ranges = [np.arange(7)[part] if isinstance(part, slice) else np.asarray(part) for part in key]
+    ranges = [np.flatnonzero(r) if r.dtype == bool else r for r in ranges]
+    assert picked.dtype == STRING
+    assert picked.tolist() == values[np.ix_(*ranges)].tolist()
+
+
 @pytest.mark.parametrize("kind", ["U", "T", "O"])
 def test_string_inputs(tmp_path: Path, kind: str) -> None:
     values = ["x", "", "yz", "ü"]

@@ -390,6 +390,44 @@ def test_round_trip_strings(values: np.ndarray, data: st.DataObject, compression
 
 
 @st.composite
+def picking_keys(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
+    """An orthogonal key of integer arrays or masks on most axes (a slice on the others)."""
+    parts: list[Any] = []
+    for n in shape:
+        positions = st.lists(st.integers(-n, n - 1), min_size=1, max_size=6)
+        mask = st.lists(st.booleans(), min_size=n, max_size=n).map(np.array)
+        options = [positions, positions, mask] if n else [mask]
+        bound = st.none() | st.integers(-n - 3, n + 3)
+        step = st.none() | st.integers(-4, 4).filter(bool)
+        parts.append(draw(st.one_of([*options, st.builds(slice, bound, bound, step)])))
+    return tuple(parts)
+
+
+@FAST
+@given(
+    shape=st.lists(st.integers(0, 7), min_size=2, max_size=3).map(tuple),
+    data=st.data(),
+    compression=COMPRESSIONS,
+)
+def test_oindex_long_strings_match_numpy(
+    shape: tuple[int, ...], data: st.DataObject, compression: Any
+) -> None:
+    """Strings of over 15 bytes (which numpy 2.1's StringDType keeps out of line) picked by
+    integer arrays or masks on two or more axes, a chunk feeding output positions that need
+    not be adjacent: the same strings as numpy on an object array."""
+    chunks = tuple(data.draw(st.integers(1, max(side, 1) + 2)) for side in shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    texts = [f"a-long-string-number-{i:04d}" + "é" * (i % 3) for i in range(size)]
+    values = np.array([*texts, None], dtype=object)[:-1].reshape(shape)
+    with fresh_dir() as tmp:
+        write_array(tmp / "a", values, chunks=chunks, compression=compression[0])
+        array = open_array(tmp / "a")
+        for _ in range(3):
+            key = data.draw(picking_keys(values.shape), label="key")
+            assert array.oindex[key].tolist() == orthogonal(values, key).tolist()
+
+
+@st.composite
 def time_arrays(draw: st.DrawFn) -> np.ndarray:
     shape, _ = draw(shapes_and_chunks())
     kind = draw(st.sampled_from(["M8", "m8"]))

@@ -522,13 +522,23 @@ class Reader:
         if direct is not None and direct.flags.c_contiguous:
             decoder.finish(out=direct.reshape(-1))  # straight into the result
             return
-        # numpy 2.1 corrupts strings of over 15 bytes that a StringDType array gives to an
-        # integer index repeating a row (freeing them fails; assigning them crashes): such a
-        # selection is taken from str objects, which the assignment makes into new strings
-        objects = self.objects or any(isinstance(axis, np.ndarray) for axis in piece.chunk_sel)
-        chunk = decoder.finish(objects=objects).reshape(self.chunk_shape)
+        chunk = decoder.finish(objects=self._as_objects(piece)).reshape(self.chunk_shape)
         del decoder  # the decoded bytes
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
+
+    def _as_objects(self, piece: ChunkPiece) -> bool:
+        """Whether a string chunk is decoded into str objects to be copied into place.
+
+        numpy 2.1 corrupts strings of over 15 bytes that a StringDType array gives through an
+        integer index: on the chunk's side (one repeating a row: freeing them fails, assigning
+        them crashes) and on the result's side (``numpy.ix_`` of two or more axes: the result
+        gets empty strings or garbage). Such an assignment takes str objects instead, which it
+        makes into new strings.
+        """
+        if self.objects:
+            return True
+        sides = (*piece.chunk_sel, *piece.out_sel)
+        return any(isinstance(axis, np.ndarray) for axis in sides)
 
     def _keep_buffers(self, decoder: Decoder, piece: ChunkPiece) -> None:
         assert self.pieces is not None  # internal invariant
