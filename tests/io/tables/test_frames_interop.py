@@ -360,6 +360,26 @@ def test_read_absent_chunks(tmp_path: Path) -> None:
     _check_read(path, anndata_read(path))
 
 
+@pytest.mark.parametrize("backend", ["pandas", "polars", "pyarrow"])
+def test_read_string_chunks_not_stored_as_the_fill_value(backend: str, tmp_path: Path) -> None:
+    """A string column whose chunks that are not stored read as its fill value "NA": the
+    pyarrow and polars backends read them as "" (they read the column as buffers)."""
+    string_array = {"encoding-type": "string-array", "encoding-version": "0.2.0"}
+    table = {"encoding-type": "dataframe", "encoding-version": "0.2.0"}
+    root = tmp_path / "t.zarr"
+    group = zarr.open_group(root, mode="w", attributes={**table, "column-order": ["s"]})
+    group.attrs["_index"] = "_index"
+    rows = group.create_array("_index", shape=(6,), dtype=str, attributes=string_array)
+    rows[...] = np.array([f"r{i}" for i in range(6)])
+    column = group.create_array(
+        "s", shape=(6,), dtype=str, chunks=(2,), fill_value="NA", attributes=string_array
+    )
+    column[0:2] = ["a", "b"]
+    read = read_table(root, backend=backend)  # type: ignore[arg-type]
+    values = read["s"].to_pylist() if backend == "pyarrow" else list(read["s"])
+    assert values == ["a", "b", "NA", "NA", "NA", "NA"]
+
+
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 @pytest.mark.parametrize("backend", ["pandas", "polars", "pyarrow"])
 def test_a_complex_column_anndata_writes_is_refused(

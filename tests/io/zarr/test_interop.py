@@ -209,6 +209,32 @@ def test_reads_strings(tmp_path: Path, sharded: bool) -> None:
     assert array.oindex[[7, 2]].tolist() == ["x" * 1000, "é€😀"]
 
 
+@pytest.mark.parametrize(
+    ("shape", "kwargs", "written"),
+    [
+        ((7,), {"chunks": (2,)}, 2),  # chunks 1 to 3 not stored
+        ((8,), {"chunks": (2,), "shards": (4,)}, 2),  # an empty inner chunk, a shard not stored
+        ((3,), {"chunks": (3,)}, 0),  # the one chunk not stored
+        ((4,), {"chunks": (4,), "shards": (4,)}, 0),
+    ],
+)
+def test_read_strings_fills_chunks_not_stored(
+    tmp_path: Path, shape: tuple[int], kwargs: dict[str, Any], written: int
+) -> None:
+    """Chunks (or inner chunks) that are not stored read as the fill value in ``read_strings``
+    (the buffers of string columns), as in every other read: they used to read as ``""``."""
+    from cytepool.io.zarr.strings import read_strings
+
+    z = zarr.create_array(tmp_path / "s", shape=shape, dtype=str, fill_value="NA é", **kwargs)
+    if written:
+        z[:written] = ["a", "bc"][:written]
+    expected = [str(v) for v in zarr.open_array(tmp_path / "s", mode="r")[...]]
+    assert expected[-1] == "NA é"
+    array = open_array(tmp_path / "s")
+    assert array[...].tolist() == expected
+    assert read_strings(array).to_str() == expected
+
+
 @pytest.mark.parametrize("code", ["M8", "m8"])
 @pytest.mark.parametrize("unit", ["Y", "D", "h", "s", "ms", "us", "ns", "5m"])
 def test_reads_datetime_and_timedelta(tmp_path: Path, code: str, unit: str) -> None:

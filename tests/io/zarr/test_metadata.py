@@ -286,6 +286,7 @@ def test_string_and_time_fill_values() -> None:
         ("complex64", [0.0, "x"], "a number"),
         ("string", 0, "a JSON string"),
         ("string", None, "a JSON string"),
+        ("string", "x\ud800", r"valid Unicode \(no lone surrogate\)"),
     ],
 )
 def test_invalid_fill_values(name: str, value: Any, expected: str) -> None:

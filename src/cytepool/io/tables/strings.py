@@ -161,6 +161,7 @@ def write_strings(
 def read_strings(array: _zarr.ZarrArray) -> Utf8Strings:
     """Read a whole 1-D string array into buffers, checked as every read of the Zarr module.
 
-    Chunks that are not stored read as ``""``.
+    Chunks that are not stored read as the array's fill value (``""`` in the arrays cytepool
+    writes).
     """
     return Utf8Strings(_strings.read_strings(array))

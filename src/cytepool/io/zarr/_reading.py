@@ -334,10 +334,11 @@ class Reader:
         return join(self.key, self.meta.chunk_key_encoding.encode(coords))
 
     def _fill(self, piece: ChunkPiece, work: np.ndarray[Any, Any]) -> None:
+        """Fill the part of the result of a chunk that is not stored with the fill value (kept
+        as pieces: items equal to it, as UTF-8)."""
         if self.pieces is not None:
             start, stop = _bounds(piece.out_sel)
-            empty = (start, np.zeros(stop - start, np.int32), np.zeros(0, np.uint8))
-            self.pieces.append(empty)
+            self.pieces.append((start, *_repeated(self.fill, stop - start)))
             return
         work[_index(piece.out_sel)] = self.fill
 
@@ -586,6 +587,16 @@ class Reader:
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
         buffer = bytearray if self.spaced else _thread_buffer  # spaced items are kept
         return self.chain.decode_stated(source.data, most, self.nbytes, buffer)
+
+
+def _repeated(text: str, count: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``count`` items equal to ``text`` as byte lengths (int32) and UTF-8 bytes.
+
+    >>> _repeated("NA", 3)
+    (array([2, 2, 2], dtype=int32), array([78, 65, 78, 65, 78, 65], dtype=uint8))
+    """
+    item = np.frombuffer(str(text).encode("utf-8"), dtype=np.uint8)
+    return np.full(count, len(item), dtype=np.int32), np.tile(item, count)
 
 
 def _whole_shard(handle: StoreHandle, key: str, bound: int) -> WholeShard | None:

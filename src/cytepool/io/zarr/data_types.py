@@ -233,6 +233,10 @@ def _bad_fill(where: str, value: Any, dtype: Any, expected: str) -> FormatError:
 def _string_fill(value: Any, where: str) -> np.str_:
     if not isinstance(value, str):
         raise _bad_fill(where, value, STRING, "a JSON string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad_fill(where, value, STRING, "valid Unicode (no lone surrogate)") from None
     return np.str_(value)
 
 

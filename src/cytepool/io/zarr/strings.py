@@ -94,9 +94,11 @@ def _payload(rows: Any, n: int, count: int) -> Payload:
 def read_strings(array: ZarrArray) -> Utf8Buffer:
     """Read a whole 1-D string array into UTF-8 buffers, checked as every read.
 
-    Chunks that are not stored read as ``""``. An array of one chunk is returned as a
-    :class:`~cytepool._utf8.SpacedUtf8Buffer`: its items stay where the chunk holds them
-    (a digest reads them there) and are joined, their UTF-8 checked, when first used.
+    Chunks (and inner chunks of a shard) that are not stored read as the array's fill value
+    (``""`` in the arrays cytepool writes; zarr-python may write another). An array of one
+    chunk is returned as a :class:`~cytepool._utf8.SpacedUtf8Buffer`: its items stay where the
+    chunk holds them (a digest reads them there) and are joined, their UTF-8 checked, when
+    first used.
     """
     pieces: list[tuple[int, np.ndarray[Any, Any] | None, Any]] = []
     with array_handle(array) as handle:
