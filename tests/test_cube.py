@@ -340,6 +340,10 @@ def test_metadata() -> None:
         pbmc_cube(metadata=[1])
     with pytest.raises(TypeError, match="metadata: keys must be strings"):
         pbmc_cube(metadata={1: 2})
+    # nested keys too: JSON made them strings silently, {1: "x", "1": "y"} became {"1": "y"}
+    match = r"metadata: keys must be strings, found 1 \(int\) at metadata\['a'\]\[0\]\[1\]"
+    with pytest.raises(TypeError, match=match):
+        pbmc_cube(metadata={"a": [{1: "x", "1": "y"}]})
     with pytest.raises(TypeError, match="metadata: expected JSON-serialisable"):
         pbmc_cube(metadata={"a": {1, 2}})
     with pytest.raises(ValueError, match="metadata: expected JSON-serialisable"):
@@ -1204,6 +1208,8 @@ def test_provenance_record_helper() -> None:
         with_provenance(cube, ("x",))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="parameters must be a mapping"):
         Provenance("x", [], "v", "t")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"parameters: keys must be strings, found None"):
+        Provenance("x", {"a": {None: 1, "null": 2}}, "v", "t")
 
 
 # --------------------------------------------------------------------------- _from_parts

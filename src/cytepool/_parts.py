@@ -385,11 +385,7 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         msg = f"metadata: expected a mapping, found {type(metadata).__name__}"
         raise InputTypeError(msg)
-    for key in metadata:
-        if not isinstance(key, str):
-            msg = f"metadata: keys must be strings, found {key!r}"
-            raise InputTypeError(msg)
-    return dict(json_copy(dict(metadata), "metadata"))
+    return dict(json_copy(dict(metadata), "metadata"))  # keys checked at any depth
 
 
 def _check_name(name: Any) -> str:

@@ -16,7 +16,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
+from cytepool.errors import (
+    FormatError,
+    InputError,
+    InputTypeError,
+    check_keys,
+    check_string_keys,
+)
 
 __all__ = [
     "AXES",
@@ -115,6 +121,7 @@ class Normalization:
 
 
 def json_copy(value: Any, what: str) -> Any:
+    check_string_keys(value, what, f"{what}: keys")  # JSON would make other keys strings
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as err:

@@ -156,3 +156,48 @@ def check_keys(what: str, data: Any, keys: set[str]) -> None:
         found = sorted(data) if isinstance(data, Mapping) else type(data).__name__
         msg = f"{what}: expected an object with keys {sorted(keys)}, found {found}"
         raise FormatError(msg)
+
+
+def check_string_keys(value: Any, root: str, what: str) -> None:
+    """Raise :class:`InputTypeError` unless every mapping key in ``value``, at any depth (in
+    mappings, lists and tuples), is a string, as the keys of a JSON object are.
+
+    ``json.dumps`` would turn other keys into strings silently (``1`` and ``True`` into
+    ``"1"`` and ``"true"``, dropping all but one of the values whose keys collide), so the
+    JSON written would not be what was given. ``root`` names ``value`` in the key path of the
+    message, ``what`` the keys.
+
+    Examples
+    --------
+    >>> check_string_keys({"b": [{"c": 1}]}, "a", "keys")
+    >>> check_string_keys({"b": [{1: "x"}]}, "a", "keys")
+    Traceback (most recent call last):
+    ...
+    cytepool.errors.InputTypeError: keys must be strings, found 1 (int) at a['b'][0][1]; ...
+    """
+    stack: list[tuple[Any, str]] = [(value, root)]
+    seen: set[int] = set()  # a container reached twice (or a cycle) is walked once
+    while stack:
+        item, where = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Mapping):
+            inner = list(item.items())
+            for key, _ in inner:
+                if not isinstance(key, str):
+                    msg = (
+                        f"{what} must be strings, found {key!r} ({type(key).__name__}) at "
+                        f"{where}[{key!r}]; turn the key into a string (JSON object keys are "
+                        "strings)"
+                    )
+                    raise InputTypeError(msg)
+        elif isinstance(item, list | tuple):
+            inner = list(enumerate(item))
+        else:
+            continue
+        stack.extend(
+            (child, f"{where}[{key!r}]")
+            for key, child in reversed(inner)
+            if isinstance(child, Mapping | list | tuple)
+        )

@@ -26,6 +26,7 @@ from cytepool.io.zarr import (
     write_group,
 )
 from cytepool.io.zarr.codecs import import_zstd
+from cytepool.io.zarr.consolidated import write_consolidated_group
 from cytepool.io.zarr.sharding import crc32c
 
 zstd = import_zstd()
@@ -520,6 +521,34 @@ def test_write_array_argument_errors(
     if error is TypeError and "chunks" not in problem and "Rows" not in repr(data):
         return
     assert not (tmp_path / "a" / METADATA_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("attributes", "where"),
+    [
+        ({"a": {1: "one", "1": "ONE", None: "n"}}, r"attributes\['a'\]\[1\]"),
+        ({"a": {"b": [0, {None: "n"}]}}, r"attributes\['a'\]\['b'\]\[1\]\[None\]"),
+        ({"a": ({(1, 2): 3},)}, r"attributes\['a'\]\[0\]\[\(1, 2\)\]"),
+        ({2.5: "x"}, r"attributes\[2.5\]"),
+    ],
+)
+@pytest.mark.parametrize("write", ["array", "group", "consolidated"])
+def test_attribute_keys_must_be_strings_at_any_depth(
+    tmp_path: Path, attributes: dict[Any, Any], where: str, write: str
+) -> None:
+    """A key that is not a string, at any depth, is refused naming its path: JSON made nested
+    ones strings silently ({1: "one", "1": "ONE"} was written as {"1": "ONE"})."""
+    match = rf"attribute names must be strings, found .* at {where}; turn the key into a string"
+    data = np.zeros(2)
+    writers = {
+        "array": lambda: write_array(tmp_path / "g", data, chunks=(1,), attributes=attributes),
+        "group": lambda: write_group(tmp_path / "g", attributes),
+        "consolidated": lambda: write_consolidated_group(tmp_path, attributes),
+    }
+    with pytest.raises(TypeError, match=match):
+        writers[write]()
+    assert not (tmp_path / "g" / METADATA_FILE).exists()
+    assert not (tmp_path / METADATA_FILE).exists()
 
 
 def test_write_group_attribute_errors(tmp_path: Path) -> None:

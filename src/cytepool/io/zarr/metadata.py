@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from cytepool.errors import InputTypeError
+from cytepool.errors import InputTypeError, check_string_keys
 from cytepool.io.zarr import indexing
 from cytepool.io.zarr.data_types import (
     DATA_TYPES,
@@ -303,15 +303,14 @@ def _parse_shape(value: Any, where: str) -> tuple[int, ...]:
 
 
 def check_attributes(attributes: Any) -> dict[str, Any]:
-    """Attributes to write: a mapping with string keys, as the JSON it is stored as."""
+    """Attributes to write: a mapping with string keys at any depth, as the JSON it is stored
+    as (InputTypeError naming the key path for another key, which JSON would make a string)."""
     if attributes is None:
         return {}
     if not isinstance(attributes, Mapping):
         msg = f"attributes must be a mapping, not {type(attributes).__name__}"
         raise InputTypeError(msg)
-    if not all(isinstance(key, str) for key in attributes):
-        msg = "attribute names must be strings"
-        raise InputTypeError(msg)
+    check_string_keys(attributes, "attributes", "attribute names")  # at any depth
     result: dict[str, Any] = json.loads(json.dumps(dict(attributes), allow_nan=False))
     return result
 
