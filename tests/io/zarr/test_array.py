@@ -314,6 +314,29 @@ def test_datetime_and_timedelta(tmp_path: Path, code: str, unit: str) -> None:
     assert array[...].dtype == data.dtype
 
 
+@pytest.mark.parametrize("code", ["M8", "m8"])
+def test_generic_time_unit_is_refused_on_write_and_read(tmp_path: Path, code: str) -> None:
+    """numpy's generic unit (``np.dtype("M8")``) is refused on write, as zarr-python 3.1
+    cannot open the array (Invalid fill_value); an array that has it still reads."""
+    kind = "datetime64" if code == "M8" else "timedelta64"
+    match = rf"the data type {kind} has no unit .* data.astype\('{kind}\[s\]'\)"
+    with pytest.raises(TypeError, match=match):
+        write_array(tmp_path / "g", np.array([0, 5], dtype=np.int64).view(code), chunks=(1,))
+    assert not (tmp_path / "g").exists()
+    data = np.array([0, 5, np.iinfo(np.int64).min], dtype=np.int64)
+    write_array(tmp_path / "t", data.view(f"{code}[s]"), chunks=(2,))
+    edit_document(
+        tmp_path / "t",
+        data_type={
+            "name": f"numpy.{kind}",
+            "configuration": {"unit": "generic", "scale_factor": 1},
+        },
+    )
+    array = open_array(tmp_path / "t")
+    assert array.dtype == np.dtype(code)
+    assert array[...].tobytes() == data.tobytes()
+
+
 def test_nat_chunks_are_not_stored_but_zero_chunks_are(tmp_path: Path) -> None:
     data = np.array(["NaT", "NaT", "1970-01-01", "1970-01-01"], dtype="M8[s]")
     write_array(tmp_path / "t", data, chunks=(2,))

@@ -28,7 +28,9 @@ supports:
   arrays of ``numpy.dtypes.StringDType()``, writes take numpy ``str``/StringDType arrays or
   object arrays of ``str``; the fill value is ``""`` and edge chunks are padded with it;
 - the ``numpy.datetime64`` and ``numpy.timedelta64`` data types (zarr-extensions) with their
-  ``unit`` and ``scale_factor`` configuration, read and written; the fill value is NaT;
+  ``unit`` and ``scale_factor`` configuration, read and written; the fill value is NaT; the
+  ``generic`` unit (numpy's ``datetime64`` without a unit) is read but not written, as
+  zarr-python 3.1 cannot open it: write_array asks for a unit;
 - reading the ``sharding_indexed`` codec (anndata 0.13 shards by default): the index at the
   end or the start of a shard, its ``crc32c`` checksum verified, inner chunks decoded by the
   inner codec chain, empty inner chunks read as the fill value, and only the index and the

@@ -590,8 +590,9 @@ def write_array(
     Raises
     ------
     TypeError
-        If data has no shape and dtype, its data type is not a supported data type, it is or
-        gives rows as a numpy masked array, or another argument has the wrong type.
+        If data has no shape and dtype, its data type is not a supported data type (or is a
+        datetime64/timedelta64 without a unit), it is or gives rows as a numpy masked array,
+        or another argument has the wrong type.
     ValueError
         If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES (for strings:
         its vlen-utf8 encoding, refused before it is made), data gives rows of the wrong

@@ -148,12 +148,18 @@ class DataType:
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype[Any]) -> DataType:
-        """The data type write_array stores for a numpy dtype (TypeError if there is none)."""
+        """The data type write_array stores for a numpy dtype (TypeError if there is none).
+
+        datetime64 and timedelta64 need a unit: numpy's generic unit (``np.dtype("M8")``),
+        which zarr-python 3.1 cannot open, is refused (an array that has it still reads).
+        """
         if dtype.kind in "TU" or dtype == np.dtype(object):
             return cls(STRING, np.dtypes.StringDType())
         if dtype.kind in "mM":
             unit, scale = np.datetime_data(dtype)
             name = DATETIME if dtype.kind == "M" else TIMEDELTA
+            if unit == "generic":
+                raise _generic_unit(dtype)
             return cls(name, _time_dtype(name, unit, scale), unit, scale)
         native = dtype.newbyteorder("=")
         for name, core in DATA_TYPES.items():
@@ -168,6 +174,15 @@ class DataType:
             return self.name
         config = {"unit": self.unit, "scale_factor": self.scale_factor}
         return {"name": self.name, "configuration": config}
+
+
+def _generic_unit(dtype: np.dtype[Any]) -> InputTypeError:
+    kind = "datetime64" if dtype.kind == "M" else "timedelta64"
+    msg = (
+        f"the data type {dtype} has no unit (numpy's generic unit), which zarr-python 3.1 "
+        f"cannot open: give the data a unit first, e.g. data.astype('{kind}[s]')"
+    )
+    return InputTypeError(msg)
 
 
 def _supported_types() -> str:
