@@ -6,6 +6,7 @@ Stores are built by hand (zarr.json and chunk files), so each test shows exactly
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -90,6 +91,29 @@ def test_no_metadata(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with raises_naming(FileNotFoundError, "no Zarr v3 metadata", tmp_path / "file"):
         open_array(tmp_path / "file")
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="POSIX symlinks")
+def test_symbolic_link_loops(tmp_path: Path) -> None:
+    """A loop at the store's directory was a plain OSError (ELOOP); it is a FormatError that
+    says so, as a loop at zarr.json or a chunk is."""
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    problem = "cannot be opened as a store: a symbolic link loop"
+    for call in (open_array, read_group_attributes, node_type):
+        with raises_naming(FormatError, problem, loop):
+            call(loop)
+        with raises_naming(FormatError, problem, loop / "inner"):
+            call(loop / "inner")
+    write_array(tmp_path / "a", np.arange(4), chunks=(2,))
+    (tmp_path / "a" / "c" / "1").unlink()
+    os.symlink(tmp_path / "a" / "c" / "1", tmp_path / "a" / "c" / "1")
+    with raises_naming(FormatError, "cannot be read: a symbolic link loop", tmp_path / "a/c/1"):
+        open_array(tmp_path / "a")[...]
+    (tmp_path / "a" / METADATA_FILE).unlink()
+    os.symlink(tmp_path / "a" / METADATA_FILE, tmp_path / "a" / METADATA_FILE)
+    with raises_naming(FormatError, "cannot be read: a symbolic link loop", tmp_path / "a"):
+        open_array(tmp_path / "a")
 
 
 @pytest.mark.parametrize("name", [".zarray", ".zgroup"])

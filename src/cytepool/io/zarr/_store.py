@@ -102,7 +102,8 @@ def open_store(path: Any, storage_options: Mapping[str, Any] | None = None) -> S
 
 
 def open_local(directory: Path) -> StoreHandle:
-    """Open the local store at ``directory`` (FileNotFoundError if there is no directory)."""
+    """Open the local store at ``directory`` (FileNotFoundError if there is no directory,
+    FormatError if its path is a symbolic link loop)."""
     try:
         return LocalStore(directory).open()
     except (FileNotFoundError, NotADirectoryError) as error:

@@ -254,7 +254,8 @@ class LocalStore:
         object.__setattr__(self, "absolute", self.path.absolute())
 
     def open(self) -> LocalHandle:
-        """Open the directory (FileNotFoundError, NotADirectoryError if it is none)."""
+        """Open the directory (FileNotFoundError, NotADirectoryError if it is none; FormatError
+        if its path is a symbolic link loop)."""
         return LocalHandle(self)
 
     def where(self, key: str) -> str:
@@ -268,6 +269,19 @@ class LocalHandle:
     def __init__(self, store: LocalStore):
         self._store = store
         self._fd: int | None = None
+        try:
+            info = self._open_directory(store)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            msg = (
+                f"{store.path} cannot be opened as a store: a symbolic link loop "
+                f"({error.strerror}); point the link at the store's directory"
+            )
+            raise FormatError(msg) from error
+        self._identity = (info.st_dev, info.st_ino)
+
+    def _open_directory(self, store: LocalStore) -> os.stat_result:
         if _AT_SUPPORTED:
             self._fd = os.open(store.absolute, _DIRECTORY)
             info = os.fstat(self._fd)
@@ -278,7 +292,7 @@ class LocalHandle:
             info = os.stat(store.absolute)
             if not stat.S_ISDIR(info.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(store.path))
-        self._identity = (info.st_dev, info.st_ino)
+        return info
 
     @property
     def store(self) -> LocalStore:
@@ -312,7 +326,8 @@ class LocalHandle:
         except OSError as error:
             if error.errno in (errno.EACCES, errno.EPERM):
                 raise
-            msg = f"{self.where(key)} cannot be read: {error.strerror}"
+            loop = "a symbolic link loop " if error.errno == errno.ELOOP else ""
+            msg = f"{self.where(key)} cannot be read: {loop}({error.strerror})"
             raise FormatError(msg) from error
 
     def _regular(self, key: str, info: os.stat_result) -> None:
