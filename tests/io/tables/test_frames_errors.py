@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cytepool.errors import FormatError, UnsupportedFeatureError
+from cytepool.errors import FormatError, InputError, UnsupportedFeatureError
 from cytepool.io import read_table, write_table
 from cytepool.io.tables import registry
 
@@ -181,6 +181,32 @@ def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
     notes = info.value.__notes__
     assert len(notes) == 1
     assert notes[0] == f"Error raised while writing the table element at {tmp_path / 't'}/c/codes"
+
+
+@pytest.mark.parametrize("where", ["column", "index", "categories"])
+def test_strings_with_a_lone_surrogate_are_refused(tmp_path: Path, where: str) -> None:
+    """A string holding a lone surrogate raised a bare UnicodeEncodeError; it is an InputError
+    (a ValueError) saying strings must be valid Unicode, noted with the table element."""
+    bad = pd.Index(["x", "a\ud800"], dtype=object)
+    good = pd.Index(["r0", "r1"], dtype=object)
+    frame = pd.DataFrame(
+        {"s": pd.Categorical(bad) if where == "categories" else pd.Series(bad, index=good)},
+        index=bad if where == "index" else good,
+    )
+    element = {"column": "s", "index": "_index", "categories": "s/categories"}[where]
+    match = r"lone surrogate .*strings must be valid Unicode \(no lone surrogates\)"
+    with pytest.raises(ValueError, match=match) as info:
+        write_table(frame, tmp_path / "t")
+    assert isinstance(info.value, InputError)
+    notes = getattr(info.value, "__notes__", [])
+    if notes:  # found as the element is written
+        assert notes[-1].endswith(f"the table element at {tmp_path / 't'}/{element}")
+        index = 0 if where == "categories" else 1  # the categories are sorted
+        assert f"the string at index {index} holds" in str(info.value)
+    else:  # pandas 2 hashes the categories first, when the frame is checked
+        assert where == "categories"
+        assert str(info.value).startswith("column 's' holds a string with a lone surrogate")
+    assert list(tmp_path.iterdir()) == []
 
 
 def _written(tmp_path: Path) -> Path:

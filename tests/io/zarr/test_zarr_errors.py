@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 from special_files import SPECIAL_FILES, make_special, without_blocking
 
-from cytepool.errors import FormatError, StoreChangedError, UnsupportedFeatureError
+from cytepool.errors import (
+    FormatError,
+    InputError,
+    StoreChangedError,
+    UnsupportedFeatureError,
+)
 from cytepool.io.zarr import (
     MAX_CHUNK_BYTES,
     METADATA_FILE,
@@ -29,6 +34,7 @@ from cytepool.io.zarr import (
 from cytepool.io.zarr.codecs import import_zstd
 from cytepool.io.zarr.consolidated import write_consolidated_group
 from cytepool.io.zarr.sharding import crc32c
+from cytepool.io.zarr.strings import write_strings
 
 zstd = import_zstd()
 LE = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -573,6 +579,30 @@ def test_attribute_keys_must_be_strings_at_any_depth(
         writers[write]()
     assert not (tmp_path / "g" / METADATA_FILE).exists()
     assert not (tmp_path / METADATA_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "chunks", "index", "flat"),
+    [
+        (np.array(["ok", "x", "y", "a\ud800b"], dtype=object), (3,), "3", 3),
+        (np.array(["ok"] * 5 + ["\udfff"]), (2,), "5", 5),  # numpy "U" strings
+        (np.array([["x", "y", "z"], ["w", "v", "a\ud800"]], dtype=object), (1, 2), r"\(1, 2\)", 5),
+        (np.array("q\ud800", dtype=object), (), r"\(\)", 0),
+    ],
+)
+def test_strings_with_a_lone_surrogate_are_refused(
+    tmp_path: Path, data: np.ndarray[Any, Any], chunks: tuple[int, ...], index: str, flat: int
+) -> None:
+    """A str holding a lone surrogate raised a bare UnicodeEncodeError naming no path; it is
+    an InputError (a ValueError, as UnicodeEncodeError is) naming the array and the index."""
+    problem = r"surrogate \('\\ud[8-f]..' at character \d\); strings must be valid Unicode"
+    match = rf"cannot write the string array .*: the string at index {index} holds a lone {problem}"
+    with raises_naming(InputError, match, tmp_path / "s"):
+        write_array(tmp_path / "s", data, chunks=chunks)
+    assert not (tmp_path / "s" / METADATA_FILE).exists()
+    match = rf"cannot write the string array .*: the string at index {flat} holds a lone {problem}"
+    with raises_naming(InputError, match, tmp_path / "w"):
+        write_strings(tmp_path / "w", data.reshape(-1), chunks=2)
 
 
 def test_write_group_attribute_errors(tmp_path: Path) -> None:

@@ -171,7 +171,14 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
 
     for name in nw_frame.columns:
         series = nw_frame.get_column(name)
-        dtype = series_dtype(series)
+        try:
+            dtype = series_dtype(series)
+        except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
+            msg = (
+                f"column {name!r} holds a string with a lone surrogate (in its categories); "
+                "strings must be valid Unicode (no lone surrogates): fix or drop it"
+            )
+            raise InputError(msg) from None
         if isinstance(dtype, nw.Object) and not _pandas_dates(series):
             msg = (
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "

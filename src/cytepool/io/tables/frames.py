@@ -78,8 +78,9 @@ def write_table(
     ValueError
         If a column name is not a string, is ``"_index"``, repeats, or cannot name a Zarr node
         (contains ``"/"``, ``"\\"`` or NUL, takes more than 255 bytes of UTF-8, ...: the rule
-        readers apply too); if ``index`` names no column; or if compression, level or chunks
-        is invalid; or if ``path`` is a URL (write locally, then upload).
+        readers apply too); if ``index`` names no column; if a string holds a lone surrogate
+        (not valid Unicode); or if compression, level or chunks is invalid; or if ``path`` is
+        a URL (write locally, then upload).
     FileExistsError
         If ``path`` exists.
     FileNotFoundError

@@ -24,7 +24,16 @@ from cytepool._utf8 import SpacedUtf8Buffer, move_by_size, size_runs
 from cytepool._utf8 import encode as encode_utf8
 from cytepool.errors import FormatError, InputError
 
-__all__ = ["ChunkLimit", "Decoder", "assemble", "decode", "encode", "payload", "spaced"]
+__all__ = [
+    "ChunkLimit",
+    "Decoder",
+    "assemble",
+    "decode",
+    "encode",
+    "invalid_unicode",
+    "payload",
+    "spaced",
+]
 
 _STRING = np.dtypes.StringDType()
 _U32 = struct.Struct("<I")
@@ -74,6 +83,38 @@ def encode(values: np.ndarray[Any, Any], count: int | None = None) -> bytes:
     ``count`` (at least the number of values) pads the chunk with empty strings.
     """
     return payload(values, count).tobytes()
+
+
+def invalid_unicode(where: str, values: np.ndarray[Any, Any], first: Any) -> InputError:
+    """The error for strings to write of which one holds a lone surrogate (the encoding raised
+    UnicodeEncodeError): it names ``where``, the array, and the position in it of the first
+    such string of ``values``, a block of the array's strings whose first is at ``first``
+    (an index per axis; an int for 1-D)."""
+    strings = values.ravel().tolist()
+    flat = next(i for i, value in enumerate(strings) if not _is_unicode(value))
+    if values.ndim > 1:
+        offsets = np.unravel_index(flat, values.shape)
+        position: Any = tuple(int(a) + int(b) for a, b in zip(first, offsets, strict=True))
+    elif values.ndim == 1:
+        position = int(first[0] if isinstance(first, tuple) else first) + flat
+    else:
+        position = ()
+    text = strings[flat]
+    at = next(i for i, char in enumerate(text) if "\ud800" <= char <= "\udfff")
+    msg = (
+        f"cannot write the string array {where}: the string at index {position} holds a lone "
+        f"surrogate ({text[at]!r} at character {at}); strings must be valid Unicode (no "
+        "lone surrogates): fix or drop it, e.g. s.encode('utf-8', 'replace').decode()"
+    )
+    return InputError(msg)
+
+
+def _is_unicode(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def payload(

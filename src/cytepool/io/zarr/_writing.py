@@ -12,6 +12,7 @@ import numpy as np
 from cytepool.errors import InputError, InputTypeError
 from cytepool.io.zarr import _vlen, indexing
 from cytepool.io.zarr._threads import for_each
+from cytepool.io.zarr._vlen import invalid_unicode
 from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 from cytepool.io.zarr.data_types import DataType
 from cytepool.io.zarr.metadata import ArrayMetadata
@@ -130,6 +131,13 @@ class _ChunkWriter:
     def write(self, item: Region) -> None:
         """Encode a chunk and store it in its new file, unless it equals the fill value."""
         coords, region = item
+        try:
+            self._write(coords, region)
+        except UnicodeEncodeError:  # a str holds a lone surrogate
+            first = tuple(c * k for c, k in zip(coords, self.chunks, strict=True))
+            raise invalid_unicode(str(self.directory), region, first) from None
+
+    def _write(self, coords: tuple[int, ...], region: np.ndarray[Any, Any]) -> None:
         chunk = self._pad(region)
         if self.meta.data_type.is_string:
             values = chunk.ravel(order="C")

@@ -596,7 +596,8 @@ def write_array(
     ValueError
         If an argument is invalid, a chunk would exceed MAX_CHUNK_BYTES (for strings:
         its vlen-utf8 encoding, refused before it is made), data gives rows of the wrong
-        shape or dtype, or path is a URL (cytepool writes local directories only).
+        shape or dtype, a string holds a lone surrogate (an InputError naming the array and
+        the string's index), or path is a URL (cytepool writes local directories only).
     FileExistsError
         If path exists.
     FileNotFoundError

@@ -71,13 +71,14 @@ def write_strings(
     document = meta.to_json()
     json.dumps(document, allow_nan=False)
     directory.mkdir()
-    write_payloads(directory, meta, _payload(rows, n, chunks))
+    write_payloads(directory, meta, _payload(rows, n, chunks, str(directory)))
     write_document(directory, document)
 
 
-def _payload(rows: Any, n: int, count: int) -> Payload:
+def _payload(rows: Any, n: int, count: int, where: str) -> Payload:
     """Makes the vlen-utf8 encoding of a chunk of ``count`` rows (the last one padded), refused
-    before it is assembled if it exceeds its limit."""
+    before it is assembled if it exceeds its limit (an InputError naming ``where`` for a str
+    holding a lone surrogate)."""
     utf8 = getattr(rows, "utf8", None)
 
     def make(index: int, limit: _vlen.ChunkLimit) -> np.ndarray[Any, Any]:
@@ -86,7 +87,11 @@ def _payload(rows: Any, n: int, count: int) -> Payload:
         if utf8 is not None:
             lengths, body = utf8(start, stop)
             return _vlen.assemble(lengths, body, count, limit=limit)
-        return _vlen.payload(np.asarray(rows[start:stop]), count, limit=limit)
+        values = np.asarray(rows[start:stop])
+        try:
+            return _vlen.payload(values, count, limit=limit)
+        except UnicodeEncodeError:
+            raise _vlen.invalid_unicode(where, values, start) from None
 
     return make
 
