@@ -563,6 +563,34 @@ def test_invalid_sparse_indices() -> None:
         from_cells(x, sample_labels=["a", "a"], group_labels=["g", "g"])
 
 
+def _bad_indptr(fmt: str, indptr: list[int]) -> Any:
+    x = (sp.csr_matrix if fmt == "csr" else sp.csc_matrix)(np.arange(9.0).reshape(3, 3))
+    x.indptr[:] = indptr  # past scipy's checks, as a matrix changed in place is
+    return x
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize(
+    ("indptr", "match"),
+    [
+        pytest.param([2, 4, 6, 8], "its indptr starts at 2, not 0", id="start"),
+        pytest.param([0, 5, 2, 8], r"its indptr decreases after entry 1 \(5 then 2\)", id="down"),
+        pytest.param([0, 2, 5, 13], "its indptr ends at 13, past the 8 stored values", id="end"),
+    ],
+)
+@pytest.mark.parametrize("blocks", [False, True])
+def test_invalid_sparse_indptr(fmt: str, indptr: list[int], match: str, blocks: bool) -> None:
+    x = _bad_indptr(fmt, indptr)
+    what = "counts: row block 0" if blocks else "counts"
+    with pytest.raises(ValueError, match=rf"{what}: not a valid {fmt.upper()} matrix: {match}"):
+        from_cells(
+            [x] if blocks else x,
+            sample_labels=["a", "b", "a"],
+            group_labels=["g"] * 3,
+            layers=("counts", "detected", "squares"),
+        )
+
+
 @pytest.mark.parametrize(
     ("counts", "match"),
     [

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from cytepool.errors import SumOverflowError
+from cytepool.errors import InputError, SumOverflowError
 
 __all__ = [
     "FIRST_VALUES",
@@ -41,6 +41,7 @@ __all__ = [
     "SQUARES_LIMIT",
     "Overflow",
     "check_finite",
+    "check_indptr",
     "check_wrap",
     "distinct_lines",
     "first_fraction",
@@ -67,6 +68,40 @@ INVALID = 2
 # Whole numbers below this bound pool to int64 exactly (here and in the kernels): even 2**32
 # cells of such values cannot overflow an int64 sum.
 INTEGER_BOUND = 2**31
+
+
+def check_indptr(matrix: Any, fmt: str, what: str) -> np.ndarray[Any, Any]:
+    """The row (CSR) or column (CSC) pointers of a scipy.sparse ``matrix`` as int64, checked
+    in O(lines): one per line and one more, from 0, never decreasing and ending within the
+    values stored (as many in ``data`` as in ``indices``); else an InputError naming ``what``.
+    """
+    indptr = np.asarray(matrix.indptr).astype(np.int64, copy=False)
+    problem = _indptr_problem(indptr, matrix.shape[fmt == "csc"], matrix.indices.size)
+    if matrix.data.size != matrix.indices.size:
+        problem = f"data holds {matrix.data.size} values and its indices {matrix.indices.size}"
+    if problem is not None:
+        msg = (
+            f"{what}: not a valid {fmt.upper()} matrix: its {problem}; expected an indptr "
+            "that starts at 0, never decreases and ends within the values stored: rebuild "
+            "the matrix (scipy's .check_format(full_check=True) tells what is wrong)"
+        )
+        raise InputError(msg)
+    return indptr
+
+
+def _indptr_problem(indptr: np.ndarray[Any, Any], n_lines: int, n_values: int) -> str | None:
+    """What is wrong with ``indptr`` for ``n_lines`` rows (columns) of ``n_values``, if any."""
+    if indptr.ndim != 1 or indptr.size != n_lines + 1:
+        return f"indptr has {indptr.size} entries, expected {n_lines + 1}"
+    if indptr[0] != 0:
+        return f"indptr starts at {indptr[0]}, not 0"
+    steps = np.diff(indptr)
+    if steps.size and steps.min() < 0:
+        at = int(np.argmax(steps < 0))
+        return f"indptr decreases after entry {at} ({indptr[at]} then {indptr[at + 1]})"
+    if indptr[-1] > n_values:
+        return f"indptr ends at {indptr[-1]}, past the {n_values} stored values"
+    return None
 
 
 def small_values(total: int | None) -> int:

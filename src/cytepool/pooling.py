@@ -158,7 +158,9 @@ def from_cells(
         For a missing label (None, NaN, NA or null: the message counts them), labels that
         are not 1-D, labels that do not match their texts one to one (naming two of them),
         labels and counts of different lengths, a value
-        that is negative, infinite or NaN (naming the cell and feature), a table lacking
+        that is negative, infinite or NaN (naming the cell and feature), a sparse matrix
+        that is not valid (indices out of range; an indptr that does not start at 0,
+        decreases or ends past the values stored), a table lacking
         rows for ids the labels hold or holding rows for ids they do not (both named), or a
         features table of the wrong length.
 
@@ -430,8 +432,8 @@ class _Sums:
         its columns are those of the sums from ``column0`` on (a block of columns adds
         straight into its own columns of the sums)."""
         self._widen()
-        block = (_data(matrix.data, "counts"), matrix.indices, _indptr(matrix.indptr))
-        indptr = block[2]
+        indptr = _pool_sums.check_indptr(matrix, "csc", _words.matrix())
+        block = (_data(matrix.data, "counts"), matrix.indices, indptr)
         profiles = self.profiles[first : first + matrix.shape[0]]
         if self._add_small(block, profiles, first, column0=column0):
             return
@@ -734,11 +736,13 @@ def _add_block(sums: _Sums, block: Any, first: int, what: str) -> None:
         return
     fmt = _sparse_format(block)
     if fmt == "csc":
+        _pool_sums.check_indptr(block, "csc", what)  # (again there: a pointer per column)
         sums.add_columns(block, first)
         return
     if fmt != "csr":
         block = block.tocsr()
-    sums.add((_data(block.data, what), block.indices, _indptr(block.indptr)), first)
+    indptr = _pool_sums.check_indptr(block, "csr", what)
+    sums.add((_data(block.data, what), block.indices, indptr), first)
 
 
 def _dense_csr(array: np.ndarray[Any, Any], what: str) -> Iterator[tuple[int, Block]]:
@@ -858,11 +862,6 @@ def _indices(columns: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Column indices as int32 where they fit (as scipy keeps them): fewer kernels to compile."""
     fits = columns.size == 0 or columns[-1] < np.iinfo(np.int32).max
     return columns.astype(np.int32) if fits else columns
-
-
-def _indptr(indptr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Row pointers as int64 (one per cell, a small copy if int32): fewer kernels to compile."""
-    return indptr.astype(np.int64, copy=False)
 
 
 def _sparse_format(counts: Any) -> str | None:
