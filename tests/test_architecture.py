@@ -34,6 +34,7 @@ LAYERS = [
         "cytepool._kept_pools",
         "cytepool._value_texts",
         "cytepool._dask",
+        "cytepool._masked",
     ],
     ["cytepool.io.zarr"],
     ["cytepool.io.tables", "cytepool.io._atomic"],

@@ -241,6 +241,21 @@ def test_layer_errors() -> None:
         pbmc_cube(layers={"counts": np.zeros((3, 4), dtype="int32")})
 
 
+def test_masked_arrays_are_refused() -> None:
+    mask = np.zeros((3, 5, 4), dtype=bool)
+    mask[1, 2, 3] = True
+    masked = np.ma.masked_array(counts_array(), mask=mask)
+    hint = r"expected an array without a mask, found a numpy masked array \(1 value masked\); "
+    hint += r"fill the masked values \(.filled\(value\)\) or drop them first"
+    with pytest.raises(TypeError, match=f"layer 'counts': {hint}"):
+        pbmc_cube(layers={"counts": masked})
+    cells = np.ma.masked_array(np.ones((3, 5), dtype=np.int64), mask=mask[:, :, 3])
+    with pytest.raises(TypeError, match=f"cells: {hint}"):
+        pbmc_cube(cells=cells)
+    with pytest.raises(TypeError, match=f"normalization: factors: {hint}"):
+        Normalization("size_factors", cells)
+
+
 @pytest.mark.parametrize(
     ("value", "match"),
     [

@@ -51,6 +51,27 @@ def test_signed_zeros_are_an_error_in_any_container(labels: Any) -> None:
         pool(labels)
 
 
+@pytest.mark.parametrize("masked", ["sample_labels", "group_labels", "counts", "row block"])
+def test_masked_arrays_are_refused(masked: str) -> None:
+    x = np.array([[1, 2], [3, 4], [5, 6]])
+    kwargs: dict[str, Any] = {"counts": x, "sample_labels": ["a", "b", "a"]}
+    kwargs["group_labels"] = ["T"] * 3
+    mask = [False, True, False]
+    if masked.endswith("labels"):
+        kwargs[masked] = np.ma.masked_array(kwargs[masked], mask=mask)
+    else:
+        counts = np.ma.masked_array(x, mask=np.array([mask, mask]).T)
+        kwargs["counts"] = counts if masked == "counts" else [counts]
+    what = "counts: row block 0" if masked == "row block" else masked
+    n = 1 if "labels" in masked else 2
+    with pytest.raises(
+        InputTypeError,
+        match=rf"^{what}: expected an array without a mask, found a numpy masked array "
+        rf"\({n} values? masked\); fill the masked values",
+    ):
+        from_cells(**kwargs)
+
+
 def test_signed_zeros_of_an_obs_column_are_an_error() -> None:
     ad = pytest.importorskip("anndata")
     from cytepool.io.anndata import from_anndata

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from cytepool._masked import refuse_masked
 from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["factorize"]
@@ -110,6 +111,7 @@ def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]
             f"found a {type(labels).__name__}"
         )
         raise InputTypeError(msg)
+    refuse_masked(labels, what)
     # asked of the type: a pandas Series would look the names up in its index (slow)
     if hasattr(type(labels), "compute") and hasattr(type(labels), "dask"):
         labels = labels.compute()

@@ -52,7 +52,8 @@ class Cube:
     ------
     TypeError
         For a table, array or value of the wrong type (a layer data type other than int32,
-        int64, uint32, uint64, float32 or float64; ids that are not strings, ...).
+        int64, uint32, uint64, float32 or float64; ids that are not strings; a numpy
+        masked array as a layer or cells: fill or drop its masked values first, ...).
     ValueError
         For wrong shapes, missing, null or duplicate ids, and -- as
         :class:`cytepool.errors.ConstraintError` -- negative or non-finite layer values,

@@ -29,6 +29,7 @@ from cytepool._blocks import ColumnBlocks, RowBlocks
 from cytepool._dask import dask_workers, is_dask_array, require_dask, tree
 from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
+from cytepool._masked import refuse_masked
 from cytepool._records import ID_COLUMNS
 from cytepool._table import AxisTable
 from cytepool._waits import Waits
@@ -145,8 +146,9 @@ def from_cells(
     Raises
     ------
     TypeError
-        For an unsupported input type or data type, unknown layers, or a label that cannot
-        be hashed (a list, a dict).
+        For an unsupported input type or data type, unknown layers, a label that cannot
+        be hashed (a list, a dict), or counts or labels given as a numpy masked array (whose
+        mask would be lost: fill or drop the masked values first).
     ImportError
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
@@ -730,6 +732,7 @@ def _pool_columns(
 
 def _add_block(sums: _Sums, block: Any, first: int, what: str) -> None:
     """Add a numpy array or scipy.sparse block of rows (a copy only for neither CSR nor CSC)."""
+    refuse_masked(block, what)
     if isinstance(block, np.ndarray):  # a subclass (anndata's view of X, say) as a plain view
         for start, csr in _dense_csr(np.asarray(block), what):
             sums.add(csr, first + start)
