@@ -241,6 +241,19 @@ def test_layer_errors() -> None:
         pbmc_cube(layers={"counts": np.zeros((3, 4), dtype="int32")})
 
 
+@pytest.mark.parametrize("column", ["sample_id", "donor"])
+@pytest.mark.parametrize("dtype", ["object", "string[python]"])
+def test_a_string_that_is_not_unicode_is_an_error_naming_it(column: str, dtype: str) -> None:
+    samples = pd.DataFrame({"sample_id": SAMPLES, "donor": list("abcd")}, dtype=dtype)
+    samples.loc[3, column] = "x\udcff"  # as os.fsdecode makes of a name that is not UTF-8
+    with pytest.raises(
+        ValueError,
+        match=rf"^samples: column '{column}': row 3 holds 'x\\udcff', which is not valid "
+        r"Unicode \(it holds a lone surrogate\); expected valid Unicode strings",
+    ):
+        pbmc_cube(samples=samples)
+
+
 def test_masked_arrays_are_refused() -> None:
     mask = np.zeros((3, 5, 4), dtype=bool)
     mask[1, 2, 3] = True

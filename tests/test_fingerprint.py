@@ -672,8 +672,13 @@ def test_table_digest_of_strings_matches_the_documented_encoding(
 
 
 def test_table_digest_of_a_lone_surrogate() -> None:
-    with pytest.raises(UnicodeEncodeError, match="position 1: surrogates not allowed"):
-        table_digest(pd.DataFrame({"o": ["a", "b\ud800"]}))
+    """It raised a bare UnicodeEncodeError, naming neither column nor row."""
+    with pytest.raises(
+        ValueError,
+        match=r"^column 'o': row 1 holds 'b\\ud800', which is not valid Unicode \(it holds a "
+        r"lone surrogate\)",
+    ):
+        table_digest(pd.DataFrame({"o": pd.Series(["a", "b\ud800"], dtype=object)}))
 
 
 # --------------------------------------------------------------------------- Digests

@@ -321,3 +321,25 @@ def test_labels_that_are_not_one_per_cell_in_order_are_refused(labels: Any) -> N
     """A string was split into its characters, a set taken in no order."""
     with pytest.raises(InputTypeError, match=r"sample_labels: expected a 1-D array-like of lab"):
         from_cells(np.ones((2, 1)), sample_labels=labels, group_labels=["g", "g"])
+
+
+_NOT_UNICODE = (
+    r"which is not valid Unicode \(it holds a lone surrogate\); expected valid Unicode "
+    r"strings: decode such names with errors='replace', or fix them"
+)
+
+
+@pytest.mark.parametrize("kind", ["list", "object", "categorical"])
+def test_a_label_that_is_not_unicode_is_an_error_naming_it(kind: str) -> None:
+    labels: Any = ["t", "s\udcff", "s\udcff"]
+    if kind != "list":
+        labels = pd.Series(labels, dtype=object)
+        labels = pd.Categorical(labels) if kind == "categorical" else labels.to_numpy()
+    with pytest.raises(
+        InputError, match=rf"^sample_labels: cell 1 holds 's\\udcff', {_NOT_UNICODE}"
+    ):
+        from_cells(np.ones((3, 1)), sample_labels=labels, group_labels=["g"] * 3)
+    with pytest.raises(ValueError, match=r"^features: column 'feature_id': row 1 holds 'b\\udcff'"):
+        from_cells(
+            np.ones((1, 2)), sample_labels=["s"], group_labels=["g"], features=["a", "b\udcff"]
+        )

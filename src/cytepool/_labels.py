@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from cytepool._masked import refuse_masked
+from cytepool._utf8 import not_unicode
 from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["factorize"]
@@ -54,7 +55,21 @@ def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
     # labels of one text are equal (checked): one id, such as 1.0 and numpy.float32(1.0)
     names = np.array(_texts(values, what), dtype=object)
     ids, rank = np.unique(names, return_inverse=True)
-    return rank.reshape(-1).astype(np.int64)[codes], [str(name) for name in ids]
+    texts = [str(name) for name in ids]
+    codes = rank.reshape(-1).astype(np.int64)[codes]
+    if not _is_utf8(texts):
+        cells = np.unique(codes, return_index=True)[1]  # each id's first cell
+        raise not_unicode(texts, what, cells, "cell")
+    return codes, texts
+
+
+def _is_utf8(texts: list[str]) -> bool:
+    """Whether every text encodes to UTF-8 (holds no lone surrogate): one call in C."""
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _texts(values: Sequence[Any], what: str) -> list[str]:

@@ -22,7 +22,7 @@ from cytepool import fingerprint as _fp
 from cytepool._ids import BufferIds
 from cytepool._join import joined_frame
 from cytepool._records import ID_COLUMNS
-from cytepool._utf8 import Utf8Buffer
+from cytepool._utf8 import Utf8Buffer, not_unicode
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import Index, positions
 
@@ -106,7 +106,11 @@ class AxisTable:
         if digest is not None:
             self._digests[algorithm] = digest
         elif frame is not None:  # now: a column the digest does not cover is an error now
-            self.digest(algorithm)
+            try:
+                self.digest(algorithm)
+            except InputError as error:  # a column's value, such as one that is not Unicode
+                msg = f"{axis}: {error}"
+                raise InputError(msg) from None
 
     @classmethod
     def deferred(
@@ -144,9 +148,11 @@ class AxisTable:
         and its frame made with ``backend`` (a narwhals backend) when first used."""
         position = unique_positions(ids, axis, "holds")
         column = ID_COLUMNS[axis]
-        strings = _fp.CanonicalColumn(
-            column, "string", np.zeros(len(ids), dtype=bool), Utf8Buffer.from_str(ids)
-        )
+        try:
+            buffer = Utf8Buffer.from_str(ids)
+        except UnicodeEncodeError:
+            raise not_unicode(ids, f"{axis}: column {column!r}") from None
+        strings = _fp.CanonicalColumn(column, "string", np.zeros(len(ids), dtype=bool), buffer)
 
         digest = _fp.columns_digest(len(ids), [strings])
         make = _IdsFrame(axis, ids, backend)

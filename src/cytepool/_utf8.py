@@ -26,6 +26,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from cytepool.errors import InputError
+
 __all__ = [
     "Encoded",
     "Located",
@@ -35,6 +37,7 @@ __all__ = [
     "encode",
     "gathered",
     "move_by_size",
+    "not_unicode",
     "offsets_dtype",
     "size_runs",
     "windows",
@@ -94,6 +97,36 @@ def _encoded(text: str, strings: Sequence[str]) -> bytes:
         for value in strings:
             value.encode("utf-8")
         raise  # pragma: no cover - a value raised above
+
+
+def not_unicode(
+    values: Sequence[str], what: str, rows: Any = None, item: str = "row"
+) -> InputError:
+    """The InputError naming ``what`` for the first of ``values`` that is not valid Unicode
+    (it holds a lone surrogate, as ``os.fsdecode`` makes of bytes that are not UTF-8), with
+    its ``item`` (a row, a cell) ``rows[i]`` (by default ``i``, a sequence of positions).
+
+    Examples
+    --------
+    >>> print(not_unicode(["a", "b\\udcff"], "samples: column 'file'"))
+    samples: column 'file': row 1 holds 'b\\udcff', which is not valid Unicode (it holds a lone surrogate); expected valid Unicode strings: decode such names with errors='replace', or fix them
+    """  # noqa: E501
+    i = next(i for i, value in enumerate(values) if not _is_unicode(value))
+    row = i if rows is None else int(rows[i])
+    msg = (
+        f"{what}: {item} {row} holds {values[i]!r}, which is not valid Unicode (it holds a "
+        "lone surrogate); expected valid Unicode strings: decode such names with "
+        "errors='replace', or fix them"
+    )
+    return InputError(msg)
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Utf8Buffer:

@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._records import HEX
-from cytepool._utf8 import Utf8Buffer, encode, gathered, move_by_size, size_runs, windows
+from cytepool._utf8 import (
+    Utf8Buffer,
+    encode,
+    gathered,
+    move_by_size,
+    not_unicode,
+    size_runs,
+    windows,
+)
 from cytepool.errors import FormatError, InputError, InputTypeError, check_keys
 
 if TYPE_CHECKING:
@@ -577,6 +585,8 @@ def _utf8_from_objects(
     except TypeError:
         found = next(type(v).__name__ for v in present if not isinstance(v, str))
         raise _unsupported(name, f"{dtype} holding {found}") from None
+    except UnicodeEncodeError:
+        raise not_unicode(present.tolist(), f"column {name!r}", np.flatnonzero(~mask)) from None
     sizes = np.zeros(len(items), dtype=np.int64)
     sizes[~mask] = encoded.sizes
     return Utf8Buffer.from_sizes(sizes, encoded.data())
