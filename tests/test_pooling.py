@@ -512,6 +512,34 @@ def test_features_table_must_match_the_columns() -> None:
         from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=["x"])
 
 
+@pytest.mark.parametrize(
+    ("features", "error", "match"),
+    [
+        ("ab", TypeError, "expected a table .* or a sequence of string ids .*, found a str"),
+        (b"ab", TypeError, "expected a table .* or a sequence of string ids .*, found a bytes"),
+        (5, TypeError, "expected a table .* or a sequence of string ids .*, found a int"),
+        ([1, 2], TypeError, r"the ids must be strings, found 1 \(int\) at position 0"),
+        ([1.0, 2], TypeError, r"the ids must be strings, found 1.0 \(float\) at position 0"),
+        ([b"a", b"b"], TypeError, r"the ids must be strings, found b'a' \(bytes\) at position 0"),
+        (np.array([1, 2]), TypeError, r"the ids must be strings, found 1 \(int\) at position 0"),
+        (["a", None], ValueError, r"1 ids are missing \(positions \[1\]\)"),
+        (pd.Index(["a", np.nan]), ValueError, r"1 ids are missing \(positions \[1\]\)"),
+    ],
+)
+def test_feature_ids_are_strings_as_in_a_cube(features: Any, error: type, match: str) -> None:
+    """They were converted: "ab" to ["a", "b"], [1, 2] to ["1", "2"], bytes decoded."""
+    with pytest.raises(error, match=f"^features: {match}"):
+        from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=features)
+
+
+@pytest.mark.parametrize(
+    "features", [pd.Index(["a", "b"]), pl.Series(["a", "b"]), np.array(["a", "b"]), ("a", "b")]
+)
+def test_feature_ids_of_any_sequence_of_strings(features: Any) -> None:
+    cube = from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=features)
+    assert cube.features.index.tolist() == ["a", "b"]
+
+
 def test_bad_tables_are_reported_by_the_cube() -> None:
     with pytest.raises(ValueError, match=r"samples: expected an id column 'sample_id'"):
         from_cells(

@@ -21,6 +21,7 @@ import numpy as np
 from cytepool import fingerprint as _fp
 from cytepool._ids import BufferIds
 from cytepool._join import joined_frame
+from cytepool._masked import refuse_masked
 from cytepool._records import ID_COLUMNS
 from cytepool._utf8 import Utf8Buffer, not_unicode
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
@@ -34,6 +35,7 @@ __all__ = [
     "FrameMaker",
     "TableIds",
     "check_unique",
+    "id_list",
     "reset_index",
     "unique_positions",
 ]
@@ -500,3 +502,50 @@ def _check_ids(df: Any, axis: str) -> list[str]:
                 raise InputTypeError(msg)
     check_unique(ids, axis, "holds")
     return ids
+
+
+def id_list(values: Any, axis: str) -> list[str]:
+    """The ids given as a sequence of strings (not a table), such as ``adata.var_names``;
+    refused as the ids of a table are, naming ``axis``: InputTypeError for one string or for
+    ids that are not strings (never converted), InputError for missing ids."""
+    if isinstance(values, str | bytes | Mapping | AbstractSet) or not hasattr(values, "__iter__"):
+        msg = (
+            f"{axis}: expected a table (pandas, polars or pyarrow) or a sequence of string ids "
+            f"(such as adata.var_names), found a {type(values).__name__}"
+        )
+        raise InputTypeError(msg)
+    refuse_masked(values, axis)
+    for name in ("to_pylist", "tolist", "to_list"):  # pyarrow, numpy and pandas, polars
+        if hasattr(values, name):
+            ids = list(getattr(values, name)())
+            break
+    else:
+        ids = list(values)
+    if not set(map(type, ids)) <= {str}:  # one pass in C
+        _refuse_non_strings(ids, axis)
+    return ids
+
+
+def _refuse_non_strings(ids: list[Any], axis: str) -> None:
+    """InputError for missing ids (None, NaN, NA), else InputTypeError for one that is not a
+    string."""
+    missing = [i for i, value in enumerate(ids) if _is_missing(value)]
+    if missing:
+        msg = (
+            f"{axis}: {len(missing)} ids are missing (positions {missing[:5]}); expected a "
+            "non-null string id for every one"
+        )
+        raise InputError(msg)
+    position, found = next((i, v) for i, v in enumerate(ids) if not isinstance(v, str))
+    msg = (
+        f"{axis}: the ids must be strings, found {found!r} ({type(found).__name__}) at "
+        f"position {position}; convert them first, such as [str(i) for i in ids]"
+    )
+    raise InputTypeError(msg)
+
+
+def _is_missing(value: Any) -> bool:
+    """None, NaN or a pandas NA."""
+    if isinstance(value, float | np.floating):
+        return bool(np.isnan(value))
+    return value is None or type(value).__name__ == "NAType"

@@ -30,8 +30,7 @@ from cytepool._dask import dask_workers, is_dask_array, require_dask, tree
 from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
 from cytepool._masked import refuse_masked
-from cytepool._records import ID_COLUMNS
-from cytepool._table import AxisTable
+from cytepool._table import AxisTable, id_list
 from cytepool._waits import Waits
 from cytepool.cube import Cube
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
@@ -113,7 +112,8 @@ def from_cells(
     features
         Optional: a table with one row per column of ``counts``, in that order, the ids in a
         column ``feature_id`` (pandas: or the index, so named), or a sequence of string ids
-        (such as ``adata.var_names``). Without it, the ids are the column positions,
+        (such as ``adata.var_names``; ids that are not strings are refused, as a cube
+        refuses them, not converted). Without it, the ids are the column positions,
         ``"0"``, ``"1"``, ...
     layers
         The layers to make, in the order given, all pooled in the same pass over the
@@ -302,15 +302,9 @@ def _backend(*tables: Any) -> Any:
     raise ImportError(msg)
 
 
-def _id_table(ids: Sequence[Any], axis: str, backend: Any) -> Any:
-    """A table of the ids alone: deferred for string ids, else a frame (whose ids are checked
-    with the frame's)."""
-    if set(map(type, ids)) <= {str}:  # one pass in C
-        return AxisTable.of_ids(axis, list(ids), backend)
-    import narwhals.stable.v2 as nw
-
-    column = ID_COLUMNS[axis]
-    return nw.from_dict({column: list(ids)}, {column: nw.String()}, backend=backend).to_native()
+def _id_table(ids: list[str], axis: str, backend: Any) -> Any:
+    """A table of the (string) ids alone, its frame deferred."""
+    return AxisTable.of_ids(axis, ids, backend)
 
 
 def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
@@ -344,10 +338,11 @@ def _feature_table(features: Any, n_features: int, backend: Any) -> Any:
     if features is None:
         return _id_table([str(j) for j in range(n_features)], "features", backend)
     try:
-        n_rows = len(nw.from_native(features, eager_only=True))
-        table = features
-    except TypeError:
-        ids = features.tolist() if hasattr(features, "tolist") else list(features)
+        n_rows, table = len(nw.from_native(features, eager_only=True)), features
+    except TypeError:  # not a table: ids
+        n_rows, table = -1, None
+    if table is None:
+        ids = id_list(features, "features")
         n_rows, table = len(ids), _id_table(ids, "features", backend)
     if n_rows != n_features:
         msg = f"features: expected one row per column of counts ({n_features}), found {n_rows}"
