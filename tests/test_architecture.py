@@ -34,7 +34,7 @@ LAYERS = [
         "cytepool._kept_pools",
         "cytepool._value_texts",
         "cytepool._dask",
-        "cytepool._masked",
+        "cytepool._arrays",
     ],
     ["cytepool.io.zarr"],
     ["cytepool.io.tables", "cytepool.io._atomic"],

@@ -254,6 +254,17 @@ def test_a_string_that_is_not_unicode_is_an_error_naming_it(column: str, dtype: 
         pbmc_cube(samples=samples)
 
 
+def test_ragged_lists_are_an_error_naming_the_argument() -> None:
+    ragged = r"expected an array \(nested lists of equal lengths\), found nested sequences of "
+    ragged += "different lengths"
+    with pytest.raises(ValueError, match=f"^cells: {ragged}"):
+        pbmc_cube(cells=[[1] * 5, [1] * 5, [1] * 4])
+    layer = counts_array().tolist()
+    layer[2][1] = layer[2][1][:3]
+    with pytest.raises(ValueError, match=f"^layer 'counts': {ragged}"):
+        pbmc_cube(layers={"counts": layer})
+
+
 def test_masked_arrays_are_refused() -> None:
     mask = np.zeros((3, 5, 4), dtype=bool)
     mask[1, 2, 3] = True
@@ -349,6 +360,13 @@ def test_normalization() -> None:
         ("m", np.array([[-1.0]]), ValueError, "not positive and finite"),
         ("m", np.array([[np.nan]]), ValueError, "not positive and finite"),
         ("m", np.array([[np.inf]]), ValueError, "not positive and finite"),
+        (
+            "m",
+            [[1.0, 2.0], [1.0]],
+            ValueError,
+            r"^normalization: factors: expected an array \(nested lists of equal lengths\), "
+            "found nested sequences of different lengths",
+        ),
     ],
 )
 def test_normalization_errors(method: Any, factors: Any, error: type, match: str) -> None:

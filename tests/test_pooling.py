@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import cytepool
 from cytepool import from_cells
-from cytepool.errors import NotCountsWarning, SumOverflowError
+from cytepool.errors import InputTypeError, NotCountsWarning, SumOverflowError
 
 pytestmark = pytest.mark.usefixtures("pooling_path")
 
@@ -517,7 +517,7 @@ def test_features_table_must_match_the_columns() -> None:
     [
         ("ab", TypeError, "expected a table .* or a sequence of string ids .*, found a str"),
         (b"ab", TypeError, "expected a table .* or a sequence of string ids .*, found a bytes"),
-        (5, TypeError, "expected a table .* or a sequence of string ids .*, found a int"),
+        (5, TypeError, "expected a table .* or a sequence of string ids .*, found 5"),
         ([1, 2], TypeError, r"the ids must be strings, found 1 \(int\) at position 0"),
         ([1.0, 2], TypeError, r"the ids must be strings, found 1.0 \(float\) at position 0"),
         ([b"a", b"b"], TypeError, r"the ids must be strings, found b'a' \(bytes\) at position 0"),
@@ -668,6 +668,27 @@ def test_layers_are_checked(layers: Any, error: type[Exception]) -> None:
         error, match=r"layers: expected distinct names among \['counts', 'detected', 'squares'\]"
     ):
         from_cells(np.eye(1), sample_labels=["a"], group_labels=["g"], layers=layers)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "found"),
+    [
+        ("layers", None, "None"),
+        ("layers", 5, "5"),
+        ("sample_labels", None, "None"),
+        ("group_labels", 3, r"3 \(int\)"),
+        ("features", 5, "5"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_named(argument: str, value: Any, found: str) -> None:
+    """They raised bare TypeErrors: "'NoneType' object is not iterable"."""
+    kwargs: dict[str, Any] = {"sample_labels": ["a"], "group_labels": ["g"], argument: value}
+    expected = {
+        "layers": r"a sequence of names among \['counts', 'detected', 'squares'\]",
+        "features": r"a table \(pandas, polars or pyarrow\) or a sequence of string ids",
+    }.get(argument, "a 1-D array-like of labels, one per cell")
+    with pytest.raises(InputTypeError, match=rf"^{argument}: expected {expected}.*found {found}$"):
+        from_cells(np.eye(1), **kwargs)
 
 
 def test_layers_may_be_one_name() -> None:

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from cytepool._masked import refuse_masked
+from cytepool._arrays import refuse_masked
 from cytepool._utf8 import not_unicode
+from cytepool._words import brief
 from cytepool.errors import InputError, InputTypeError
 
 __all__ = ["factorize"]
@@ -120,10 +121,12 @@ def _exact(value: Any) -> Any:
 
 def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]:
     """Codes (-1: missing) into the distinct labels, from a Categorical or any array-like."""
-    if isinstance(labels, str | bytes | set | frozenset | dict):  # not one label per cell
+    not_one_per_cell = isinstance(labels, str | bytes | set | frozenset | dict)
+    if not_one_per_cell or not hasattr(labels, "__iter__"):  # None, a number
+        found = f"a {type(labels).__name__}" if not_one_per_cell else _found(labels)
         msg = (
             f"{what}: expected a 1-D array-like of labels, one per cell, in the cells' order; "
-            f"found a {type(labels).__name__}"
+            f"found {found}"
         )
         raise InputTypeError(msg)
     refuse_masked(labels, what)
@@ -270,3 +273,8 @@ def _missing(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if pd is not None:
         return np.asarray(pd.isna(array), dtype=bool)
     return np.array([v is None or (isinstance(v, float) and v != v) for v in array], bool)
+
+
+def _found(value: Any) -> str:
+    """A value that is not a collection, for messages: ``None``, ``3 (int)``."""
+    return brief(value) if value is None else f"{brief(value)} ({type(value).__name__})"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from cytepool import fingerprint as _fp
-from cytepool._masked import refuse_masked
+from cytepool._arrays import as_array, refuse_masked
 from cytepool._records import AXES, Normalization, Provenance, json_copy
 from cytepool._table import AxisTable, TableIds
 from cytepool.errors import (
@@ -338,8 +338,7 @@ def _check_layer_digests(name: str, layer: LazyLayer, digests: _fp.Digests, n_gr
 
 
 def _check_cells(cells: Any, tables: Mapping[str, AxisTable]) -> np.ndarray[Any, Any]:
-    refuse_masked(cells, "cells")
-    arr = np.asarray(cells)
+    arr = as_array(cells, "cells")
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         msg = f"cells: expected integers, found data type {arr.dtype}"
         raise InputTypeError(msg)
@@ -438,7 +437,7 @@ def _build_layer(
     else:
         refuse_masked(value, f"layer {name!r}")
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-            value = np.asarray(value)
+            value = as_array(value, f"layer {name!r}")
         _fp.layer_dtype(value.dtype, what=f"layer {name!r}")
         if not hasattr(value, "__getitem__"):
             msg = f"layer {name!r}: expected an array, found {type(value).__name__}"

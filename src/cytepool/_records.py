@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from cytepool._masked import refuse_masked
+from cytepool._arrays import as_array
 from cytepool.errors import (
     FormatError,
     InputError,
@@ -89,8 +89,7 @@ class Normalization:
         if not self.method:
             msg = "normalization: method must not be empty"
             raise InputError(msg)
-        refuse_masked(self.factors, "normalization: factors")
-        raw = np.asarray(self.factors)
+        raw = as_array(self.factors, "normalization: factors")
         if raw.dtype.kind not in "iuf":
             msg = f"normalization: factors must be real numbers, found data type {raw.dtype}"
             raise InputTypeError(msg)

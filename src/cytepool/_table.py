@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 
 from cytepool import fingerprint as _fp
+from cytepool._arrays import refuse_masked
 from cytepool._ids import BufferIds
 from cytepool._join import joined_frame
-from cytepool._masked import refuse_masked
 from cytepool._records import ID_COLUMNS
 from cytepool._utf8 import Utf8Buffer, not_unicode
+from cytepool._words import brief
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import Index, positions
 
@@ -508,10 +509,12 @@ def id_list(values: Any, axis: str) -> list[str]:
     """The ids given as a sequence of strings (not a table), such as ``adata.var_names``;
     refused as the ids of a table are, naming ``axis``: InputTypeError for one string or for
     ids that are not strings (never converted), InputError for missing ids."""
-    if isinstance(values, str | bytes | Mapping | AbstractSet) or not hasattr(values, "__iter__"):
+    collection = isinstance(values, str | bytes | Mapping | AbstractSet)
+    if collection or not hasattr(values, "__iter__"):
+        found = f"a {type(values).__name__}" if collection else brief(values)
         msg = (
             f"{axis}: expected a table (pandas, polars or pyarrow) or a sequence of string ids "
-            f"(such as adata.var_names), found a {type(values).__name__}"
+            f"(such as adata.var_names), found {found}"
         )
         raise InputTypeError(msg)
     refuse_masked(values, axis)

@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from cytepool import _pool_sums, _words
+from cytepool._arrays import refuse_masked
 from cytepool._assemble import from_parts, provenance_record
 from cytepool._blocks import ColumnBlocks, RowBlocks
 from cytepool._dask import dask_workers, is_dask_array, require_dask, tree
 from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
-from cytepool._masked import refuse_masked
 from cytepool._table import AxisTable, id_list
 from cytepool._waits import Waits
 from cytepool.cube import Cube
@@ -273,6 +273,10 @@ def _warn_not_counts(row: int, column: int, value: float) -> None:
 
 
 def _check_layers(layers: Any) -> tuple[str, ...]:
+    if not isinstance(layers, str | Iterable):
+        msg = f"layers: expected a sequence of names among {list(LAYERS)}, found "
+        msg += f"{_words.brief(layers)}"
+        raise InputTypeError(msg)
     names = (layers,) if isinstance(layers, str) else tuple(layers)
     unknown = [name for name in names if name not in LAYERS]
     if unknown or not names or len(set(names)) != len(names):
