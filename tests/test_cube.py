@@ -564,14 +564,49 @@ def test_select_and_merge_groups_take_pyarrow_ids(kind: str) -> None:
         ({"s1": 1}, "found a dict, which has no order; give a list"),
         (["s1", 0], r"found ids \(strings\) mixed with 0 \(int\); give every id as a string"),
         ([0, "s1"], r"found ids \(strings\) mixed with 0 \(int\)"),
-        (pa.array(["s1", None]), r"mixed with None \(NoneType\)"),
-        ([None], r"found None \(NoneType\)"),
     ],
 )
 def test_select_says_what_is_wrong_with_a_selection(selection: Any, message: str) -> None:
     """A set or dict keys said "found shape ()", and ids mixed with an integer "found <U21
     values"."""
     with pytest.raises(TypeError, match=rf"^samples: expected ids.*{message}"):
+        pbmc_cube().select(samples=selection)
+
+
+@pytest.mark.parametrize(
+    ("selection", "at"),
+    [
+        (pa.array(["s1", None]), 1),
+        ([None], 0),
+        (["s1", np.nan], 1),
+        (pd.array([True, None, False, True], dtype="boolean"), 1),
+        (pd.Series([True, False, None, True], dtype="boolean"), 2),
+        (pl.Series([True, None, False, True]), 1),
+        (pa.array([None, True, False, True]), 0),
+        (pl.Series([1, None]), 1),
+        (pd.array([1, None], dtype="Int64"), 1),
+        (np.array([1.0, np.nan]), 1),
+    ],
+)
+def test_a_selection_holding_a_missing_value_says_where(selection: Any, at: int) -> None:
+    """A mask with a null said "expected ids, positions or a boolean mask, found True"."""
+    with pytest.raises(
+        TypeError,
+        match=rf"^samples: the selection holds a missing value \(null/NA\) at position {at}; "
+        "expected ids, positions or a boolean mask without missing values",
+    ):
+        pbmc_cube().select(samples=selection)
+
+
+@pytest.mark.parametrize("selection", [[1, True, 0], [np.True_, 2], (0, False)])
+def test_a_selection_mixing_booleans_and_integers_is_refused(selection: Any) -> None:
+    """[1, True, 0] was taken as positions [1, 1, 0] and said "it selects ['s2'] more than
+    once"."""
+    with pytest.raises(
+        TypeError,
+        match=r"^samples: expected positions \(integers\) or a boolean mask, found "
+        r"integers mixed with booleans \((np\.)?(True|False)_? at position \d\); give either",
+    ):
         pbmc_cube().select(samples=selection)
 
 

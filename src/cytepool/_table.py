@@ -327,10 +327,12 @@ class AxisTable:
         if arr.size == 0:
             idx = np.zeros(0, dtype=np.intp)
         elif arr.dtype.kind in "biu":
+            _refuse_bools_and_integers(items, arr, self.axis)
             idx = positions(arr, n, what=self.axis)  # type: ignore[assignment]
         elif arr.dtype.kind in "UOT" and all(isinstance(i, str) for i in items):
             idx = self.locate(list(items))
         else:
+            _refuse_missing(items, arr, self.axis)
             raise InputTypeError(_mixed_message(self.axis, items, arr))
         if len(np.unique(idx)) != len(idx):  # the ids are unique: a position twice, an id twice
             check_unique([self.ids[i] for i in idx.tolist()], self.axis, "selects")
@@ -398,6 +400,39 @@ def selection_items(selection: Any, axis: str) -> Any:
         )
         raise InputTypeError(msg)
     return as_items(selection)
+
+
+def _refuse_bools_and_integers(items: Any, arr: np.ndarray[Any, Any], axis: str) -> None:
+    """InputTypeError for a sequence mixing booleans and integers (numpy makes integers of
+    them: ``[1, True, 0]`` would be positions)."""
+    if arr.dtype.kind == "b" or isinstance(items, np.ndarray):
+        return
+    kinds = set(map(type, items))  # one pass in C
+    bools = {kind for kind in kinds if issubclass(kind, bool | np.bool_)}
+    if bools and kinds - bools:
+        at = next(i for i, item in enumerate(items) if isinstance(item, bool | np.bool_))
+        msg = (
+            f"{axis}: expected positions (integers) or a boolean mask, found integers mixed "
+            f"with booleans ({items[at]!r} at position {at}); give either"
+        )
+        raise InputTypeError(msg)
+
+
+def _refuse_missing(items: Any, arr: np.ndarray[Any, Any], axis: str) -> None:
+    """InputTypeError (as for other values of the wrong type) for a selection holding a
+    missing value (None, NaN, NA, a null)."""
+    if arr.dtype.kind == "f":
+        nan = np.flatnonzero(np.isnan(arr))
+        at = int(nan[0]) if nan.size else None
+    else:
+        at = next((i for i, item in enumerate(items) if _is_missing(item)), None)
+    if at is not None:
+        msg = (
+            f"{axis}: the selection holds a missing value (null/NA) at position {at}; "
+            "expected ids, positions or a boolean mask without missing values (fill or drop "
+            "them first)"
+        )
+        raise InputTypeError(msg)
 
 
 def _mixed_message(axis: str, items: Any, arr: np.ndarray[Any, Any]) -> str:
