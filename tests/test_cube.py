@@ -959,11 +959,39 @@ def test_concat_refuses_categories_that_do_not_join_alike_in_every_backend(
     ]
     pattern = (
         r"^samples: the tables cannot be joined \(InputTypeError: column 'batch' holds "
-        r"categories of types \['int64', 'string'\], which do not join\); give the columns"
+        r"categories of types \['number', 'string'\], which do not join\); give the columns"
     )
     with pytest.raises(InputError, match=pattern) as refused:
         cytepool.concat(cubes, axis="samples")
     assert not isinstance(refused.value, TypeError)
+
+
+@pytest.mark.parametrize("second", ["pandas", "pyarrow"])
+@pytest.mark.parametrize("first", ["pandas", "pyarrow"])
+@pytest.mark.parametrize(
+    ("a", "b", "joined"),
+    [
+        (np.array([1], np.int8), np.array([2], np.int64), pd.array([1, 2], dtype="int64")),
+        (np.array([1.5]), np.array([2]), pd.array([1.5, 2.0], dtype="float64")),
+    ],
+)
+def test_concat_joins_categories_of_numbers_of_other_types_as_numbers(
+    first: str, second: str, a: Any, b: Any, joined: Any
+) -> None:
+    """Categories of numbers of other widths (int8 and int64, an integer and a float) join as
+    their values in their common type, as pandas joins them, in every backend: pyarrow raised
+    ArrowInvalid, and for a while every backend refused them."""
+    tables = [
+        pd.DataFrame({"sample_id": ["s1"], "batch": pd.Categorical(a)}),
+        pd.DataFrame({"sample_id": ["s2"], "batch": pd.Categorical(b)}),
+    ]
+    cubes = [
+        make_cube(np.ones((1, 1, 2), int), samples=TO_BACKEND[backend](t))
+        for t, backend in zip(tables, [first, second], strict=True)
+    ]
+    expected = pd.DataFrame({"sample_id": ["s1", "s2"], "batch": joined})
+    reference = make_cube(np.ones((1, 2, 2), int), samples=expected)
+    assert cytepool.concat(cubes, axis="samples").fingerprint == reference.fingerprint
 
 
 @pytest.mark.parametrize("case", list(JOINED_COLUMNS))

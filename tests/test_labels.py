@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from cytepool import from_cells
 from cytepool.errors import InputError, InputTypeError, SumOverflowError
+from cytepool.io.zarr import open_array, write_array
 from test_pooling import INPUTS
 
 
@@ -49,6 +51,19 @@ def test_signed_zeros_are_an_error_in_any_container(labels: Any) -> None:
         pool(labels)
     with pytest.raises(InputError, match=r"are equal but read differently \('0\.0' and '-0\.0'\)"):
         pool(labels)
+
+
+def test_labels_of_an_array_like_that_is_not_iterable(tmp_path: Path) -> None:
+    """A ZarrArray (array-like through ``__array__``, not iterable) is labels one per cell,
+    as the docstring's "any 1-D array-like" says; None and numbers are refused."""
+    write_array(tmp_path / "labels", np.array(["a", "b", "a"]), chunks=(2,))
+    labels = open_array(tmp_path / "labels")
+    cube = from_cells(np.ones((3, 2), np.int64), sample_labels=labels, group_labels=["g"] * 3)
+    assert cube.samples.index.tolist() == ["a", "b"]
+    np.testing.assert_array_equal(cube.cells, [[2, 1]])
+    for bad in (None, 3):
+        with pytest.raises(InputTypeError, match="sample_labels: expected a 1-D array-like"):
+            from_cells(np.ones((3, 2), np.int64), sample_labels=bad, group_labels=["g"] * 3)
 
 
 @pytest.mark.parametrize("masked", ["sample_labels", "group_labels", "counts", "row block"])

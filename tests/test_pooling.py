@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
 import re
 import threading
@@ -522,8 +523,8 @@ def test_features_table_must_match_the_columns() -> None:
         ([1.0, 2], TypeError, r"the ids must be strings, found 1.0 \(float\) at position 0"),
         ([b"a", b"b"], TypeError, r"the ids must be strings, found b'a' \(bytes\) at position 0"),
         (np.array([1, 2]), TypeError, r"the ids must be strings, found 1 \(int\) at position 0"),
-        (["a", None], ValueError, r"1 ids are missing \(positions \[1\]\)"),
-        (pd.Index(["a", np.nan]), ValueError, r"1 ids are missing \(positions \[1\]\)"),
+        (["a", None], ValueError, r"1 id is missing \(positions \[1\]\)"),
+        (pd.Index(["a", np.nan]), ValueError, r"1 id is missing \(positions \[1\]\)"),
     ],
 )
 def test_feature_ids_are_strings_as_in_a_cube(features: Any, error: type, match: str) -> None:
@@ -532,12 +533,26 @@ def test_feature_ids_are_strings_as_in_a_cube(features: Any, error: type, match:
         from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=features)
 
 
+class _Gene(str, enum.Enum):  # noqa: UP042 (str() is not its value, as for StrEnum)
+    A = "a"
+    B = "b"
+
+
 @pytest.mark.parametrize(
-    "features", [pd.Index(["a", "b"]), pl.Series(["a", "b"]), np.array(["a", "b"]), ("a", "b")]
+    "features",
+    [
+        pd.Index(["a", "b"]),
+        pl.Series(["a", "b"]),
+        np.array(["a", "b"]),
+        ("a", "b"),
+        list(np.array(["a", "b"])),  # numpy.str_ items (a bare StopIteration once)
+        [_Gene.A, _Gene.B],  # subclasses of str
+    ],
 )
 def test_feature_ids_of_any_sequence_of_strings(features: Any) -> None:
     cube = from_cells(np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, features=features)
     assert cube.features.index.tolist() == ["a", "b"]
+    assert {type(i) for i in cube.features.index} == {str}
 
 
 def test_bad_tables_are_reported_by_the_cube() -> None:

@@ -168,10 +168,23 @@ def _check_categories(name: str, found: set[Any]) -> None:
 
     if not all(pa.types.is_dictionary(kind) for kind in found):
         return
-    types = {"string" if _arrow_strings(k.value_type) else str(k.value_type) for k in found}
+    types = {_arrow_kind(k.value_type) for k in found}
     if len(types) > 1:
         msg = f"column {name!r} holds categories of types {sorted(types)}, which do not join"
         raise InputTypeError(msg)
+
+
+def _arrow_kind(value_type: Any) -> str:
+    """The kind of arrow categories of ``value_type`` as :func:`_categories_type` names it."""
+    import pyarrow as pa
+
+    if _arrow_strings(value_type):
+        return "string"
+    if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+        return "number"
+    if pa.types.is_timestamp(value_type):
+        return "time"
+    return str(value_type)
 
 
 def _ordered_target(columns: list[Any]) -> Any:
@@ -207,7 +220,18 @@ def _arrow_target(found: set[Any]) -> Any:
         ordered = {kind.ordered for kind in found}
         if len(ordered) == 1:
             return pa.dictionary(pa.int32(), pa.large_string(), ordered.pop())
+    if {_arrow_kind(kind) for kind in decoded} == {"number"}:  # categories of other widths:
+        return _common_number(decoded)  # their values, in their common type, as pandas gives
     return None
+
+
+def _common_number(types: set[Any]) -> Any:
+    """The arrow type numbers of ``types`` join in, as numpy promotes them (int8 and int64:
+    int64; an integer and a float: float64)."""
+    import pyarrow as pa
+
+    common = np.result_type(*(kind.to_pandas_dtype() for kind in types))
+    return pa.from_numpy_dtype(common)
 
 
 def pandas_joined(frames: Sequence[Any]) -> Any:
@@ -288,10 +312,18 @@ def _joined_categoricals(name: str, parts: list[Any]) -> Any:
     return pd.Series(joined.as_ordered() if ordered == {True} else joined)
 
 
+_KINDS = {"i": "number", "u": "number", "f": "number", "b": "bool", "M": "time", "m": "duration"}
+
+
 def _categories_type(categories: Any) -> str:
-    """The name of the type of pandas ``categories``: ``string`` for strings (of any dtype),
-    else the dtype's."""
-    return "string" if categories.inferred_type == "string" else str(categories.dtype)
+    """The kind of pandas ``categories``, as far as joining goes: ``string`` for strings (of
+    any dtype), ``number`` for integers and floats of any width (joined in their common type,
+    as pandas does), ``time`` for datetimes of any unit, else the dtype's name."""
+    if categories.inferred_type == "string":
+        return "string"
+    dtype = getattr(categories.dtype, "numpy_dtype", categories.dtype)
+    kind = getattr(dtype, "kind", "")
+    return _KINDS.get(kind, str(categories.dtype))
 
 
 def _decoded(parts: list[Any], dtype: Any) -> list[Any]:

@@ -122,7 +122,8 @@ def _exact(value: Any) -> Any:
 def _raw_codes(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[Any]]:
     """Codes (-1: missing) into the distinct labels, from a Categorical or any array-like."""
     not_one_per_cell = isinstance(labels, str | bytes | set | frozenset | dict)
-    if not_one_per_cell or not hasattr(labels, "__iter__"):  # None, a number
+    array_like = any(hasattr(labels, name) for name in ("__iter__", "__array__", "shape"))
+    if not_one_per_cell or not array_like:  # None, a number (a ZarrArray is array-like)
         found = f"a {type(labels).__name__}" if not_one_per_cell else _found(labels)
         msg = (
             f"{what}: expected a 1-D array-like of labels, one per cell, in the cells' order; "

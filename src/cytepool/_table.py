@@ -561,20 +561,24 @@ def id_list(values: Any, axis: str) -> list[str]:
         ids = list(values)
     if not set(map(type, ids)) <= {str}:  # one pass in C
         _refuse_non_strings(ids, axis)
+        ids = [str.__str__(value) for value in ids]  # a str subclass's text (numpy.str_, enums)
     return ids
 
 
 def _refuse_non_strings(ids: list[Any], axis: str) -> None:
     """InputError for missing ids (None, NaN, NA), else InputTypeError for one that is not a
-    string."""
+    string (a subclass of ``str`` is one)."""
     missing = [i for i, value in enumerate(ids) if _is_missing(value)]
     if missing:
         msg = (
-            f"{axis}: {len(missing)} ids are missing (positions {missing[:5]}); expected a "
-            "non-null string id for every one"
+            f"{axis}: {len(missing)} {'id is' if len(missing) == 1 else 'ids are'} missing "
+            f"(positions {missing[:5]}); expected a non-null string id for every one"
         )
         raise InputError(msg)
-    position, found = next((i, v) for i, v in enumerate(ids) if not isinstance(v, str))
+    wrong = ((i, v) for i, v in enumerate(ids) if not isinstance(v, str))
+    position, found = next(wrong, (-1, None))
+    if position < 0:
+        return
     msg = (
         f"{axis}: the ids must be strings, found {found!r} ({type(found).__name__}) at "
         f"position {position}; convert them first, such as [str(i) for i in ids]"

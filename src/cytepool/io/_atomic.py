@@ -5,7 +5,8 @@
 directory or the complete new one, never a part:
 
 1. Leftovers of earlier writes to the same path (``.<name>.cytepool-tmp-<16 hex>`` and
-   ``-old-`` siblings) whose writer is gone are removed, and an old store left aside by a writer
+   ``-old-`` siblings; for a name of over 224 bytes, ``<name>`` is its first bytes, ``~`` and a
+   hash of the whole) whose writer is gone are removed, and an old store left aside by a writer
    stopped between two renames is put back.
 2. The new directory is built in a new sibling ``.<name>.cytepool-tmp-<16 hex>``. Its writer
    holds an advisory lock (``flock``) on it from the moment it exists until the write is over,
@@ -178,7 +179,8 @@ def _stem(name: str) -> str:
     if len(raw) <= room:
         return name
     digest = hashlib.blake2b(raw, digest_size=8).hexdigest()
-    return os.fsdecode(raw[: room - len(digest) - 1]) + "~" + digest
+    head = raw[: room - len(digest) - 1].decode("utf-8", "ignore")  # whole characters only
+    return head + "~" + digest
 
 
 def _sibling_pattern(target: Path) -> re.Pattern[str]:
@@ -323,17 +325,32 @@ def _put_back(
 @contextlib.contextmanager
 def _naming_target(target: Path) -> Iterator[None]:
     """An OSError about a temporary sibling of ``target`` (a name nobody typed) becomes one
-    about ``target``, of the same kind (its error number)."""
+    about ``target``, of the same kind (its error number); another error whose message names
+    a path in the sibling (a value refused while it was written) names it in ``target``."""
     try:
         yield
     except OSError as error:
-        prefix = os.fspath(target.with_name(f".{target.name}.cytepool-"))
+        prefix = os.fspath(target.with_name(f".{_stem(target.name)}.cytepool-"))
         names = (error.filename, error.filename2)
         if error.errno is None or not any(
             isinstance(name, str) and name.startswith(prefix) for name in names
         ):
             raise
         raise OSError(error.errno, error.strerror, os.fspath(target)) from error
+    except Exception as error:
+        _rename_in_message(error, target)
+        raise
+
+
+def _rename_in_message(error: Exception, target: Path) -> None:
+    """Name ``target`` where the message of ``error`` names a temporary sibling of it."""
+    message = error.args[0] if error.args else None
+    if not isinstance(message, str):
+        return
+    sibling = re.escape(os.fspath(target.with_name(f".{_stem(target.name)}.cytepool-")))
+    renamed = re.sub(rf"{sibling}(?:tmp|old)-[0-9a-f]{{16}}", os.fspath(target), message)
+    if renamed != message:
+        error.args = (renamed, *error.args[1:])
 
 
 # ---------------------------------------------------------------------------------------------

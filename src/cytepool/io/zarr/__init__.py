@@ -47,8 +47,8 @@ that handle (:mod:`cytepool.io.zarr.store`: get a whole object, get a byte range
 local store's handle is a file descriptor of its directory, and every file is opened relative
 to it (``openat``), never by resolving the store's path again. An array's read first checks
 that its zarr.json (or, for an array opened through consolidated metadata, the root document
-that held its metadata) is still the file it was when the array was opened (same inode, size,
-modification and change time), and at its end that the directory is still at the path; so a
+that held its metadata) is still the file it was when the array was opened (same inode, size
+and modification time), and at its end that the directory is still at the path; so a
 read returns values wholly from the store the array was opened in, or raises
 StoreChangedError (a RuntimeError): never a mix of two stores, never a FormatError because a
 store was replaced while it was read. A ZarrArray holds no open files and

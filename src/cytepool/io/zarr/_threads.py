@@ -12,7 +12,6 @@ one chunk at a time in the calling thread.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import threading
@@ -35,9 +34,21 @@ T = TypeVar("T")
 _pools = KeptPools("cytepool-zarr")
 
 
-@functools.cache
+_COUNTED: dict[int, int] = {}  # this process's id: its CPUs
+
+
 def _cpus() -> int:
-    """The CPUs this process may use, counted once (every read asks: a system call each)."""
+    """The CPUs this process may use, counted once per process (every read asks; a process
+    forked later counts its own)."""
+    pid = os.getpid()
+    count = _COUNTED.get(pid)
+    if count is None:
+        _COUNTED.clear()  # a parent's
+        count = _COUNTED[pid] = _count_cpus()
+    return count
+
+
+def _count_cpus() -> int:
     counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
     if counter is not None:
         return int(counter() or 1)
@@ -50,8 +61,8 @@ def _cpus() -> int:
 def threads() -> int:
     """How many chunks are encoded or decoded at a time.
 
-    ``CYTEPOOL_ZARR_THREADS`` if set (an integer from 1 to 64), else the CPUs available, at most
-    :data:`MAX_THREADS`.
+    ``CYTEPOOL_ZARR_THREADS`` if set (an integer from 1 to 64), else the CPUs available to the
+    process (counted at its first read), at most :data:`MAX_THREADS`.
     """
     value = os.environ.get(ENV_THREADS)
     if value is None:

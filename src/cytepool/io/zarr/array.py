@@ -235,7 +235,8 @@ class ZarrArray:
         with array_handle(self) as handle:
             sessions[id(self)] = handle
             try:
-                if getattr(handle, "prefetch", None) is not None:  # a local store: none
+                inner = getattr(handle, "inner", handle)  # a consolidated handle's own
+                if getattr(inner, "prefetch", None) is not None:  # a local store: none
                     for key in keys:
                         selection = parse_selection(key, self.shape, orthogonal=True)
                         reader = Reader(handle, self._key, self._metadata)
@@ -403,8 +404,8 @@ def _check_stamp(array: ZarrArray, handle: StoreHandle) -> None:
         raise StoreChangedError(msg)
     if not array._stamp.matches(current):
         msg = (
-            f"{changed} is not the file it was (its inode, size, modification or change time"
-            " differ); open it again"
+            f"{changed} is not the file it was (inode, size or modification time differ);"
+            " open it again"
         )
         raise StoreChangedError(msg)
 

@@ -186,20 +186,16 @@ def _check_key(key: str) -> None:
 
 @dataclass(frozen=True)
 class Stamp:
-    """The version of a local file: device, inode, size, modification time and, if known,
-    status change time (``ctime``).
+    """The version of a local file: device, inode, size and modification time.
 
-    On the same device the inode and the ctime must match too: a file replaced by a copy keeps
-    neither its ctime (the system sets it; no copy can keep it), even where the copy kept the
-    modification time and got the old file's inode back. Through another mount, where inode
-    numbers can differ, the size and modification time.
+    On the same device the inode must match too; through another mount, where inode numbers
+    can differ, the size and modification time. (The status change time is not compared: a
+    ``chmod`` or a new hard link, as backups make, changes it without changing the file.)
 
     Examples
     --------
-    >>> a = Stamp(device=1, inode=2, size=3, mtime_ns=4, ctime_ns=5)
-    >>> a.matches(Stamp(device=1, inode=9, size=3, mtime_ns=4, ctime_ns=5))
-    False
-    >>> a.matches(Stamp(device=1, inode=2, size=3, mtime_ns=4, ctime_ns=6))  # a copy
+    >>> a = Stamp(device=1, inode=2, size=3, mtime_ns=4)
+    >>> a.matches(Stamp(device=1, inode=9, size=3, mtime_ns=4))
     False
     >>> a.matches(Stamp(device=5, inode=9, size=3, mtime_ns=4))  # another mount
     True
@@ -209,25 +205,20 @@ class Stamp:
     inode: int
     size: int
     mtime_ns: int
-    ctime_ns: int | None = None
 
     @classmethod
     def from_stat(cls, result: os.stat_result) -> Stamp:
         """The stamp of a ``stat`` result."""
-        return cls(
-            result.st_dev, result.st_ino, result.st_size, result.st_mtime_ns, result.st_ctime_ns
-        )
+        return cls(result.st_dev, result.st_ino, result.st_size, result.st_mtime_ns)
 
     def matches(self, other: Any) -> bool:
-        """Same size and mtime, and the same inode and ctime (where both are known) when on the
-        same device."""
+        """Same size and mtime, and the same inode when on the same device."""
         if not isinstance(other, Stamp):
             return False
         same = (self.size, self.mtime_ns) == (other.size, other.mtime_ns)
-        if self.device != other.device:
-            return same
-        ctimes = (self.ctime_ns, other.ctime_ns)
-        return same and self.inode == other.inode and (None in ctimes or ctimes[0] == ctimes[1])
+        if self.device == other.device:
+            return same and self.inode == other.inode
+        return same
 
 
 @dataclass(frozen=True)
