@@ -286,7 +286,7 @@ def test_sums_that_do_not_fit_raise(dtype: str, a: float, b: float) -> None:
     advice = {  # a wider type only where there is one
         "int32": "a wider data type",
         "uint32": "a wider data type",
-        "int64": "no integer data type holds it: store the layer as float64",
+        "int64": "store the layer as uint64 (sums up to 2**64 - 1) or float64 first",
         "uint64": "no integer data type holds it: store the layer as float64",
         "float32": "store the layer as float64 first",
     }
@@ -355,6 +355,29 @@ def test_cells_sums_overflow() -> None:
         cube.merge_groups({"both": ["g0", "g1"]})
     with pytest.raises(OverflowError, match="cells"):
         cytepool.add([cube, cube])
+
+
+@pytest.mark.parametrize("reader", ["cytepool", "zarr-python"])
+def test_a_value_error_names_the_file_of_a_cytepool_array_only(tmp_path: Path, reader: str) -> None:
+    """The path of cytepool's ZarrArray is its directory, the file to blame; zarr-python's
+    ``path`` is a key in its store (``counts``), which is no path: not named."""
+    import zarr
+
+    from cytepool.io.zarr import open_array, write_array
+
+    values = np.ones((2, 2, 2), dtype="int32")
+    values[1, 0, 1] = -3
+    write_array(tmp_path / "counts", values, chunks=(1, 2, 2))
+    array = (
+        open_array(tmp_path / "counts")
+        if reader == "cytepool"
+        else zarr.open_array(tmp_path / "counts", mode="r")
+    )
+    with pytest.raises(ConstraintError, match="value -3") as caught:
+        make_cube(array).profiles("g1")
+    named = f"(read from {tmp_path / 'counts'})"
+    assert str(caught.value).endswith(named) == (reader == "cytepool")
+    assert ("read from" in str(caught.value)) == (reader == "cytepool")
 
 
 def test_lazy_sums_check_values_of_their_inputs() -> None:

@@ -199,9 +199,10 @@ def layer_source(layer: object) -> str | None:
     through the layers it derives from; None for values in memory."""
     while layer is not None:
         array = getattr(layer, "array", None)
-        if array is not None:
-            path = getattr(array, "path", None)
-            return None if isinstance(array, np.ndarray) or path is None else str(path)
+        if array is not None:  # a path only cytepool's ZarrArray gives (zarr-python's: a key)
+            ours = type(array).__module__.startswith("cytepool.io.zarr")
+            path = getattr(array, "path", None) if ours else None
+            return None if path is None else str(path)
         layer = getattr(layer, "base", None)
     return None
 
@@ -211,7 +212,9 @@ def _wider_advice(dtype: np.dtype[Any]) -> str:
     if dtype.kind == "f":
         wider = dtype.itemsize < 8  # float64 holds no larger value
         return "; store the layer as float64 first" if wider else ""
-    if dtype.itemsize == 8:  # no wider integer type
+    if dtype == np.dtype(np.int64):  # sums of values >= 0: uint64 holds twice as much
+        return "; store the layer as uint64 (sums up to 2**64 - 1) or float64 first"
+    if dtype.itemsize == 8:  # uint64: no wider integer type
         return (
             "; no integer data type holds it: store the layer as float64 first (its sums are"
             " then rounded above 2**53)"

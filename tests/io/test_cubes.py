@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -15,6 +16,7 @@ import textwrap
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from special_files import SPECIAL_FILES, make_special, without_blocking
 import cytepool
 from cytepool import Cube, Normalization
 from cytepool._assemble import parts_of
-from cytepool.errors import ConstraintError, FormatError, StoreChangedError
+from cytepool.errors import ConstraintError, FormatError, InputError, StoreChangedError
 from cytepool.io import _atomic, cubes, read_cube, write_cube
 from cytepool.io.zarr import ZarrArray, open_array, write_array
 from factories import BACKENDS, make_cube, string_values
@@ -897,6 +899,32 @@ def test_a_name_of_up_to_255_bytes_is_written(tmp_path: Path, cube: Cube, n_byte
     assert not leftover.exists()  # removed as this target's leftover
     assert other.exists()  # another long name's: kept
     assert (stem == name) == (n_bytes <= 224)
+
+
+@pytest.mark.parametrize("n_bytes", [30, 255])
+def test_an_error_in_the_temporary_directory_names_the_target(tmp_path: Path, n_bytes: int) -> None:
+    """An OSError (its file name) or another error (its message) about the hidden directory a
+    store is built in names the target instead, for long names too (their siblings hold a
+    hash)."""
+    target = tmp_path / ("x" * (n_bytes - len(".zarr")) + ".zarr")
+
+    def failing(kind: type[Exception]) -> Callable[[Path], None]:
+        def build(temporary: Path) -> None:
+            (temporary / "a").mkdir()
+            if kind is OSError:
+                raise OSError(errno.ENOSPC, "No space left on device", str(temporary / "a"))
+            raise InputError(f"cannot write the string array {temporary / 'a'}: a problem")
+
+        return build
+
+    for kind in (OSError, InputError):
+        with pytest.raises(kind) as caught:
+            _atomic.replace_directory(
+                target, failing(kind), overwrite=False, replaceable=lambda p: False, what="a"
+            )
+        assert "cytepool-tmp" not in str(caught.value)
+        assert str(target) in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_locked_leftover_of_a_live_writer_is_kept(tmp_path: Path, cube: Cube) -> None:
