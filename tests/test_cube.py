@@ -254,6 +254,15 @@ def test_a_string_that_is_not_unicode_is_an_error_naming_it(column: str, dtype: 
         pbmc_cube(samples=samples)
 
 
+def test_categories_that_are_not_unicode_are_an_error_naming_the_column() -> None:
+    """pandas 2 hashes a categorical's categories when the table's types are read, which raised
+    a bare UnicodeEncodeError; pandas 3 meets the string when the column is digested."""
+    samples = pd.DataFrame({"sample_id": SAMPLES})
+    samples["file"] = pd.Categorical(pd.Index(["a", "b", "c", "x\udcff"], dtype=object))
+    with pytest.raises(InputError, match=r"^samples: column 'file'.* lone surrogate"):
+        pbmc_cube(samples=samples)
+
+
 def test_ragged_lists_are_an_error_naming_the_argument() -> None:
     ragged = r"expected an array \(nested lists of equal lengths\), found nested sequences of "
     ragged += "different lengths"

@@ -74,7 +74,15 @@ def _check_storable(df: Any, axis: str) -> None:
     except InputError as error:
         msg = f"{axis}: {error}"
         raise InputError(msg) from None
-    for name, dtype in df.schema.items():
+    for name in df.columns:
+        try:
+            dtype = df.get_column(name).dtype
+        except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
+            msg = (
+                f"{axis}: column {name!r} holds a string with a lone surrogate (in its "
+                "categories); strings must be valid Unicode (no lone surrogates): fix or drop it"
+            )
+            raise InputError(msg) from None
         if dtype == nw.Float16 and df.get_column(name).null_count():
             msg = (
                 f"{axis}: column {name!r}: floats with missing values must be float32 or "

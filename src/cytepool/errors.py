@@ -183,21 +183,28 @@ def check_string_keys(value: Any, root: str, what: str) -> None:
             continue
         seen.add(id(item))
         if isinstance(item, Mapping):
-            inner = list(item.items())
-            for key, _ in inner:
-                if not isinstance(key, str):
-                    msg = (
-                        f"{what} must be strings, found {key!r} ({type(key).__name__}) at "
-                        f"{where}[{key!r}]; turn the key into a string (JSON object keys are "
-                        "strings)"
-                    )
-                    raise InputTypeError(msg)
+            _check_keys_of(item, where, what)
+            children: Any = item.items()
         elif isinstance(item, list | tuple):
-            inner = list(enumerate(item))
+            children = enumerate(item)
         else:
             continue
-        stack.extend(
+        inner = [  # only containers: a long list of numbers costs one pass, and no paths
             (child, f"{where}[{key!r}]")
-            for key, child in reversed(inner)
-            if isinstance(child, Mapping | list | tuple)
-        )
+            for key, child in children
+            if not isinstance(child, _SCALARS) and isinstance(child, Mapping | list | tuple)
+        ]
+        stack.extend(reversed(inner))  # the first in order is met first
+
+
+_SCALARS = (str, int, float, type(None))  # told apart at once (a Mapping check is slow)
+
+
+def _check_keys_of(mapping: Mapping[Any, Any], where: str, what: str) -> None:
+    for key in mapping:
+        if not isinstance(key, str):
+            msg = (
+                f"{what} must be strings, found {key!r} ({type(key).__name__}) at "
+                f"{where}[{key!r}]; turn the key into a string (JSON object keys are strings)"
+            )
+            raise InputTypeError(msg)
