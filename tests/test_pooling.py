@@ -555,6 +555,14 @@ def test_feature_ids_of_any_sequence_of_strings(features: Any) -> None:
     assert {type(i) for i in cube.features.index} == {str}
 
 
+def test_layers_given_as_an_iterator() -> None:
+    """The names were checked, then read again: an iterator was used up ("found []")."""
+    cube = from_cells(
+        np.eye(2), sample_labels=["a"] * 2, group_labels=["g"] * 2, layers=iter(["detected"])
+    )
+    assert list(cube.layers) == ["detected"]
+
+
 def test_bad_tables_are_reported_by_the_cube() -> None:
     with pytest.raises(ValueError, match=r"samples: expected an id column 'sample_id'"):
         from_cells(

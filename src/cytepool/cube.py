@@ -310,6 +310,9 @@ class Cube:
             For positions out of range or a mask of the wrong length.
         ValueError
             If a selection repeats an id.
+        TypeError
+            If a selection is of another type, holds a missing value (null, NA), or mixes
+            booleans and integers.
 
         Examples
         --------

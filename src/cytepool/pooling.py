@@ -146,9 +146,11 @@ def from_cells(
     Raises
     ------
     TypeError
-        For an unsupported input type or data type, unknown layers, a label that cannot
-        be hashed (a list, a dict), or counts or labels given as a numpy masked array (whose
-        mask would be lost: fill or drop the masked values first).
+        For an unsupported input type or data type, unknown layers or ``layers`` that is no
+        sequence of names, labels that are not an array-like (None, a number), a label that
+        cannot be hashed (a list, a dict), ``features`` ids that are not strings (or one
+        string), or counts or labels given as a numpy masked array (whose mask would be
+        lost: fill or drop the masked values first).
     ImportError
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
@@ -163,8 +165,8 @@ def from_cells(
         that is negative, infinite or NaN (naming the cell and feature), a sparse matrix
         that is not valid (indices out of range; an indptr that does not start at 0,
         decreases or ends past the values stored), a table lacking
-        rows for ids the labels hold or holding rows for ids they do not (both named), or a
-        features table of the wrong length.
+        rows for ids the labels hold or holding rows for ids they do not (both named), a
+        features table of the wrong length, or a missing ``features`` id.
 
     Examples
     --------
@@ -187,7 +189,7 @@ def from_cells(
     array([[0, 1],
            [1, 1]])
     """  # noqa: E501
-    _check_layers(layers)  # before the labels, whose errors are found later
+    names = _check_layers(layers)  # before the labels, whose errors are found later
     sample_codes, sample_ids = factorize(sample_labels, "sample_labels")
     group_codes, group_ids = factorize(group_labels, "group_labels")
     return from_codes(
@@ -197,7 +199,7 @@ def from_cells(
         samples=samples,
         groups=groups,
         features=features,
-        layers=layers,
+        layers=names,  # a tuple: an iterator given is read once
         allow_float=allow_float,
     )
 
