@@ -317,8 +317,10 @@ class LocalHandle:
         except OSError as error:
             if error.errno in (errno.EACCES, errno.EPERM):
                 raise
-            loop = "a symbolic link loop " if error.errno == errno.ELOOP else ""
-            msg = f"{self.where(key)} cannot be read: {loop}({error.strerror})"
+            problem = str(error.strerror)
+            if error.errno == errno.ELOOP:
+                problem = f"a symbolic link loop ({problem})"
+            msg = f"{self.where(key)} cannot be read: {problem}"
             raise FormatError(msg) from error
 
     def _regular(self, key: str, info: os.stat_result) -> None:
