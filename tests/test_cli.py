@@ -142,6 +142,10 @@ def test_pool_info_export(tmp_path: Path, h5ad: Path, capsys: pytest.CaptureFixt
     np.testing.assert_array_equal(
         exported.X, nk[cube.cells[list(cube.groups.index).index("NK")] > 0]
     )
+    long_name = tmp_path / ("x" * 250 + ".h5ad")  # 255 bytes: the temporary name fits too
+    code, _, err = run(["export", str(cube_path), str(long_name)], capsys)
+    assert (code, err) == (0, "")
+    assert ad.read_h5ad(long_name).n_vars == 9
 
 
 @pytest.mark.interop

@@ -304,7 +304,8 @@ def write_anndata(adata: anndata.AnnData, output: Path) -> None:
     import anndata as ad
 
     try:
-        temporary = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+        prefix = f".{output.name[:32]}."  # a name of up to 255 bytes leaves room for more
+        temporary = Path(tempfile.mkdtemp(prefix=prefix, dir=output.parent))
     except OSError as error:
         raise _not_written(error, output, "") from error
     try:
