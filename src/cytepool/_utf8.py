@@ -36,6 +36,7 @@ __all__ = [
     "Utf8Buffer",
     "encode",
     "gathered",
+    "is_unicode",
     "move_by_size",
     "not_unicode",
     "offsets_dtype",
@@ -111,7 +112,7 @@ def not_unicode(
     >>> print(not_unicode(["a", "b\\udcff"], "samples: column 'file'"))
     samples: column 'file': row 1 holds 'b\\udcff', which is not valid Unicode (it holds a lone surrogate); expected valid Unicode strings: decode such names with errors='replace', or fix them
     """  # noqa: E501
-    i = next(i for i, value in enumerate(values) if not _is_unicode(value))
+    i = next(i for i, value in enumerate(values) if not is_unicode(value))
     row = i if rows is None else int(rows[i])
     msg = (
         f"{what}: {item} {row} holds {values[i]!r}, which is not valid Unicode (it holds a "
@@ -121,7 +122,12 @@ def not_unicode(
     return InputError(msg)
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode: it encodes to UTF-8 (no lone surrogate).
+
+    >>> is_unicode("é"), is_unicode("a\\ud800")
+    (True, False)
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from cytepool._utf8 import SpacedUtf8Buffer, move_by_size, size_runs
+from cytepool._utf8 import SpacedUtf8Buffer, is_unicode, move_by_size, size_runs
 from cytepool._utf8 import encode as encode_utf8
 from cytepool.errors import FormatError, InputError
 
@@ -91,7 +91,7 @@ def invalid_unicode(where: str, values: np.ndarray[Any, Any], first: Any) -> Inp
     such string of ``values``, a block of the array's strings whose first is at ``first``
     (an index per axis; an int for 1-D)."""
     strings = values.ravel().tolist()
-    flat = next(i for i, value in enumerate(strings) if not _is_unicode(value))
+    flat = next(i for i, value in enumerate(strings) if not is_unicode(value))
     if values.ndim > 1:
         offsets = np.unravel_index(flat, values.shape)
         position: Any = tuple(int(a) + int(b) for a, b in zip(first, offsets, strict=True))
@@ -107,14 +107,6 @@ def invalid_unicode(where: str, values: np.ndarray[Any, Any], first: Any) -> Inp
         "lone surrogates): fix or drop it, e.g. s.encode('utf-8', 'replace').decode()"
     )
     return InputError(msg)
-
-
-def _is_unicode(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def payload(
