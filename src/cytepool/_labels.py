@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cytepool._arrays import refuse_masked
-from cytepool._utf8 import not_unicode
+from cytepool._utf8 import is_unicode, not_unicode
 from cytepool._words import brief
 from cytepool.errors import InputError, InputTypeError
 
@@ -58,19 +58,10 @@ def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
     ids, rank = np.unique(names, return_inverse=True)
     texts = [str(name) for name in ids]
     codes = rank.reshape(-1).astype(np.int64)[codes]
-    if not _is_utf8(texts):
+    if not is_unicode("".join(texts)):  # every text at once: one call in C
         cells = np.unique(codes, return_index=True)[1]  # each id's first cell
         raise not_unicode(texts, what, cells, "cell")
     return codes, texts
-
-
-def _is_utf8(texts: list[str]) -> bool:
-    """Whether every text encodes to UTF-8 (holds no lone surrogate): one call in C."""
-    try:
-        "".join(texts).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _texts(values: Sequence[Any], what: str) -> list[str]:

@@ -23,7 +23,7 @@ from cytepool._arrays import refuse_masked
 from cytepool._ids import BufferIds
 from cytepool._join import joined_frame
 from cytepool._records import ID_COLUMNS
-from cytepool._utf8 import Utf8Buffer, not_unicode
+from cytepool._utf8 import Utf8Buffer, categories_not_unicode, not_unicode
 from cytepool._words import brief
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import Index, positions
@@ -78,10 +78,7 @@ def _check_storable(df: Any, axis: str) -> None:
         try:
             dtype = df.get_column(name).dtype
         except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
-            msg = (
-                f"{axis}: column {name!r} holds a string with a lone surrogate (in its "
-                "categories); strings must be valid Unicode (no lone surrogates): fix or drop it"
-            )
+            msg = f"{axis}: {categories_not_unicode(name)}"
             raise InputError(msg) from None
         if dtype == nw.Float16 and df.get_column(name).null_count():
             msg = (

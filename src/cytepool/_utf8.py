@@ -34,6 +34,7 @@ __all__ = [
     "Piece",
     "SpacedUtf8Buffer",
     "Utf8Buffer",
+    "categories_not_unicode",
     "encode",
     "gathered",
     "is_unicode",
@@ -120,6 +121,15 @@ def not_unicode(
         "errors='replace', or fix them"
     )
     return InputError(msg)
+
+
+def categories_not_unicode(name: str) -> str:
+    """The message for column ``name``, a categorical whose categories hold a string with a
+    lone surrogate (found when pandas 2 hashes them, before any value is read)."""
+    return (
+        f"column {name!r} holds a string with a lone surrogate (in its categories); strings "
+        "must be valid Unicode (no lone surrogates): fix or drop it"
+    )
 
 
 def is_unicode(text: str) -> bool:

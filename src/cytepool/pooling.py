@@ -430,12 +430,13 @@ class _Sums:
         args = (*block, rows, starts)
         self._run(kernels.scatter, args, resume, list(groups), line)
 
-    def add_columns(self, matrix: Any, first: int, column0: int = 0) -> None:
+    def add_columns(self, matrix: Any, first: int, column0: int = 0, what: str = "") -> None:
         """Add a CSC block of the cells from ``first``, read in place, in tasks of columns:
         its columns are those of the sums from ``column0`` on (a block of columns adds
-        straight into its own columns of the sums)."""
+        straight into its own columns of the sums); ``what`` names it in errors (by default
+        the counts matrix)."""
         self._widen()
-        indptr = _pool_sums.check_indptr(matrix, "csc", _words.matrix())
+        indptr = _pool_sums.check_indptr(matrix, "csc", what or _words.matrix())
         block = (_data(matrix.data, "counts"), matrix.indices, indptr)
         profiles = self.profiles[first : first + matrix.shape[0]]
         if self._add_small(block, profiles, first, column0=column0):
@@ -723,7 +724,7 @@ def _pool_columns(
                 f"{type(block).__name__}{getattr(block, 'shape', '')}"
             )
             raise InputError(msg)
-        sums.add_columns(block, 0, start)
+        sums.add_columns(block, 0, start, f"counts: column block [{start}, {stop})")
         done = stop
     if done != n_features:
         msg = f"counts: the column blocks cover {done} of the {n_features} columns"
@@ -740,8 +741,7 @@ def _add_block(sums: _Sums, block: Any, first: int, what: str) -> None:
         return
     fmt = _sparse_format(block)
     if fmt == "csc":
-        _pool_sums.check_indptr(block, "csc", what)  # (again there: a pointer per column)
-        sums.add_columns(block, first)
+        sums.add_columns(block, first, what=what)
         return
     if fmt != "csr":
         block = block.tocsr()

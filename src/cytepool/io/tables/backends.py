@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cytepool._utf8 import categories_not_unicode
 from cytepool.errors import FormatError, InputError, InputTypeError
 from cytepool.io.tables import strings as _s
 from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
@@ -174,11 +175,7 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
         try:
             dtype = series_dtype(series)
         except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
-            msg = (
-                f"column {name!r} holds a string with a lone surrogate (in its categories); "
-                "strings must be valid Unicode (no lone surrogates): fix or drop it"
-            )
-            raise InputError(msg) from None
+            raise InputError(categories_not_unicode(name)) from None
         if isinstance(dtype, nw.Object) and not _pandas_dates(series):
             msg = (
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "

@@ -141,10 +141,9 @@ class _ChunkWriter:
         chunk = self._pad(region)
         if self.meta.data_type.is_string:
             values = chunk.ravel(order="C")
-            if not any(values.tolist()):
-                return
             payload = _vlen.payload(values, limit=self.limit(coords))
-            self._store(coords, self.meta.codecs.compress(payload.data))
+            if len(payload) > 4 + 4 * values.size:  # else only "": the fill value, not stored
+                self._store(coords, self.meta.codecs.compress(payload.data))
             return
         raw = self.meta.codecs.array_bytes.encode(chunk)  # type: ignore[union-attr]
         if self._is_fill(raw):
