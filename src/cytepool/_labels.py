@@ -22,7 +22,7 @@ from cytepool._utf8 import is_unicode, not_unicode
 from cytepool._words import brief
 from cytepool.errors import InputError, InputTypeError
 
-__all__ = ["factorize"]
+__all__ = ["check_one_to_one", "factorize", "factorize_labels"]
 
 # pandas' inferred types of object arrays whose equal values always read the same
 _UNAMBIGUOUS = frozenset({"string", "integer", "boolean", "empty"})
@@ -42,6 +42,13 @@ def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
     Raises ValueError for a missing label, labels that are not 1-D or that do not match their
     texts one to one, and TypeError for a label that cannot be hashed.
     """
+    codes, texts, _ = factorize_labels(labels, what)
+    return codes, texts
+
+
+def factorize_labels(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str], list[Any]]:
+    """As :func:`factorize`, with a label of each id (the first of its labels, as it is): to
+    check ids made apart, such as those of several files, with :func:`check_one_to_one`."""
     codes, values = _raw_codes(labels, what)
     if (codes < 0).any():
         n = int(np.count_nonzero(codes < 0))
@@ -55,45 +62,97 @@ def factorize(labels: Any, what: str) -> tuple[np.ndarray[Any, Any], list[str]]:
     codes = (np.cumsum(used) - 1)[codes]
     # labels of one text are equal (checked): one id, such as 1.0 and numpy.float32(1.0)
     names = np.array(_texts(values, what), dtype=object)
-    ids, rank = np.unique(names, return_inverse=True)
+    ids, first, rank = np.unique(names, return_index=True, return_inverse=True)
     texts = [str(name) for name in ids]
     codes = rank.reshape(-1).astype(np.int64)[codes]
     if not is_unicode("".join(texts)):  # every text at once: one call in C
         cells = np.unique(codes, return_index=True)[1]  # each id's first cell
         raise not_unicode(texts, what, cells, "cell")
-    return codes, texts
+    return codes, texts, [values[i] for i in first.tolist()]
+
+
+def check_one_to_one(
+    values: Sequence[Any], texts: Sequence[str], what: str, sources: Sequence[str], kind: str
+) -> None:
+    """Raise InputError unless ``values`` and their ``texts`` (the labels and ids of several
+    sources, such as files) match one to one, as :func:`factorize` requires of the labels of
+    one: the message names the two labels that do not and their ``sources`` (one per label,
+    each a ``kind``, such as ``"file"``)."""
+    pair = _mismatch(values, texts)
+    if pair is None:
+        return
+    i, j = pair
+    where = (f" in {sources[i]}", f" in {sources[j]}")
+    advice = f"in every {kind}"
+    if texts[i] == texts[j]:
+        raise _read_the_same(what, (values[i], values[j]), texts[i], where, advice)
+    raise _read_differently(what, (values[i], values[j]), (texts[i], texts[j]), where, advice)
 
 
 def _texts(values: Sequence[Any], what: str) -> list[str]:
     """The text of each distinct label, checked to be one to one with the labels."""
     texts = [str(value) for value in values]
-    by_text: dict[str, Any] = {}
-    by_value: dict[Any, tuple[Any, str]] = {}  # -0.0 is 0.0 here, as 1.0 is 1 and True
-    for value, text in zip(values, texts, strict=True):
-        other = by_text.setdefault(text, value)
-        if other is not value and not _equal(other, value):
-            msg = (
-                f"{what}: the labels {other!r} ({type(other).__name__}) and {value!r} "
-                f"({type(value).__name__}) differ but read the same, {text!r}; an id is the "
-                f"text of its labels: make them one type first (e.g. .astype(str))"
-            )
-            raise InputError(msg)
-        try:
-            other, other_text = by_value.setdefault(value, (value, text))
-        except TypeError:  # unhashable: equal only to itself here
-            continue
-        if other_text != text:
-            raise _read_differently(what, (other, value), (other_text, text))
+    pair = _mismatch(values, texts)
+    if pair is not None:
+        i, j = pair
+        if texts[i] == texts[j]:
+            raise _read_the_same(what, (values[i], values[j]), texts[i])
+        raise _read_differently(what, (values[i], values[j]), (texts[i], texts[j]))
     return texts
 
 
-def _read_differently(what: str, values: tuple[Any, Any], texts: tuple[str, str]) -> ValueError:
+def _mismatch(values: Sequence[Any], texts: Sequence[str]) -> tuple[int, int] | None:
+    """The first two labels (their positions) that do not match their texts one to one:
+    that differ but read the same, or that are equal but read differently; else None."""
+    by_text: dict[str, int] = {}
+    by_value: dict[Any, int] = {}  # -0.0 is 0.0 here, as 1.0 is 1 and True
+    for i, (value, text) in enumerate(zip(values, texts, strict=True)):
+        j = by_text.setdefault(text, i)
+        if values[j] is not value and not _equal(values[j], value):
+            return j, i
+        try:
+            j = by_value.setdefault(value, i)
+        except TypeError:  # unhashable: equal only to itself here
+            continue
+        if texts[j] != text:
+            return j, i
+    return None
+
+
+def _read_the_same(
+    what: str,
+    values: tuple[Any, Any],
+    text: str,
+    where: tuple[str, str] = ("", ""),
+    advice: str = "",
+) -> InputError:
+    one, other = values
     msg = (
-        f"{what}: the labels {values[0]!r} and {values[1]!r} are equal but read differently "
-        f"({texts[0]!r} and {texts[1]!r}); an id is the text of its labels: make them one "
-        f"type first (e.g. .astype(int) or .astype(str))"
+        f"{what}: the labels {one!r} ({type(one).__name__}){where[0]} and {other!r} "
+        f"({type(other).__name__}){where[1]} differ but read the same, {text!r}; an id is the "
+        f"text of its labels: make them one type first{_in(advice)} (e.g. .astype(str))"
     )
     return InputError(msg)
+
+
+def _read_differently(
+    what: str,
+    values: tuple[Any, Any],
+    texts: tuple[str, str],
+    where: tuple[str, str] = ("", ""),
+    advice: str = "",
+) -> InputError:
+    msg = (
+        f"{what}: the labels {values[0]!r}{where[0]} and {values[1]!r}{where[1]} "
+        f"are equal but read differently ({texts[0]!r} and {texts[1]!r}); an id is the text "
+        f"of its labels: make them one type first{_in(advice)} (e.g. .astype(int) or "
+        f".astype(str))"
+    )
+    return InputError(msg)
+
+
+def _in(advice: str) -> str:
+    return f" {advice}" if advice else ""
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -267,10 +267,15 @@ class Overflow(Exception):
         self.profile, self.layer = profile, layer
 
 
-def overflow_error(error: Overflow, group_ids: list[str], sample_ids: list[str]) -> OverflowError:
-    """The error for an Overflow: the layer, group and sample named."""
+def overflow_error(
+    error: Overflow, group_ids: list[str], sample_ids: list[str], file: str | None = None
+) -> OverflowError:
+    """The error for an Overflow: the layer, group and sample named, and the ``file`` whose
+    sums, added to those of the files before it, made it (files pooled into one cube)."""
     group, sample = divmod(error.profile, len(sample_ids))
     where = f"group {group_ids[group]!r} in sample {sample_ids[sample]!r}"
+    if file is not None:
+        where += f", with the sums of {file} added,"
     if error.layer == "counts":
         msg = (
             f"layer 'counts': a sum of {where} does not fit its data type (float64: finite, "

@@ -33,6 +33,7 @@ from cytepool.errors import (  # noqa: E402
     InputError,
     InputTypeError,
     NotCountsWarning,
+    SumOverflowError,
     UnknownIdError,
 )
 from cytepool.io import read_cube  # noqa: E402
@@ -274,6 +275,89 @@ def test_a_covariate_of_two_types_without_a_common_one_is_dropped(
     assert "seen" not in cube.groups.columns
 
 
+LABELS_APART = {
+    "1 and 1.0": (1, 1.0, r"are equal but read differently \('1' and '1\.0'\)"),
+    "True and 1": (True, 1, r"are equal but read differently \('True' and '1'\)"),
+    "1 and '1'": (1, "1", r"'1' \(str\) in .*p1\.h5ad differ but read the same, '1'"),
+}
+
+
+@pytest.mark.parametrize("case", LABELS_APART)
+def test_labels_that_do_not_match_their_ids_across_files_are_an_error(
+    tmp_path: Path, case: str
+) -> None:
+    """The rule of from_cells over the files: labels of two files that are equal but read
+    differently, or that read the same but differ, are refused, never split or merged."""
+    first, second, match = LABELS_APART[case]
+    adatas = [cells(i) for i in range(2)]
+    for adata, label in zip(adatas, (first, second), strict=True):
+        adata.obs["donor"] = label
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    where = r"column 'donor' of the files' obs \(sample_key\): the labels .*p0\.h5ad and "
+    with pytest.raises(InputError, match=where + ".*" + match + ".*one type first in every file"):
+        from_anndata(paths, **KEYS, **HERE)
+
+
+def test_labels_equal_and_read_the_same_across_files_are_one_id(tmp_path: Path) -> None:
+    """1.0 (float64) in one file and 1.0 (float32) in another: one sample, as in memory."""
+    adatas = [cells(i) for i in range(2)]
+    adatas[0].obs["donor"] = 1.0
+    adatas[1].obs["donor"] = np.float32(1.0)
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE, duplicates="add")
+    same_cube(cube, expected(paths, **KEYS))
+    assert list(cube.samples.index) == ["1.0"]
+
+
+MISSING_IN_A_FILE = {
+    "text": ["frozen"] * 120,
+    "nullable integers": pd.array([3] * 120, dtype="Int64"),
+    "nullable booleans": pd.array([True] * 120, dtype="boolean"),
+}
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["file with values first", "second"])
+@pytest.mark.parametrize("case", MISSING_IN_A_FILE)
+def test_a_covariate_missing_in_a_whole_file_joins_as_in_memory(
+    tmp_path: Path, case: str, first: bool
+) -> None:
+    """A column whose values are all missing (NaN, float64) in one file takes the type
+    pandas gives it when anndata.concat joins the files' obs (that of the other file with
+    pandas < 3, objects or floats with pandas 3): no conflict of types."""
+    adatas = [cells(i) for i in range(2)]
+    adatas[0 if first else 1].obs["note"] = MISSING_IN_A_FILE[case]
+    adatas[1 if first else 0].obs["note"] = np.nan
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE)
+    reference = expected(paths, **KEYS)
+    same_cube(cube, reference)
+    if case != "nullable booleans":  # pandas 3 joins True and NaN as objects: not storable
+        assert "note" in cube.samples.columns
+
+
+def test_a_var_column_of_equal_values_and_two_types_is_dropped_as_in_memory(
+    tmp_path: Path,
+) -> None:
+    """1.0 (float64) in one file and 1 (int64) in another: not the same column, as
+    anndata.concat(merge="same") finds it; naming it is an error that names both types."""
+    adatas = [cells(i) for i in range(2)]
+    adatas[0].var["chrom"] = (np.arange(len(GENES)) % 3).astype(np.float64)
+    adatas[1].var["chrom"] = (np.arange(len(GENES)) % 3).astype(np.int64)[
+        [GENES.index(g) for g in adatas[1].var_names]
+    ]
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE)
+    same_cube(cube, expected(paths, **KEYS))
+    assert list(cube.features.columns) == ["symbol"]
+    assert cube.provenance[-1].parameters["features"]["dropped_columns"] == ["chrom"]
+    with pytest.raises(
+        InputError,
+        match=r"feature column 'chrom' differs between .*p0\.h5ad and .*p1\.h5ad \(of type "
+        r"float64 and int64\): a feature table column must be the same, values and type",
+    ):
+        from_anndata(paths, **KEYS, **HERE, features=["symbol", "chrom"])
+
+
 def test_features_that_differ_are_an_error_or_their_intersection(tmp_path: Path) -> None:
     adatas = [cells(i) for i in range(3)]
     adatas[2] = adatas[2][:, [g for g in adatas[2].var_names if g not in {"g3", "g7"}]].copy()
@@ -305,6 +389,34 @@ def test_a_profile_in_two_files_is_an_error_unless_added(tmp_path: Path) -> None
     cube = from_anndata(paths, **KEYS, **HERE, duplicates="add")
     same_cube(cube, expected(paths, **KEYS))
     assert int(np.sum(cube.cells)) == 240
+
+
+OVERFLOWS = {
+    # one file's squares fit int64, three files' do not
+    "squares": (np.int64(2**31 - 1), 3, ("counts", "squares"), "a sum of squares of", "f2"),
+    # one file's float64 sum of counts is finite, two files' is not
+    "counts": (np.float64(1e308), 2, ("counts",), "a sum of", "f1"),
+}
+
+
+@pytest.mark.parametrize("layer", OVERFLOWS)
+def test_an_overflow_of_the_files_sums_names_the_profile_and_the_file(
+    tmp_path: Path, layer: str
+) -> None:
+    """As for one file (the cells concatenated in memory): a SumOverflowError naming the
+    layer, group and sample, with advice for from_anndata; and the file added last."""
+    value, n_files, layers, words, last = OVERFLOWS[layer]
+    paths = []
+    for i in range(n_files):
+        obs = pd.DataFrame({"donor": ["d1"], "cell_type": ["B"]}, index=[f"c{i}"])
+        adata = ad.AnnData(np.full((1, 1), value), obs=obs, var=pd.DataFrame(index=["g0"]))
+        paths.append(write(adata, tmp_path / f"f{i}.h5ad"))
+    where = rf"layer '{layer}': {words} group 'B' in sample 'd1'"
+    with pytest.raises(SumOverflowError, match=where + " does not fit"):
+        expected(paths, **KEYS, layers=layers, allow_float=True)
+    match = where + rf", with the sums of \S*{last}\.h5ad added, does not fit its data type"
+    with pytest.raises(SumOverflowError, match=match + r".*expected smaller sums"):
+        from_anndata(paths, **KEYS, **HERE, layers=layers, allow_float=True, duplicates="add")
 
 
 def test_one_sample_per_file(tmp_path: Path) -> None:

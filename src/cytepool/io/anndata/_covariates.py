@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool import _words
-from cytepool._labels import factorize
+from cytepool._labels import factorize_labels
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.fingerprint import canonical_column
 from cytepool.io.tables.backends import check_column_names
@@ -48,6 +48,15 @@ def label_codes(
     ``role`` is the argument that names ``key`` (``"sample_key"``); ``obs_name`` names
     ``obs`` in messages (``"adata.obs"``), ``cells`` its rows (None: by obs's index).
     """
+    codes, ids, _ = labelled(obs, key, role, obs_name, cells)
+    return codes, ids
+
+
+def labelled(
+    obs: pd.DataFrame, key: str, role: str, obs_name: str, cells: Any = None
+) -> tuple[np.ndarray, list[str], list[Any]]:
+    """As :func:`label_codes`, with a label of each id (to check the ids of several files
+    against each other: :func:`cytepool._labels.check_one_to_one`)."""
     if key not in obs.columns:
         msg = (
             f"{_words.option(role)} {key!r} is not a column of {obs_name}; "
@@ -64,8 +73,8 @@ def label_codes(
             f"drop those rows or fill them in"
         )
         raise InputError(msg)
-    codes, ids = factorize(column, what)
-    return codes.astype(np.intp), ids
+    codes, ids, labels = factorize_labels(column, what)
+    return codes.astype(np.intp), ids, labels
 
 
 def axis_tables(

@@ -34,13 +34,14 @@ import numpy as np
 
 from cytepool import _progress, _words
 from cytepool._assemble import from_parts
+from cytepool._labels import check_one_to_one
 from cytepool._records import Provenance, stamp
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 from cytepool.io.anndata._covariates import (
     both_reasons,
     check_names,
     covariate_table,
-    label_codes,
+    labelled,
     unstorable,
 )
 from cytepool.io.anndata._readers import survey_cells, survey_modalities
@@ -58,6 +59,7 @@ __all__ = ["FILE_SAMPLE", "check_single", "pool_files", "usable_cpus"]
 FILE_SAMPLE = "cytepool:file"
 _ANNDATA = ""  # the one "modality" of an AnnData file
 _DUPLICATES = ("error", "add")
+_MAY_OVERFLOW = ("counts", "squares")  # the others count cells
 
 
 def check_single(options: Mapping[str, Any]) -> str:
@@ -110,6 +112,8 @@ class _Part:
     columns: list[str]  # the obs columns, in order
     size: int  # bytes
     fingerprints: dict[str, str]
+    # the ids of each axis (sample, group) and a label of each, as in the file
+    labels: tuple[tuple[list[str], list[Any]], ...]
     caught: list[tuple[type[Warning], str]] = field(default_factory=list)
 
 
@@ -269,7 +273,7 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
             cubes = pooled if task.mudata else {_ANNDATA: pooled}
             sample_key = options["sample_key"] if task.sample is None else task.sample[0]
             keys = (sample_key, options["group_key"])
-            tables = []
+            tables, labels = [], []
             for key, role, axis, named in zip(
                 keys,
                 ("sample_key", "group_key"),
@@ -277,7 +281,8 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
                 ("samples", "groups"),
                 strict=True,
             ):
-                codes, ids = label_codes(obs, key, role, obs_name)
+                codes, ids, values = labelled(obs, key, role, obs_name)
+                labels.append((ids, values))
                 columns = options[named]
                 tables.append(covariate_table(obs, codes, ids, columns, axis, set(keys), obs_name))
         except Exception as error:
@@ -288,7 +293,9 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
     fingerprints = {name: cube.fingerprint for name, cube in cubes.items()}
     size = _file_bytes(task.path)
     _give_back_memory()
-    return _Part(cubes, cells, tables[0], tables[1], columns, size, fingerprints, found)
+    return _Part(
+        cubes, cells, tables[0], tables[1], columns, size, fingerprints, tuple(labels), found
+    )
 
 
 def _give_back_memory() -> None:
@@ -394,6 +401,7 @@ def _combine(
 ) -> dict[str, Cube]:
     """One cube per modality: the parts added up, with merged tables and provenance."""
     names = [task.path for task in tasks]
+    _check_labels(tasks, parts, names)
     every = [cube for part in parts for cube in part.cubes.values()]
     sample_ids = sorted({str(i) for cube in every for i in cube.samples.index})
     group_ids = sorted({str(i) for cube in every for i in cube.groups.index})
@@ -432,6 +440,23 @@ def _combine(
     return cubes
 
 
+def _check_labels(tasks: Sequence[_Task], parts: Sequence[_Part], names: Sequence[str]) -> None:
+    """Refuse labels that do not match their ids one to one across files (``1`` in one file
+    and ``1.0`` or ``"1"`` in another), as the labels of one file are refused."""
+    options = tasks[0].options
+    sample_key = options["sample_key"] if tasks[0].sample is None else FILE_SAMPLE
+    keys = ((sample_key, "sample_key"), (options["group_key"], "group_key"))
+    for axis, (key, role) in enumerate(keys):
+        texts, values, sources = [], [], []
+        for name, part in zip(names, parts, strict=True):
+            ids, labels = part.labels[axis]
+            texts += ids
+            values += labels
+            sources += [name] * len(ids)
+        what = f"column {key!r} of the files' obs ({_words.option(role)})"
+        check_one_to_one(values, texts, what, sources, "file")
+
+
 def _summed(
     cubes: Sequence[Cube],
     names: Sequence[str],
@@ -465,8 +490,38 @@ def _summed(
         cells.add(np.asarray(cube.cells, dtype=np.int64), rows)
         columns = pd.Index(cube.features.index).get_indexer(axes[2])
         for name, total in sums.items():
-            total.add(cube.to_numpy(name)[:, :, columns], rows)
+            block = cube.to_numpy(name)[:, :, columns]
+            if name in _MAY_OVERFLOW:
+                _check_room(total, block, rows, (name, names[i]), axes)
+            total.add(block, rows)
     return {name: total.result() for name, total in sums.items()}, cells.result()
+
+
+def _check_room(
+    total: Accumulator,
+    block: np.ndarray,
+    rows: Any,
+    what: tuple[str, str],
+    axes: tuple[list[str], list[str], list[str]],
+) -> None:
+    """Raise SumOverflowError if adding a file's sums ``block`` at ``rows`` to ``total``
+    makes a sum that does not fit the layer's type, naming (as for one file) the layer,
+    group and sample, and the file: ``what`` is the layer and the file."""
+    from cytepool._pool_sums import Overflow, overflow_error
+
+    before = total.acc[rows]
+    if total.dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            over = ~np.isfinite((before + block).astype(total.dtype))
+    else:  # sums of values >= 0: room for the block
+        over = before > np.iinfo(total.dtype).max - block
+    wrong = over.any(axis=2)
+    if not wrong.any():
+        return
+    g, s = np.argwhere(wrong)[0]
+    profile = int(rows[0][g, 0]) * len(axes[1]) + int(rows[1][0, s])
+    error = Overflow(profile, what[0])
+    raise overflow_error(error, axes[0], axes[1], what[1])
 
 
 def _check_duplicates(
@@ -540,56 +595,74 @@ def _values(
     names: Sequence[str],
     axis: str,
 ) -> tuple[pd.Series, str | None]:
-    """One value per id of ``column`` over the files; or why the files disagree."""
-    import pandas as pd
+    """One value per id of ``column`` over the files; or why the files disagree.
 
-    pieces: list[pd.Series] = []
+    The values are joined as ``anndata.concat`` joins the files' obs (categoricals unified,
+    then the tables concatenated by pandas, which gives a column missing in a whole file
+    the others' type or not, by its version), then each id's value taken from its first file.
+    """
     first: dict[str, tuple[Any, int]] = {}
     for i, (table, _) in enumerate(tables):
         series = table[column]
-        new = []
         for key, value in zip(map(str, table.index), series.to_numpy(dtype=object), strict=True):
-            if key not in first:
-                first[key] = (value, i)
-                new.append(True)
-                continue
-            new.append(False)
-            other, j = first[key]
-            if not _same(other, value):
+            other, j = first.setdefault(key, (value, i))
+            if j != i and not _same(other, value):
                 return series, (
                     f"varies within {axis} {key!r} ({_words.brief(other)} in {names[j]} and "
                     f"{_words.brief(value)} in {names[i]})"
                 )
-        piece = series[np.asarray(new, dtype=bool)]
-        piece.index = pd.Index([str(k) for k in piece.index])
-        pieces.append(piece)
-    if all(isinstance(p.dtype, pd.CategoricalDtype) for p in pieces):
-        target = _categories_as_concat(pieces)
-        if target is not None:  # as in memory, where some are not storable (ints and text)
-            joined = pd.concat([p.astype(target) for p in pieces])
-            return joined, unstorable(joined)
-    common = _common_dtype([p.dtype for p in pieces])
-    if common is not None:  # numpy types of one kind or another: numpy's promotion, as in memory
-        pieces = [p.astype(common) for p in pieces]
-    joined = pd.concat(pieces)
-    if joined.dtype == object and all(p.dtype != object for p in pieces):  # dates and numbers
-        i = next(i for i, p in enumerate(pieces) if p.dtype != pieces[0].dtype)
-        return joined, f"is {pieces[0].dtype} in {names[0]} and {pieces[i].dtype} in {names[i]}"
-    return joined, None
+    columns = _unified([_by_id(table[column]) for table, _ in tables])
+    joined = _concatenated(columns)
+    joined = joined[~joined.index.duplicated()]
+    return joined, _type_conflict(joined, columns, names) or unstorable(joined)
 
 
-def _common_dtype(dtypes: list[Any]) -> np.dtype[Any] | None:
-    """The type numpy promotes different numpy types (not objects) to, as concatenating the
-    files' cells in memory does (bool and int64: int64), or None (the same type, an extension
-    type, objects, or types without a common one, such as dates and numbers)."""
-    plain = [d for d in dtypes if isinstance(d, np.dtype) and d.kind != "O"]
-    if len(plain) != len(dtypes) or len(set(plain)) < 2:
+def _by_id(series: pd.Series) -> pd.Series:
+    """``series`` indexed by the text of its ids."""
+    import pandas as pd
+
+    return series.set_axis(pd.Index([str(k) for k in series.index]))
+
+
+def _unified(columns: list[pd.Series]) -> list[pd.Series]:
+    """The files' columns (one each), categoricals of one type as ``anndata.concat`` makes
+    them before it concatenates (its ``unify_dtypes``); other columns as they are."""
+    import pandas as pd
+
+    if not all(isinstance(c.dtype, pd.CategoricalDtype) for c in columns):
+        return columns
+    target = _categories_as_concat(columns)
+    if target is None:  # categories without a common order: left to pandas (objects)
+        return columns
+    return [c.astype(target) for c in columns]
+
+
+def _concatenated(columns: list[pd.Series]) -> pd.Series:
+    """The files' columns (one each) concatenated as ``anndata.concat`` concatenates obs:
+    as one DataFrame (not Series: pandas < 3 then gives a column missing in a whole file the
+    others' type, as in memory; numpy types are promoted: bool and int64 give int64)."""
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        # pandas 2.x warns that pandas 3 will not ignore the type of a column missing in a
+        # whole frame: the result of this pandas is the one anndata.concat gives
+        warnings.filterwarnings("ignore", "The behavior of DataFrame concatenation", FutureWarning)
+        joined = pd.concat([c.to_frame() for c in columns])
+    return joined.iloc[:, 0]
+
+
+def _type_conflict(joined: pd.Series, columns: list[pd.Series], names: Sequence[str]) -> str | None:
+    """Why a column of different types in two files (dates and numbers, text and numbers) is
+    not a covariate: pandas joined them as objects. A column missing in a whole file has no
+    type of its own."""
+    typed = [(i, c.dtype) for i, c in enumerate(columns) if not c.isna().all()]
+    if joined.dtype != object or any(dtype == np.dtype(object) for _, dtype in typed):
         return None
-    try:
-        common = np.result_type(*plain)
-    except TypeError:
+    other = next((i for i, dtype in typed if dtype != typed[0][1]), None)
+    if other is None:
         return None
-    return None if common.kind == "O" else common
+    i, dtype = typed[0]
+    return f"is {dtype} in {names[i]} and {columns[other].dtype} in {names[other]}"
 
 
 def _categories_as_concat(pieces: list[pd.Series]) -> Any:
@@ -637,17 +710,16 @@ def _merged_features(
     named = None if isinstance(named, str) else named
     dropped = []
     for column in first.columns:
-        mine = first[column].to_numpy(dtype=object)
         for i, cube in enumerate(cubes[1:], start=1):
             theirs = cube.features
-            same = column in theirs.columns and all(
-                map(_same, mine, theirs[column].loc[ids].to_numpy(dtype=object))
-            )
-            if not same:
+            if column not in theirs.columns or not _same_column(
+                first[column], theirs[column].loc[ids]
+            ):
                 if named is not None:
                     msg = (
-                        f"feature column {column!r} differs between {names[0]} and {names[i]}: "
-                        f"a feature table column must be the same in every file"
+                        f"feature column {column!r} differs between {names[0]} and {names[i]}"
+                        f"{_types_of(first, theirs, column)}: a feature table column must be "
+                        f"the same, values and type, in every file"
                     )
                     raise InputError(msg)
                 dropped.append(str(column))
@@ -656,6 +728,21 @@ def _merged_features(
     mode = "intersection" if _is_intersection(options.get("features")) else "same"
     report: dict[str, Any] = {"ids": mode, "n": len(ids), "dropped_columns": dropped}
     return table, report | _dropped_features(cubes[0])
+
+
+def _same_column(mine: pd.Series, theirs: pd.Series) -> bool:
+    """Whether two var columns (of the same features, in the same order) are the same as
+    ``anndata.concat(merge="same")`` finds them: equal values of the same type
+    (``Series.equals``: 1.0 and 1 are not)."""
+    return bool(mine.reset_index(drop=True).equals(theirs.reset_index(drop=True)))
+
+
+def _types_of(first: pd.DataFrame, theirs: pd.DataFrame, column: Any) -> str:
+    """`` (of type float64 and int64)`` when the column is of two types in the two tables,
+    else ``""``."""
+    if column not in theirs.columns or first[column].dtype == theirs[column].dtype:
+        return ""
+    return f" (of type {first[column].dtype} and {theirs[column].dtype})"
 
 
 def _dropped_features(cube: Cube) -> dict[str, Any]:
