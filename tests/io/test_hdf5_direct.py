@@ -150,6 +150,29 @@ def test_a_dataset_never_written_reads_as_the_fill_value(tmp_path: Path) -> None
         _assert_same(dataset.read(3, 17), np.full((14, 3), -1, "<i2"))
 
 
+@pytest.mark.parametrize("options", [{}, {"compression": "gzip"}])
+def test_chunks_never_written_with_fill_time_never_read_as_h5py(
+    tmp_path: Path, options: Any
+) -> None:
+    """libhdf5 leaves values it never wrote untouched when the fill time is "never": h5py (and
+    anndata) read zeros there, not the fill value."""
+    want = _partly_written(tmp_path / "x.h5", fillvalue=7, fill_time="never", **options)
+    assert want[0] == 0
+    assert want[250] == 5
+    with _direct(tmp_path / "x.h5") as dataset:
+        _assert_same(dataset.read(0, 10_000), want)
+        _assert_same(dataset.read(120, 260), want[120:260])
+
+
+def test_a_dataset_never_written_with_fill_time_never_reads_as_h5py(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "x.h5", "w") as file:
+        file.create_dataset("x", shape=(1000,), dtype=">f8", fillvalue=2.5, fill_time="never")
+    want = _h5py(tmp_path / "x.h5", "x")
+    np.testing.assert_array_equal(want, np.zeros(1000))
+    with _direct(tmp_path / "x.h5") as dataset:
+        _assert_same(dataset.read(0, 1000), want)
+
+
 def test_a_chunk_that_skips_a_filter_is_read_without_it(tmp_path: Path) -> None:
     """h5py's LZF filter is optional: a chunk it cannot shrink is stored raw, its mask bit set.
     A deflate chunk written raw with its mask bit set reads the same way."""

@@ -7,12 +7,13 @@ with ``os.pread`` on a file descriptor of its own and decodes them on cytepool's
 (:mod:`cytepool.io.zarr._threads`), which run without the GIL. What it decodes: uncompressed
 chunks and contiguous datasets (read in place, straight into the result), deflate (gzip),
 shuffle, Fletcher-32 and LZF (see :mod:`._hdf5_filters`); a chunk that skipped a filter (its
-filter mask) is decoded without it; a chunk never written reads as the fill value; big-endian
-values are swapped to the native order. Anything else (another filter, such as blosc or zstd
-through hdf5plugin, szip, n-bit or scale-offset; a compact, virtual or external dataset; a
-type other than a plain integer or float; a file with a user block whose offsets, as h5py gives
-them, are not found to count from the file's start) makes :meth:`DirectDataset.open` return
-None, and the caller reads the dataset with h5py as before.
+filter mask) is decoded without it; a chunk never written reads as the fill value (as zeros when
+the fill time is "never", as h5py reads it); big-endian values are swapped to the native order.
+Anything else (another filter, such as blosc or zstd through hdf5plugin, szip, n-bit or
+scale-offset; a compact, virtual or external dataset; a type other than a plain integer or
+float; a file with a user block whose offsets, as h5py gives them, are not found to count from
+the file's start) makes :meth:`DirectDataset.open` return None, and the caller reads the
+dataset with h5py as before.
 
 Nothing read from the file is trusted: every chunk's offset must lie on the chunk grid inside
 the dataset's shape, every stored range inside the file, every stored size within what the
@@ -620,11 +621,18 @@ def _dataset_layout(dataset: h5py.Dataset, where: str, file_size: int) -> _Layou
 
 
 def _fill_value(plist: Any, stored: np.dtype[Any]) -> np.ndarray[Any, Any] | None:
-    """The fill value (0-d, native order): zero by default, None if undefined."""
+    """What values never written read as (0-d, native order): the fill value, zero by default,
+    None if undefined.
+
+    A dataset whose fill time is "never" reads as zeros where nothing was written, whatever its
+    fill value: libhdf5 then leaves the values it does not read from the file as they are in
+    the reader's memory, which h5py (and so anndata) allocates filled with zeros."""
     import h5py
 
     defined = plist.fill_value_defined()
     fill = np.zeros((), stored.newbyteorder("="))
+    if plist.get_fill_time() == h5py.h5d.FILL_TIME_NEVER:
+        return fill
     if defined == h5py.h5d.FILL_VALUE_UNDEFINED:
         return None
     if defined == h5py.h5d.FILL_VALUE_USER_DEFINED:
