@@ -118,6 +118,37 @@ def test_global_heap_object_past_its_collection_is_a_format_error(
         from_anndata(path, **KEYS)
 
 
+def test_heap_signature_in_a_dataset_is_no_collection(tmp_path: Path) -> None:
+    """Any dataset may hold the bytes of a collection's signature (here uns, 64 bytes: ``GCOL``,
+    version 1, a size, then zeros, as a collection whose object 0 is empty free space): the
+    search once walked them as one and refused the file."""
+    path = tmp_path / "c.h5ad"
+    adata = cells()
+    blob = b"GCOL\x01\0\0\0" + (64).to_bytes(8, "little") + bytes(48)
+    adata.uns["blob"] = np.frombuffer(blob, np.uint8).copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata.write_h5ad(path)
+    assert blob in path.read_bytes()
+    pooled, expected = from_anndata(path, **KEYS), from_anndata(cells(), **KEYS)
+    np.testing.assert_array_equal(pooled.layers["counts"], expected.layers["counts"])
+
+
+def test_collection_the_search_skips_is_walked_when_strings_name_it(
+    tmp_path: Path, heap_walker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection that strings name is walked even where the search for signatures does not
+    look (the range a damaged chunk index claims for a dataset: here no range is searched)."""
+    from cytepool.io.anndata import _hdf5_heap
+
+    path = written(tmp_path)
+    first = collections(path.read_bytes())[0] + 16
+    patched(path, first + 8, (1 << 40).to_bytes(8, "little"))
+    monkeypatch.setattr(_hdf5_heap, "_gaps", lambda ranges, size: [])
+    with pytest.raises(FormatError, match=r"c\.h5ad is damaged: .* of 1099511627776 bytes, past"):
+        from_anndata(path, **KEYS)
+
+
 def string_dataset(path: Path) -> tuple[str, int]:
     """The name and byte offset of the var names (variable-length strings, contiguous)."""
     with h5py.File(path, "r") as file:

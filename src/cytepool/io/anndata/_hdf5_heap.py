@@ -14,11 +14,12 @@ address of its collection and its index there. libhdf5 trusts both:
 
 :func:`check_global_heaps` runs when cytepool opens an ``.h5ad`` (or ``.h5mu``) file, before any
 attribute or string is read: it finds the file's collections (their signature ``GCOL``, searched
-for everywhere except in the stored values of large numeric datasets, such as X's) and walks
-each as libhdf5 would, and it checks the descriptors of every string dataset against them. A
-collection whose walk would not end inside it, or a descriptor whose collection or object does
-not exist or whose length is not that of its object, is a
-:class:`~cytepool.errors.FormatError` naming the file and the byte or the dataset.
+for everywhere except in the stored values of datasets, where no collection is stored but any
+bytes may be, and at every address a descriptor it reads names) and walks each as libhdf5
+would, and it checks the descriptors of every string dataset against them. A collection whose
+walk would not end inside it, or a descriptor whose collection or object does not exist or
+whose length is not that of its object, is a :class:`~cytepool.errors.FormatError` naming the
+file and the byte or the dataset.
 
 It also checks the attributes of every object cytepool may read (all but those under ``uns``,
 ``obsm``, ``varm``, ``obsp`` and ``varp``): each must open, must not be a variable-length
@@ -29,8 +30,10 @@ do.
 What it cannot check: the strings of attributes in headers of version 2 (libhdf5 checks those
 headers' checksums itself), of densely stored attributes or with a shared datatype, string
 datasets stored with a filter cytepool does not decode, strings inside compound records (the obs
-and var of files of anndata < 0.7), and a collection inside the range a damaged chunk index
-claims for a large numeric dataset.
+and var of files of anndata < 0.7), and a collection that only those name, inside the range a
+damaged chunk index claims for a dataset. The signature followed by a version of 1 and a size
+in the stored value of an attribute or of a compact dataset (in an object header) is still
+taken for a collection.
 """
 
 from __future__ import annotations
@@ -56,7 +59,6 @@ if TYPE_CHECKING:
 __all__ = ["PYTHON_WALK_BYTES", "check_global_heaps", "heap_objects_walked", "walker"]
 
 _SIGNATURE = b"GCOL"
-_SEARCHED = 1 << 20  # numeric datasets storing more bytes than this are not searched
 _ALIGN = 8  # heap objects are padded to multiples of 8 bytes
 PYTHON_WALK_BYTES = 2 << 20  # collections of this many bytes in all are walked in Python
 _KERNELS = ("cytepool.io.anndata._hdf5_kernels", KERNELS)  # numba's kernels, once imported
@@ -67,7 +69,7 @@ _UNREAD = frozenset({"uns", "obsm", "varm", "obsp", "varp"})  # never read when 
 class _Datasets:
     """What :func:`check_global_heaps` needs of a file's objects."""
 
-    numbers: list[tuple[int, int]]  # (byte offset, size) of large numeric datasets' values
+    stored: list[tuple[int, int]]  # (byte offset, size) of the stored values of every dataset
     strings: list[h5py.Dataset]  # datasets of variable-length values
     attributed: list[h5py.Group | h5py.Dataset]  # objects whose attributes cytepool reads
 
@@ -86,22 +88,23 @@ def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
     plist = file.id.get_create_plist()
     addresses, lengths = plist.get_sizes()
     base = plist.get_userblock()  # addresses in the file count from its end
+    addressing = (addresses, lengths, base)
     datasets = _datasets(file)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
             return
         view = _FileBytes(handle.fileno(), size, path)
-        gaps = _gaps(datasets.numbers, size)
+        gaps = _gaps(datasets.stored, size)
         heaps = _collections(view, gaps, lengths, path)
         for dataset in datasets.strings:
-            _check_descriptors(dataset, view, heaps, (addresses, base), path)
+            _check_descriptors(dataset, view, heaps, addressing, path)
         strings = [
             found
             for node in [file, *datasets.attributed]
-            for found in _attributes(node, view, (addresses, lengths, base), path)
+            for found in _attributes(node, view, addressing, path)
         ]
-        _check_attribute_strings(strings, heaps, (addresses, base))
+        _check_attribute_strings(strings, view, heaps, addressing, path)
 
 
 class _FileBytes:
@@ -148,10 +151,12 @@ class _FileBytes:
 
 
 def _datasets(file: h5py.File) -> _Datasets:
-    """The ranges of large numeric datasets' values, and the string datasets, of ``file``."""
+    """The ranges of the stored values of the datasets of ``file`` (no heap collection lies
+    there, but any bytes may, ``GCOL`` among them), its string datasets, and the objects whose
+    attributes cytepool reads."""
     import h5py
 
-    numbers: list[tuple[int, int]] = []
+    stored: list[tuple[int, int]] = []
     strings: list[h5py.Dataset] = []
     attributed: list[Any] = []
 
@@ -162,11 +167,10 @@ def _datasets(file: h5py.File) -> _Datasets:
             return
         if h5py.check_vlen_dtype(node.dtype) is not None:
             strings.append(node)
-        elif node.dtype.kind in "biuf" and node.id.get_storage_size() > _SEARCHED:
-            numbers.extend(_stored_ranges(node))
+        stored.extend(_stored_ranges(node))
 
     file.visititems(visit)
-    return _Datasets(numbers, strings, attributed)
+    return _Datasets(stored, strings, attributed)
 
 
 def _attributes(
@@ -205,17 +209,21 @@ def _attributes(
 
 def _check_attribute_strings(
     strings: list[tuple[str, bytes]],
+    view: _FileBytes,
     heaps: dict[int, np.ndarray[Any, Any]],
-    addressing: tuple[int, int],
+    addressing: tuple[int, int, int],
+    path: Path,
 ) -> None:
     """Each stored string descriptor of ``strings`` (how messages name its attribute, its
-    descriptors) names an object of its length in ``heaps``: all checked at once, and
-    attribute by attribute only to name the first that does not."""
-    addresses, base = addressing
+    descriptors) names an object of its length in ``heaps`` (to which the collections they
+    name are added): all checked at once, and attribute by attribute only to name the first
+    that does not."""
+    addresses, lengths, base = addressing
     descriptor = _descriptor(addresses)
     if not strings or descriptor is None:
         return
     joined = np.frombuffer(b"".join(raw for _, raw in strings), descriptor)
+    _add_named(joined, view, heaps, (lengths, base), path)
     try:
         _check_against_heaps(joined, 1, heaps, base, "")
     except FormatError:
@@ -251,7 +259,7 @@ def _collections(
 ) -> dict[int, np.ndarray[Any, Any]]:
     """The collections found in ``gaps``: address to the sizes of their objects by index
     (-1 where there is none), walked in Python or by a numba kernel (see :func:`walker`)."""
-    found = []
+    found: list[tuple[int, int]] = []
     for start, stop in gaps:
         at = view.find(_SIGNATURE, start, stop)
         while at >= 0:
@@ -261,6 +269,40 @@ def _collections(
                 continue
             found.append((at, size))
             at = view.find(_SIGNATURE, at + size, stop)
+    return _walked(view, found, lengths, path)
+
+
+def _add_named(
+    descriptors: np.ndarray[Any, Any],
+    view: _FileBytes,
+    heaps: dict[int, np.ndarray[Any, Any]],
+    sizes: tuple[int, int],
+    path: Path,
+) -> None:
+    """Add to ``heaps`` the collections that ``descriptors`` (of values not empty) name and
+    ``heaps`` lacks, walked: a collection libhdf5 reads is walked wherever it lies (a damaged
+    chunk index may claim its range for a dataset, which the search skips). ``sizes``: the
+    file's size of lengths, and its user block's size (addresses count from its end)."""
+    lengths, base = sizes
+    named = np.unique(descriptors["heap"][descriptors["n"] != 0]).tolist()
+    found = []
+    for heap in named:
+        if heap + base in heaps:
+            continue
+        size = _collection_size(view, heap + base, lengths)
+        if size is not None:  # else no collection: its descriptors are found wrong
+            found.append((heap + base, size))
+    heaps.update(_walked(view, found, lengths, path))
+
+
+def _walked(
+    view: _FileBytes, found: list[tuple[int, int]], lengths: int, path: Path
+) -> dict[int, np.ndarray[Any, Any]]:
+    """The collections ``found`` (byte offset, size), walked in Python or by a numba kernel
+    (see :func:`walker`): address to the sizes of their objects by index (-1 where there is
+    none)."""
+    if not found:
+        return {}
     if walker([size for _, size in found]) == "python":
         walk = heap_objects_walked
     else:
@@ -344,23 +386,26 @@ def _check_descriptors(
     dataset: h5py.Dataset,
     view: _FileBytes,
     heaps: dict[int, np.ndarray[Any, Any]],
-    addressing: tuple[int, int],
+    addressing: tuple[int, int, int],
     path: Path,
 ) -> None:
-    """Every descriptor of the variable-length dataset names an object of its length;
-    ``addressing``: the size of addresses in the file, and the user block's size (addresses
-    count from its end, the byte offsets of ``heaps`` from the start of the file)."""
+    """Every descriptor of the variable-length dataset names an object of its length (the
+    collections they name are added to ``heaps``); ``addressing``: the sizes of addresses
+    and lengths in the file, and the user block's size (addresses count from its end, the
+    byte offsets of ``heaps`` from the start of the file)."""
     import h5py
 
     base = h5py.check_vlen_dtype(dataset.dtype)
     itemsize = 1 if base in (str, bytes) else np.dtype(base).itemsize
-    addresses, base = addressing
+    addresses, lengths, base = addressing
     descriptor = _descriptor(addresses)
     if descriptor is None:
         return
     where = f"{path}: dataset {dataset.name!r}"
     for raw in _stored_descriptors(dataset, view, descriptor.itemsize, where):
-        _check_against_heaps(np.frombuffer(raw, descriptor), itemsize, heaps, base, where)
+        descriptors = np.frombuffer(raw, descriptor)
+        _add_named(descriptors, view, heaps, (lengths, base), path)
+        _check_against_heaps(descriptors, itemsize, heaps, base, where)
 
 
 def _descriptor(addresses: int) -> np.dtype[Any] | None:
