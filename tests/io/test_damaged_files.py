@@ -578,6 +578,33 @@ def zarr_v2(tmp_path: Path) -> Path:
     return path
 
 
+def without_column_order(path: Path) -> None:
+    """Delete the attribute ``column-order`` of obs of the file or Zarr v2 store ``path``."""
+    if path.is_dir():
+        attributes = path / "obs" / ".zattrs"
+        attrs = json.loads(attributes.read_text())
+        del attrs["column-order"]
+        attributes.write_text(json.dumps(attrs))
+        return
+    with h5py.File(path, "r+") as file:
+        del file["obs"].attrs["column-order"]
+
+
+@pytest.mark.parametrize("kind", ["h5ad", "zarr"])
+def test_obs_without_its_column_order_is_a_format_error(tmp_path: Path, kind: str) -> None:
+    """anndata requires the list of a dataframe's columns (a KeyError without it); cytepool
+    read obs without columns, then said the sample key was not one."""
+    path = written(tmp_path) if kind == "h5ad" else zarr_v2(tmp_path)
+    without_column_order(path)
+    message = (
+        rf"c\.{kind} cannot be read as AnnData, it is damaged: the dataframe '/obs' has no "
+        r"attribute 'column-order' \(the list of its columns, which anndata requires\), only "
+        r"\['_index', 'encoding-type', 'encoding-version'\]: write the file again"
+    )
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
 def claim(array: Path, length: int) -> None:
     meta = json.loads((array / ".zarray").read_text())
     meta["shape"] = [length]

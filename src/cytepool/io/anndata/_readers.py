@@ -309,10 +309,23 @@ def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellN
     plain = (attrs.get("encoding-type"), attrs.get("encoding-version")) == ("dataframe", "0.2.0")
     if not plain or index is None:
         return read_element(element), None
-    order = [_text(name) for name in np.atleast_1d(attrs.get("column-order", []))]
+    order = [_text(name) for name in np.atleast_1d(_column_order(element, path))]
     columns = {name: read_element(element[name]) for name in order}
     frame = pd.DataFrame(columns, index=pd.RangeIndex(n_obs), columns=order or None)
     return frame, CellNames(path, f"{element.name.strip('/')}/{index}")
+
+
+def _column_order(frame: Any, path: Path) -> Any:
+    """The attribute ``column-order`` of the dataframe group ``frame`` (its columns), which
+    anndata requires: a FormatError naming the file and the group if it is gone."""
+    if "column-order" not in frame.attrs:
+        msg = (
+            f"{path} cannot be read as AnnData, it is damaged: the dataframe {frame.name!r} has "
+            "no attribute 'column-order' (the list of its columns, which anndata requires), "
+            f"only {sorted(frame.attrs)}: write the file again from its source"
+        )
+        raise FormatError(msg)
+    return frame.attrs["column-order"]
 
 
 def _index_key(frame: Any) -> str | None:
