@@ -899,6 +899,29 @@ def test_floats_with_missing_values_go_to_anndata_and_back(tmp_path: Path) -> No
 
 
 @pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad", "zarr", "MuData"])
+@pytest.mark.parametrize("values", [["x", None, "z"], ["x", "y", "x"]])
+def test_str_columns_go_to_anndata_and_back(
+    tmp_path: Path, where: str, values: list[str | None]
+) -> None:
+    """pandas 3's default strings, StringDtype(na_value=NaN), which pandas 2.3 reads a cube
+    file pandas 3 wrote in: recorded as "str", which pandas 2.3 made Python strings of (its
+    missing values the text 'None', another fingerprint)."""
+    column = pd.array(values, dtype=pd.StringDtype(na_value=np.nan))
+    cube = one_column_cube(column)
+    if where == "MuData":
+        pytest.importorskip("mudata")
+        back = conv.from_mudata(conv.to_mudata(cube))
+    else:
+        back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    assert back.samples["c"].dtype == pd.StringDtype(na_value=np.nan)
+    assert back.samples["c"].isna().tolist() == [value is None for value in values]
+    pd.testing.assert_frame_equal(back.samples, cube.samples)
+
+
+@pytest.mark.interop
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_zone_with_summer_time_goes_to_anndata_and_back(tmp_path: Path) -> None:
     """Winter and summer times of one zone are texts with two offsets: parsed as UTC, then

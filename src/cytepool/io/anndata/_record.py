@@ -409,7 +409,16 @@ def _restored(series: pd.Series, name: str) -> pd.Series:
         series = series.astype(object).where(series.notna(), None)
     if series.dtype == "category" and name in {"object", "str"}:
         series = series.astype(object).where(series.notna(), None)
-    return series.astype(name)
+    return series.astype(_named_dtype(name))
+
+
+def _named_dtype(name: str) -> Any:
+    """The dtype a recorded name names: ``str`` is pandas' ``StringDtype(na_value=NaN)``,
+    pandas 3's default strings, which pandas 2.3 reads from a file pandas 3 wrote and names
+    ``str`` too, but whose ``astype("str")`` makes Python strings (missing values: 'None')."""
+    import pandas as pd
+
+    return pd.StringDtype(na_value=np.nan) if name == "str" else name
 
 
 def _arrow_dtype(name: str) -> pd.ArrowDtype | None:
