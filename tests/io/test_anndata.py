@@ -1744,3 +1744,49 @@ def test_pyarrow_dictionary_columns_go_to_anndata_and_back(
     assert restored.cat.ordered == ordered
     assert list(restored.cat.categories) == categories.to_pylist()  # the unused one kept
     assert restored.cat.codes.tolist() == [2, -1, 0]
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad", "MuData"])
+@pytest.mark.parametrize("table", ["pyarrow", "pandas"])
+@pytest.mark.parametrize("zone", ["Asia/Kathmandu", "+05:45", "UTC"])
+def test_pyarrow_dictionaries_of_zoned_timestamps_keep_their_zone(
+    tmp_path: Path, zone: str, table: str, where: str
+) -> None:
+    """A pyarrow dictionary of zoned timestamps (in a pyarrow table or a pandas column):
+    pyarrow's to_pandas makes its categories naive, so to_anndata recorded and wrote them
+    without their zone (category[datetime64[us]]) and the cube came back another."""
+    import datetime as dt
+
+    from cytepool.io.tables.zones import zone_name
+
+    pa = pytest.importorskip("pyarrow")
+    when = [dt.datetime(2020, 1, 1, tzinfo=dt.UTC), None, dt.datetime(2020, 1, 2, tzinfo=dt.UTC)]
+    column = pa.array(when, pa.timestamp("us", tz=zone)).dictionary_encode()
+    samples: Any = pa.table({"sample_id": ["s1", "s2", "s3"], "c": column})
+    if table == "pandas":
+        samples = pd.DataFrame(
+            {
+                "sample_id": ["s1", "s2", "s3"],
+                "c": pd.Series(column, dtype=pd.ArrowDtype(column.type)),
+            }
+        )
+    cube = cytepool.Cube(
+        {"counts": np.ones((1, 3, 1), dtype=np.int64)},
+        samples=samples,
+        groups=pd.DataFrame({"group_id": ["g"]}),
+        features=pd.DataFrame({"feature_id": ["f"]}),
+        cells=np.ones((1, 3), dtype=np.int64),
+    )
+    pseudobulk = to_anndata(cube)
+    assert f'"c": "category[datetime64[us, {zone}]]"' in pseudobulk.uns["cytepool"]["dtypes"]
+    if where == "MuData":
+        pytest.importorskip("mudata")
+        back = conv.from_mudata(conv.to_mudata(cube))
+    else:
+        back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    restored = back.samples["c"]
+    assert zone_name(restored.cat.categories.tz) == zone
+    assert restored.tolist() == [pd.Timestamp(t).tz_convert(zone) if t else pd.NaT for t in when]

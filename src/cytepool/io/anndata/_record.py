@@ -67,7 +67,25 @@ def _from_arrow(table: Any) -> pd.DataFrame:
         elif column.null_count and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
             arrow = column.to_pandas(types_mapper=pd.ArrowDtype)  # int32[pyarrow] -> Int32
             frame[name] = arrow.convert_dtypes(dtype_backend="numpy_nullable")
+        elif pa.types.is_dictionary(kind):
+            frame[name] = _zoned_categories(frame[name], kind.value_type)
     return frame
+
+
+def _zoned_categories(categorical: pd.Series, values: Any) -> pd.Series:
+    """``categorical``, pyarrow's pandas of a dictionary of the pyarrow type ``values``, with
+    the zone of zoned timestamps back in its categories: pyarrow's ``to_pandas`` gives them
+    naive (UTC times), which were written, recorded and restored so, with another
+    fingerprint. Other categoricals as they are."""
+    import pyarrow as pa
+
+    if not pa.types.is_timestamp(values) or values.tz is None:
+        return categorical
+    zone = values.to_pandas_dtype().tz
+    categories = categorical.cat.categories
+    if categories.tz is None:
+        categories = categories.tz_localize("UTC")
+    return categorical.cat.rename_categories(categories.tz_convert(zone))
 
 
 def _signed_dictionaries(table: Any) -> Any:
@@ -316,7 +334,9 @@ def _dictionary_as_categorical(series: pd.Series) -> pd.Series:
 
     if not is_arrow_dictionary(series.dtype):
         return series
-    categorical = arrow_of(series).to_pandas()
+    categorical = _zoned_categories(
+        arrow_of(series).to_pandas(), series.dtype.pyarrow_dtype.value_type
+    )
     return pd.Series(categorical.array, index=series.index, name=series.name)
 
 
