@@ -1139,6 +1139,16 @@ def test_times_outside_nanoseconds_go_to_anndata_and_back(
         ),
         (["2020-01-01T00:00:00.000000001", None], "ns", ["2020-01-01T00:00:00.000000001", "NaT"]),
         (["1000-01-01T00:00:00Z", float("nan")], "ms", ["1000-01-01T00:00:00", "NaT"]),
+        (
+            ["1935-05-01T12:00:00+00:19:32", "1900-01-01T00:00:00-00:17:30"],
+            "s",
+            ["1935-05-01T11:40:28", "1900-01-01T00:17:30"],
+        ),
+        (
+            ["2020-01-01T00:00:05.000007+00:00:05.000007", "2020-01-01T00:00:00-00:00:00.500000"],
+            "ns",
+            ["2020-01-01T00:00:00", "2020-01-01T00:00:00.5"],
+        ),
     ],
 )
 def test_datetime_texts_are_parsed_into_their_unit(
@@ -1148,6 +1158,39 @@ def test_datetime_texts_are_parsed_into_their_unit(
 
     parsed = datetimes_from_texts(texts, unit)
     np.testing.assert_array_equal(parsed, np.array(expected, dtype=f"datetime64[{unit}]"))
+
+
+@pytest.mark.interop
+def test_a_datetime_text_of_a_finer_unit_is_an_input_error() -> None:
+    """An offset of microseconds makes a time no datetime64[s] holds: an error, not rounded."""
+    from cytepool.io.anndata._times import datetimes_from_texts
+
+    text = "2020-01-01T00:00:00+00:00:00.000007"
+    with pytest.raises(InputError, match=rf"as datetimes, but it holds {re.escape(repr(text))}"):
+        datetimes_from_texts([text], "s", "c")
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("where", ["memory", "h5ad", "MuData"])
+@pytest.mark.parametrize("unit", ["s", "ns"])
+def test_a_zone_offset_of_seconds_goes_to_anndata_and_back(
+    tmp_path: Path, where: str, unit: str
+) -> None:
+    """Europe/Amsterdam before 1937 was local mean time, +00:19:32, which isoformat writes
+    with its seconds: from_pseudobulk and from_mudata refused what to_anndata wrote."""
+    import zoneinfo
+
+    when = pd.to_datetime(["1935-05-01 12:00", "1950-05-01 12:00", None]).as_unit(unit)
+    cube = one_column_cube(when.tz_localize(zoneinfo.ZoneInfo("Europe/Amsterdam")))
+    assert to_anndata(cube).obs["c"].iloc[0] == "1935-05-01T12:00:00+00:19:32"
+    if where == "MuData":
+        pytest.importorskip("mudata")
+        back = conv.from_mudata(conv.to_mudata(cube))
+    else:
+        back = round_tripped(cube, tmp_path, where)
+    assert back.fingerprint == cube.fingerprint
+    assert back.samples["c"].tolist() == cube.samples["c"].tolist()
 
 
 @pytest.mark.interop

@@ -32,7 +32,7 @@ from cytepool.io.tables.zones import zone_name
 __all__ = ["datetimes_from_texts", "durations_from_texts", "recorded_zone"]
 
 _PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
-_OFFSET = re.compile(r"(.+?)(?:([+-])(\d\d):(\d\d)|Z)?")
+_OFFSET = re.compile(r"(.+?)(?:([+-])(\d\d):(\d\d)(?::(\d\d)(?:\.(\d{6}))?)?|Z)?")
 _DURATION = re.compile(r"(-)?P(-?\d+)DT(\d+)H(\d+)M(\d+)(?:\.(\d+))?S")
 _TZFILE = re.compile(r"tzfile\('(?:.*/zoneinfo/)?([^']+)'\)")
 _FIXED_OFFSET = re.compile(r"pytz\.FixedOffset\((-?\d+)\)")
@@ -40,28 +40,51 @@ _NAT = np.iinfo(np.int64).min
 
 
 def datetimes_from_texts(texts: Iterable[Any], unit: str, column: str = "") -> np.ndarray:
-    """ISO datetimes (with or without an offset such as ``+01:00``) as ``datetime64[unit]``,
-    UTC where a text has an offset; missing values (None, NaN) are NaT. InputError, naming
-    the column ``column``, for a text that is no ISO datetime."""
+    """ISO datetimes (with or without an offset such as ``+01:00``, or ``+00:19:32`` of a
+    zone's local mean time) as ``datetime64[unit]``, UTC where a text has an offset; missing
+    values (None, NaN) are NaT. InputError, naming the column ``column``, for a text that is
+    no ISO datetime (of ``unit``)."""
+    texts = list(texts)
     local: list[str] = []
-    minutes: list[int] = []
+    offsets: list[int] = []
     for text in texts:
         if _missing(text):
             local.append("NaT")
-            minutes.append(0)
+            offsets.append(0)
             continue
         match = _OFFSET.fullmatch(str(text))
         if match is None:
             raise _not_iso(text, "datetime", column)
-        sign, hours, mins = match.group(2, 3, 4)
-        offset = 0 if sign is None else int(hours) * 60 + int(mins)
         local.append(match.group(1))
-        minutes.append(-offset if sign == "-" else offset)
+        offsets.append(_offset_microseconds(match))
+    fine = unit if unit in ("us", "ns") or not any(o % 10**6 for o in offsets) else "us"
     try:
-        values = np.array(local, dtype=f"datetime64[{unit}]")
+        values = np.array(local, dtype=f"datetime64[{fine}]")
     except ValueError as error:
-        raise _not_iso(_first_not_datetime(local, unit), "datetime", column) from error
-    return values - np.array(minutes, dtype="timedelta64[m]").astype(f"timedelta64[{unit}]")
+        raise _not_iso(_first_not_datetime(local, fine), "datetime", column) from error
+    shifts = np.array(offsets, dtype="timedelta64[us]").astype(f"timedelta64[{fine}]")
+    return _in_unit(values - shifts, unit, texts, column)
+
+
+def _offset_microseconds(match: re.Match[str]) -> int:
+    """The UTC offset of a text :data:`_OFFSET` matched, in microseconds (0 without one):
+    ``±HH:MM``, or ``±HH:MM:SS[.ffffff]`` as ``isoformat`` writes an offset of seconds."""
+    sign, hours, minutes, seconds, micros = match.group(2, 3, 4, 5, 6)
+    if sign is None:
+        return 0
+    total = (int(hours) * 3600 + int(minutes) * 60 + int(seconds or 0)) * 10**6
+    total += int(micros or 0)
+    return -total if sign == "-" else total
+
+
+def _in_unit(values: np.ndarray, unit: str, texts: list[Any], column: str) -> np.ndarray:
+    """``values`` as ``datetime64[unit]``, exactly: InputError naming the first text whose
+    time (after its offset) is not one of ``unit``, which to_anndata writes no such text of."""
+    exact = values.astype(f"datetime64[{unit}]")
+    lost = exact.astype(values.dtype).view(np.int64) != values.view(np.int64)
+    if lost.any():
+        raise _not_iso(texts[int(np.argmax(lost))], "datetime", column)
+    return exact
 
 
 def durations_from_texts(texts: Iterable[Any], unit: str, column: str = "") -> np.ndarray:
