@@ -1383,6 +1383,112 @@ def test_from_pseudobulk_errors() -> None:
 
 
 @pytest.mark.interop
+@pytest.mark.parametrize(
+    ("cells", "found"),
+    [
+        (np.array([1e19, 6.0]), r"holds 1e\+19 in row 'p0'"),  # was -9223372036854775808
+        (np.array([6.0, 2.0**63]), r"holds 9\.223372036854776e\+18 in row 'p1'"),
+        (np.array([2**63, 6], dtype=np.uint64), r"holds 9223372036854775808 in row 'p0'"),
+        (pd.array([1, None], dtype="Int64"), r"holds <NA> in row 'p1'"),
+        (np.array([np.inf, 1.0]), r"holds inf in row 'p0'"),
+    ],
+    ids=["1e19", "2**63 float", "2**63 uint64", "missing", "inf"],
+)
+def test_cell_numbers_out_of_int64_are_an_input_error(cells: Any, found: str) -> None:
+    """Cell numbers were read through float64 and cast to int64 unchecked: 1e19 became
+    -9223372036854775808, and the error blamed a number the column never held."""
+    adata = pseudobulk_frame(np.ones((2, 1)), cells, d=["a", "b"], g=["T", "T"])
+    message = (
+        r"^adata: obs column 'psbulk_cells' must hold cell numbers \(whole numbers from 0 to "
+        rf"9223372036854775807\) but {found}: correct it, or pass cells_key="
+    )
+    with pytest.raises(InputError, match=message):
+        from_pseudobulk(adata, sample_key="d", group_key="g")
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("cells", "found"),
+    [
+        (np.array(["1", "2"], dtype=object), r"dtype (object|str) \(e\.g\. '1' in row 'p0'\)"),
+        (np.array([True, False]), r"dtype bool \(e\.g\. True in row 'p0'\)"),
+        (pd.array([True, None], dtype="boolean"), r"dtype boolean \(e\.g\. True in row 'p0'\)"),
+        (pd.Categorical([3, 4]), r"dtype category \(e\.g\. 3 in row 'p0'\)"),
+        (
+            pd.to_timedelta([1, 2], unit="s"),
+            r"dtype timedelta64\[\w+\] \(e\.g\. Timedelta\('0 days 00:00:01'\) in row 'p0'\)",
+        ),
+    ],
+    ids=["strings", "bool", "boolean", "category", "timedelta"],
+)
+def test_cell_numbers_of_a_dtype_not_of_numbers_are_an_input_error(cells: Any, found: str) -> None:
+    """ "whole numbers, of any numeric dtype": strings were parsed and booleans counted."""
+    adata = pseudobulk_frame(np.ones((2, 1)), cells, d=["a", "b"], g=["T", "T"])
+    message = (
+        r"^adata: obs column 'psbulk_cells' must hold cell numbers, of an integer or float "
+        rf"dtype, but is of {found}: convert it \(obs\['psbulk_cells'\]\.astype\('int64'\)\)"
+    )
+    with pytest.raises(InputError, match=message):
+        from_pseudobulk(adata, sample_key="d", group_key="g")
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("dtype", ["int64", "uint64", "Int64", "uint64[pyarrow]", "float64"])
+def test_cell_numbers_are_read_exactly(dtype: str) -> None:
+    """Integers past 2**53 were rounded through float64 (2**53 + 1 read as 2**53)."""
+    if dtype.endswith("[pyarrow]"):
+        pytest.importorskip("pyarrow")
+    numbers = [2**53 + 1, 2**63 - 1] if dtype != "float64" else [2.0**53, 2.0**62]
+    adata = pseudobulk_frame(
+        np.ones((2, 1)), pd.array(numbers, dtype=dtype), d=["a", "b"], g=["T", "T"]
+    )
+    cube = from_pseudobulk(adata, sample_key="d", group_key="g")
+    assert cube.cells.tolist() == [[int(n) for n in numbers]]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("kind", ["AnnData", "MuData"])
+def test_cell_numbers_past_2_53_go_to_anndata_and_back(kind: str) -> None:
+    """from_pseudobulk(to_anndata(cube)) changed 2**53 + 1 cells into 2**53 (another
+    fingerprint); from_mudata refused what to_mudata wrote (it read 2**53, recorded + 1)."""
+    n = 2**53 + 1
+    cube = cytepool.Cube(
+        {"counts": np.array([[[n, 0]]], dtype=np.int64)},
+        samples=pd.DataFrame({"sample_id": ["s1"]}),
+        groups=pd.DataFrame({"group_id": ["A"]}),
+        features=pd.DataFrame({"feature_id": ["f1", "f2"]}),
+        cells=np.array([[n]]),
+    )
+    if kind == "MuData":
+        pytest.importorskip("mudata")
+        back = conv.from_mudata(conv.to_mudata(cube))
+    else:
+        back = from_pseudobulk(to_anndata(cube))
+    assert back.cells.tolist() == [[n]]
+    assert back.fingerprint == cube.fingerprint
+
+
+@pytest.mark.interop
+def test_cell_numbers_of_a_modality_are_checked_in_their_column() -> None:
+    """from_mudata's cells_key: the error names the modality and its column, as read."""
+    md = pytest.importorskip("mudata")
+    var = pd.DataFrame(index=["a", "b"])
+    mods = {
+        "B": ad.AnnData(
+            np.ones((2, 2)), obs=pd.DataFrame({"k": [1, 2]}, index=["s1", "s2"]), var=var
+        ),
+        "T": ad.AnnData(
+            np.ones((2, 2)), obs=pd.DataFrame({"k": ["1", "x"]}, index=["s1", "s2"]), var=var
+        ),
+    }
+    with mudata_defaults(md):
+        mdata = md.MuData(mods, axis=-1)
+    message = r"^modality 'T': obs column 'k' must hold cell numbers, of an integer or float dtype"
+    with pytest.raises(InputError, match=message):
+        conv.from_mudata(mdata, cells_key="k")
+
+
+@pytest.mark.interop
 def test_layer_naming_a_recorded_layer_gives_the_cube() -> None:
     """With the record, layer= naming a layer it lists gives the cube: it read that layer
     as the layer of X (the detected values came back as "counts", the counts were lost)."""

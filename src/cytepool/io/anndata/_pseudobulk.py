@@ -51,6 +51,7 @@ PROPS_LAYER = "psbulk_props"
 """decoupler's layer of the fraction of cells in which a feature is detected, per profile."""
 _WHOLE = 0.01  # props x cells this close to a whole number is a number of detecting cells
 _INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "uint64"})
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def to_anndata(cube: Cube, *, layer: str = "counts", drop_empty: bool = True) -> anndata.AnnData:
@@ -185,7 +186,8 @@ def from_pseudobulk(
         record lists gives the same cube (the layer of ``X`` is read from ``layers[layer]``
         when ``adata`` holds it there); naming another layer is an error.
     cells_key
-        The ``obs`` column holding cell numbers (whole numbers, of any numeric dtype).
+        The ``obs`` column holding cell numbers: whole numbers from 0 to 2**63 - 1, of an
+        integer or float dtype (integers are read exactly; strings and booleans are refused).
         None looks for ``n_cells``, then ``psbulk_cells``, then ``n_obs_aggregated``.
     samples, groups
         Covariates, as in :func:`from_anndata` (ignored when the record is used).
@@ -201,7 +203,8 @@ def from_pseudobulk(
     ValueError
         If there are no cell numbers, a label is missing, a profile appears twice, a value
         is negative, not finite or (for integer layers and cell numbers) not a whole number,
-        var names are not unique, or ``layer`` names a layer the record does not list.
+        a cell number is past int64 or the cell numbers' dtype is not of numbers, var names
+        are not unique, or ``layer`` names a layer the record does not list.
 
     Examples
     --------
@@ -454,7 +457,7 @@ def _modality_cells(
     when a sample covariate is named ``n_cells``), which must hold the recorded numbers; the
     recorded numbers if that column is gone."""
     if cells_key is not None or record is None:
-        return obs[_cells_column(obs, cells_key, where)].to_numpy()
+        return _whole_numbers(obs[_cells_column(obs, cells_key, where)], where)
     samples = record["samples"]
     key = free_name("n_cells", samples.columns, "")
     positions = samples.index.get_indexer(obs.index.astype(str))
@@ -507,7 +510,8 @@ def _without_groups(record: dict[str, Any] | None) -> Cube:
         msg = "mdata has no modalities, and no record of to_mudata with the features of a cube"
         raise InputError(msg)
     features = record["features"]
-    obs = pd.DataFrame({"sample_id": [], "group_id": [], "n_cells": []}, dtype=object)
+    obs = pd.DataFrame({"sample_id": [], "group_id": []}, dtype=object)
+    obs["n_cells"] = np.zeros(0, dtype=np.int64)
     sums: dict[str | None, np.ndarray] = {
         None if name == record["layer"] else name: np.zeros((0, len(features)))
         for name in record["layers"]
@@ -778,17 +782,47 @@ def _detected(props: np.ndarray, cells: np.ndarray, where: str) -> np.ndarray:
 
 
 def _whole_numbers(column: pd.Series, where: str) -> np.ndarray:
-    """Cell numbers: non-null, non-negative whole numbers, as int64."""
-    values = column.to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(values) | (values < 0) | (np.mod(values, 1) != 0)
+    """Cell numbers: non-null whole numbers from 0 to the int64 maximum, of a numeric column,
+    as int64, exactly: integers are read as integers (never through float64, which rounds
+    those past 2**53), floats must be whole and in range."""
+    import pandas as pd
+
+    dtype = column.dtype
+    if pd.api.types.is_integer_dtype(dtype):
+        values = column.to_numpy(dtype=getattr(dtype, "numpy_dtype", dtype), na_value=0)
+        bad = column.isna().to_numpy() | (values < 0) | (values > _INT64_MAX)
+    elif pd.api.types.is_float_dtype(dtype):
+        values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(values) | (values < 0) | (values >= 2.0**63)
+            bad |= np.mod(values, 1) != 0
+    else:
+        raise _not_numbers(column, where)
     if bad.any():
         row = int(np.argmax(bad))
+        value = column.iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value
         msg = (
-            f"{where}: obs column {column.name!r} must hold cell numbers (whole numbers >= 0) "
-            f"but holds {column.iloc[row]!r} in row {column.index[row]!r}"
+            f"{where}: obs column {column.name!r} must hold cell numbers (whole numbers from 0 "
+            f"to {_INT64_MAX}) but holds {value!r} in row {column.index[row]!r}: "
+            f"correct it, or pass cells_key= naming the column of cell numbers"
         )
         raise InputError(msg)
     return values.astype(np.int64)
+
+
+def _not_numbers(column: pd.Series, where: str) -> InputError:
+    """The error for a column of cell numbers whose dtype is not of numbers (strings,
+    booleans, categories, times), which were taken as numbers (True as 1 cell)."""
+    first = column.iloc[0] if len(column) else None
+    first = first.item() if isinstance(first, np.generic) else first
+    example = f" (e.g. {first!r} in row {column.index[0]!r})" if len(column) else ""
+    msg = (
+        f"{where}: obs column {column.name!r} must hold cell numbers, of an integer or float "
+        f"dtype, but is of dtype {column.dtype}{example}: convert it (obs[{column.name!r}]"
+        f".astype('int64')), or pass cells_key= naming the column of cell numbers"
+    )
+    return InputError(msg)
 
 
 def _cells_column(obs: pd.DataFrame, cells_key: str | None, where: str) -> str:
