@@ -1261,6 +1261,77 @@ def test_record_dtype_mismatch_is_an_error() -> None:
         from_pseudobulk(pseudobulk)
 
 
+def _dtypes_with(table: str, column: str, name: Any) -> str:
+    import json
+
+    dtypes = json.loads(to_anndata(rich_cube()).uns["cytepool"]["dtypes"])
+    dtypes[table][column] = name
+    return json.dumps(dtypes)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("field", "value", "detail"),
+    [
+        ("cells", np.ones((3, 3), dtype=np.int64), r"its 'cells' are int64 of shape \(3, 3\), "),
+        ("cells", np.ones(5, dtype=np.int64), r"its 'cells' are int64 of shape \(5,\), expected"),
+        ("cells", np.full((3, 5), 1.5), r"its 'cells' are float64 of shape \(3, 5\), expected"),
+        ("version", "1.0", r"its 'version' is '1\.0', expected the integer 1"),
+        ("version", 1.0, r"its 'version' is 1\.0, expected the integer 1"),
+        ("dtypes", "[]", r"its 'dtypes' are \[\], expected an object with the dtypes of 'layers'"),
+        (
+            "dtypes",
+            '{"layers": {}}',
+            r"its 'dtypes' of 'layers' name no dtype of the layer 'counts'",
+        ),
+        ("dtypes", '{"layers": [], "samples": {}}', r"its 'dtypes' are \{'layers': \[\]"),
+        (
+            "dtypes",
+            _dtypes_with("layers", "counts", "nonsense"),
+            r"its 'dtypes' of 'layers' give 'counts' the unknown dtype 'nonsense'",
+        ),
+        (
+            "dtypes",
+            _dtypes_with("samples", "donor", "nonsense"),
+            r"its 'dtypes' of 'samples' give 'donor' the unknown dtype 'nonsense'",
+        ),
+        (
+            "dtypes",
+            _dtypes_with("samples", "visit", "datetime64[ns, Nowhere/Atlantis]"),
+            r"its 'dtypes' of 'samples' give 'visit' the unknown dtype 'datetime64\[ns, Nowhere/",
+        ),
+        (
+            "dtypes",
+            _dtypes_with("groups", "lineage", 3),
+            r"its 'dtypes' of 'groups' give 'lineage' the unknown dtype 3",
+        ),
+        ("layer", "spliced", r"its 'layer' 'spliced' is not one of its 'layers'"),
+        ("metadata", "[1]", r"its 'metadata' is a list, expected an object"),
+        ("provenance", "{}", r"its 'provenance' is a dict, expected a list"),
+    ],
+)
+def test_a_damaged_record_is_an_input_error_naming_the_field(
+    field: str, value: Any, detail: str
+) -> None:
+    """A record of another type or shape than to_anndata writes raised IndexError (cells),
+    ValueError (version "1.0"), AttributeError (dtypes "[]") or TypeError (an unknown dtype)."""
+    pseudobulk = to_anndata(rich_cube())
+    pseudobulk.uns["cytepool"][field] = value
+    message = rf"^adata\.uns\['cytepool'\] is damaged \({detail}.*\): delete it or rewrite it$"
+    with pytest.raises(InputError, match=message):
+        from_pseudobulk(pseudobulk)
+
+
+@pytest.mark.interop
+def test_a_damaged_record_of_a_mudata_is_an_input_error() -> None:
+    pytest.importorskip("mudata")
+    mdata = conv.to_mudata(rich_cube())
+    mdata.uns["cytepool"]["modalities"] = ["B"]
+    message = r"^mdata\.uns\['cytepool'\] is damaged \(its 'modalities' are 1, expected one per"
+    with pytest.raises(InputError, match=message):
+        conv.from_mudata(mdata)
+
+
 @pytest.mark.interop
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64"])
 @pytest.mark.parametrize(

@@ -191,16 +191,22 @@ def make_record(
 
 
 def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
-    """The record of ``uns``, parsed, or None when there is none."""
+    """The record of ``uns``, parsed and checked, or None when there is none: InputError
+    naming the field of a damaged one (of another type, shape or dtype name than
+    :func:`make_record` writes)."""
     import pandas as pd
 
     raw = uns.get(RECORD_KEY)
     if not isinstance(raw, Mapping) or raw.get("format") != _RECORD_FORMAT:
         return None
     raw = {key: eager(value) for key, value in raw.items()}
-    if int(raw.get("version", 0)) != _RECORD_VERSION:
+    version: Any = raw.get("version")
+    if not _is_integer(version):
+        detail = f"its 'version' is {version!r}, expected the integer {_RECORD_VERSION}"
+        raise _damaged(where, detail)
+    if int(version) != _RECORD_VERSION:
         msg = (
-            f"{where}.uns[{RECORD_KEY!r}] has version {raw.get('version')!r}; this cytepool "
+            f"{where}.uns[{RECORD_KEY!r}] has version {version!r}; this cytepool "
             f"reads version {_RECORD_VERSION}: upgrade cytepool"
         )
         raise InputError(msg)
@@ -211,7 +217,7 @@ def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
             "dtypes": json.loads(str(raw["dtypes"])),
             "samples": pd.DataFrame(raw["samples"]),
             "groups": pd.DataFrame(raw["groups"]),
-            "cells": np.asarray(raw["cells"], dtype=np.int64),
+            "cells": np.asarray(raw["cells"]),
             "metadata": json.loads(str(raw["metadata"])),
             "provenance": json.loads(str(raw["provenance"])),
         }
@@ -223,12 +229,88 @@ def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
         if "features" in raw:
             record["features"] = pd.DataFrame(raw["features"])
             record["features"].index = record["features"].index.astype(str)
-    except (KeyError, TypeError, ValueError) as error:
-        msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({error!r}): delete it or rewrite it"
-        raise InputError(msg) from error
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise _damaged(where, repr(error)) from error
+    problem = _record_problem(record)
+    if problem is not None:
+        raise _damaged(where, problem)
+    record["cells"] = record["cells"].astype(np.int64)
     for name in ("samples", "groups"):
         record[name].index = record[name].index.astype(str).rename(ID_COLUMNS[name])
     return record
+
+
+def _damaged(where: str, detail: str) -> InputError:
+    msg = f"{where}.uns[{RECORD_KEY!r}] is damaged ({detail}): delete it or rewrite it"
+    return InputError(msg)
+
+
+def _is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (Python's or numpy's, a 0-d array of one), not a bool."""
+    value = value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the fields of a parsed record (of other types or shapes than
+    :func:`make_record` writes), naming the field; None when nothing is."""
+    shape = (len(record["groups"]), len(record["samples"]))
+    cells = record["cells"]
+    if cells.dtype.kind not in "iu" or cells.shape != shape:
+        return (
+            f"its 'cells' are {cells.dtype} of shape {cells.shape}, expected integers of "
+            f"shape (groups, samples) = {shape}"
+        )
+    if record["layer"] not in record["layers"]:
+        return f"its 'layer' {record['layer']!r} is not one of its 'layers' {record['layers']}"
+    if len(record.get("modalities", record["groups"])) != shape[0]:
+        return f"its 'modalities' are {len(record['modalities'])}, expected one per group"
+    if not isinstance(record["metadata"], dict):
+        return f"its 'metadata' is a {type(record['metadata']).__name__}, expected an object"
+    if not isinstance(record["provenance"], list):
+        kind = type(record["provenance"]).__name__
+        return f"its 'provenance' is a {kind}, expected a list"
+    return _dtypes_problem(record["dtypes"], record["layers"])
+
+
+def _dtypes_problem(dtypes: Any, layers: list[str]) -> str | None:
+    """What is wrong with a record's ``dtypes``: an object of the dtype names of each
+    table's columns (each one :func:`restore` knows) and of each layer (a numpy integer or
+    float); None when nothing is."""
+    if not isinstance(dtypes, dict) or not isinstance(dtypes.get("layers"), dict):
+        return f"its 'dtypes' are {dtypes!r}, expected an object with the dtypes of 'layers'"
+    for table in ("samples", "groups", "features", "layers"):
+        names = dtypes.get(table, {})
+        if not isinstance(names, dict):
+            return f"its 'dtypes' of {table!r} are {names!r}, expected an object"
+        for column, name in names.items():
+            known = _is_layer_dtype(name) if table == "layers" else _is_restorable(name)
+            if not known:
+                return f"its 'dtypes' of {table!r} give {column!r} the unknown dtype {name!r}"
+    missing = [name for name in layers if name not in dtypes["layers"]]
+    if missing:
+        return f"its 'dtypes' of 'layers' name no dtype of the layer {missing[0]!r}"
+    return None
+
+
+def _is_layer_dtype(name: Any) -> bool:
+    try:
+        return isinstance(name, str) and np.dtype(name).kind in "iuf"
+    except TypeError:
+        return False
+
+
+def _is_restorable(name: Any) -> bool:
+    """Whether :func:`restore` makes a column of the dtype named ``name`` (tried on none)."""
+    import pandas as pd
+
+    if not isinstance(name, str):
+        return False
+    try:
+        _restored(pd.Series([], dtype=object), name)
+    except (TypeError, ValueError, KeyError):
+        return False
+    return True
 
 
 _DATE_OBJECTS = "object[date]"
