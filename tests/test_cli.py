@@ -273,6 +273,72 @@ def test_demo_refuses_to_clobber(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert_one_line_error(code, err, "not a directory")
 
 
+def _demo_outputs(directory: Path) -> dict[str, bytes]:
+    """The bytes of every file the demo wrote in ``directory``, by relative path."""
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != ".cytepool-demo"
+    }
+
+
+@pytest.mark.parametrize("failing", ["simulate", "write the cells", "write the cube"])
+def test_a_failed_demo_leaves_the_earlier_demos_outputs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+) -> None:
+    """A rerun deleted the earlier demo's outputs before it simulated anything, so a run
+    interrupted or failing midway left DIR without them; cells.h5ad was written in place."""
+    import anndata
+
+    import cytepool._demo
+    import cytepool.io
+
+    directory = tmp_path / "demo"
+    assert run(["demo", str(directory), "--cells", "100", "--no-progress"], capsys)[0] == 0
+    before = _demo_outputs(directory)
+    assert {"cells.h5ad", "CD4_T.h5ad", "cells.cube.zarr/zarr.json"} <= set(before)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        if failing == "write the cells":
+            Path(args[1]).write_bytes(b"half an h5ad")  # written where anndata was told to
+        raise OSError(5, "Input/output error")
+
+    if failing == "simulate":
+        monkeypatch.setattr(cytepool._demo, "simulate_cells", broken)
+    elif failing == "write the cells":
+        monkeypatch.setattr(anndata.AnnData, "write_h5ad", lambda *a, **k: broken(*a, **k))
+    else:
+        monkeypatch.setattr(cytepool.io, "write_cube", broken)
+    code, _, err = run(["demo", str(directory), "--cells", "100", "--no-progress"], capsys)
+    assert_one_line_error(code, err, "Input/output error")
+    after = _demo_outputs(directory)
+    assert set(after) == set(before)  # no temporary files left either
+    for name in ("CD4_T.h5ad", "cells.cube.zarr/zarr.json"):
+        assert after[name] == before[name]
+    if failing != "write the cube":  # else cells.h5ad is the new one, as whole
+        assert after["cells.h5ad"] == before["cells.h5ad"]
+
+
+def test_the_demo_deletes_nothing_its_marker_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The marker file was taken as a list of names to delete: "..", "../x" or "a/b"
+    deleted outside the demo's outputs (DIR's parent, with all in it)."""
+    directory = tmp_path / "outer" / "demo"
+    (directory / "a").mkdir(parents=True)
+    (directory / "a" / "b").write_text("mine")
+    (tmp_path / "outer" / "victim.txt").write_text("precious")
+    names = ["..", "../victim.txt", "a/b", "a", "cells.h5ad"]
+    (directory / ".cytepool-demo").write_text(json.dumps(names))
+    assert run(["demo", str(directory), "--cells", "100", "--no-progress"], capsys)[0] == 0
+    assert (tmp_path / "outer" / "victim.txt").read_text() == "precious"
+    assert (directory / "a" / "b").read_text() == "mine"
+    assert (directory / "cells.h5ad").is_file()
+
+
 def cytepool(command: list[str] | str, cwd: Path, **options: Any) -> Any:
     """Run a command (a shell line if a string) in a real process; its output as text."""
     return subprocess.run(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,27 +78,33 @@ def simulate_cells(n_cells: int, *, seed: int) -> anndata.AnnData:
 
 
 def prepare_directory(directory: Path, outputs: Sequence[str]) -> Path:
-    """Make ``directory`` ready for ``outputs``: new, empty, or an earlier demo's (cleared)."""
+    """Make ``directory`` ready for ``outputs``: new, empty, or an earlier demo's, whose
+    outputs stay until each is replaced (atomically) by the new one: an interrupted or
+    terminated demo leaves what was there. Nothing is deleted here; the marker file only
+    says the directory is the demo's, so what it lists is never taken as names to delete."""
     marker = directory / _MARKER
     if directory.exists() and not directory.is_dir():
         msg = f"{directory} exists and is not a directory"
         raise FileExistsError(msg)
-    if directory.is_dir() and any(directory.iterdir()):
-        if not marker.is_file():
-            msg = (
-                f"{directory} is not empty and was not written by `cytepool demo`; "
-                f"name a new or empty directory: cytepool demo DIR"
-            )
-            raise FileExistsError(msg)
-        for name in json.loads(marker.read_text(encoding="utf-8")):
-            _remove(directory / name)
+    if directory.is_dir() and any(directory.iterdir()) and not marker.is_file():
+        msg = (
+            f"{directory} is not empty and was not written by `cytepool demo`; "
+            f"name a new or empty directory: cytepool demo DIR"
+        )
+        raise FileExistsError(msg)
     directory.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(list(outputs)), encoding="utf-8")
+    _write_text(marker, json.dumps(list(outputs)))
     return directory
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, then move it into place."""
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
+    ) as file:
+        file.write(text)
+    try:
+        os.replace(file.name, path)
+    except BaseException:
+        Path(file.name).unlink(missing_ok=True)
+        raise

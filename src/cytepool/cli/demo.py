@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"cytepool demo -> {directory}/")
     with _step() as took:
         cells = simulate_cells(args.cells, seed=_DEMO_SEED)
-        cells.write_h5ad(cells_path)
+        write_anndata(cells, cells_path)  # each output replaces the earlier demo's, whole
     matrix: Any = cells.X  # a CSR matrix here
     nonzero = matrix.nnz / (cells.n_obs * cells.n_vars)
     print(
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> None:
         f"covariates {_columns(cube.groups, 'groups')} [{took()}]"
     )
     with _step() as took:
-        write_cube(cube, cube_path)
+        write_cube(cube, cube_path, overwrite=True)
     print(f"3. wrote the cube -> {cube_path} ({_size(cube_path)}) [{took()}]")
     with _step() as took:
         lazy = read_cube(cube_path)
