@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CELL_TYPES", "prepare_directory", "simulate_cells"]
 
-_MARKER = ".cytepool-demo"  # lists what the demo wrote, so that a rerun may clear it
+_MARKER = ".cytepool-demo"  # says the directory is a demo's, which a rerun may write into
 
 CELL_TYPES = {  # name: (share of cells, lineage)
     "B": (0.14, "lymphoid"),

@@ -79,14 +79,10 @@ def check_one_to_one(
     one: the message names the two labels that do not and their ``sources`` (one per label,
     each a ``kind``, such as ``"file"``)."""
     pair = _mismatch(values, texts)
-    if pair is None:
-        return
-    i, j = pair
-    where = (f" in {sources[i]}", f" in {sources[j]}")
-    advice = f"in every {kind}"
-    if texts[i] == texts[j]:
-        raise _read_the_same(what, (values[i], values[j]), texts[i], where, advice)
-    raise _read_differently(what, (values[i], values[j]), (texts[i], texts[j]), where, advice)
+    if pair is not None:
+        i, j = pair
+        where = (f" in {sources[i]}", f" in {sources[j]}")
+        raise _mismatch_error(what, values, texts, pair, where, f"in every {kind}")
 
 
 def _texts(values: Sequence[Any], what: str) -> list[str]:
@@ -94,10 +90,7 @@ def _texts(values: Sequence[Any], what: str) -> list[str]:
     texts = [str(value) for value in values]
     pair = _mismatch(values, texts)
     if pair is not None:
-        i, j = pair
-        if texts[i] == texts[j]:
-            raise _read_the_same(what, (values[i], values[j]), texts[i])
-        raise _read_differently(what, (values[i], values[j]), (texts[i], texts[j]))
+        raise _mismatch_error(what, values, texts, pair)
     return texts
 
 
@@ -117,6 +110,21 @@ def _mismatch(values: Sequence[Any], texts: Sequence[str]) -> tuple[int, int] | 
         if texts[j] != text:
             return j, i
     return None
+
+
+def _mismatch_error(
+    what: str,
+    values: Sequence[Any],
+    texts: Sequence[str],
+    pair: tuple[int, int],
+    where: tuple[str, str] = ("", ""),
+    advice: str = "",
+) -> InputError:
+    """The error for the labels at ``pair`` (see :func:`_mismatch`), placed by ``where``."""
+    i, j = pair
+    if texts[i] == texts[j]:
+        return _read_the_same(what, (values[i], values[j]), texts[i], where, advice)
+    return _read_differently(what, (values[i], values[j]), (texts[i], texts[j]), where, advice)
 
 
 def _read_the_same(

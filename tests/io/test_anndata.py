@@ -1323,11 +1323,18 @@ def test_a_damaged_record_is_an_input_error_naming_the_field(
 
 
 @pytest.mark.interop
-def test_a_damaged_record_of_a_mudata_is_an_input_error() -> None:
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [(False, r"its 'modalities' are 1, expected one per"), (True, r".*is the text 'xx")],
+)
+def test_a_damaged_record_of_a_mudata_is_an_input_error(text: bool, detail: str) -> None:
+    """Modalities of another number than the groups, or a text (whose letters, as many as
+    the groups, were once taken as the names)."""
     pytest.importorskip("mudata")
-    mdata = conv.to_mudata(rich_cube())
-    mdata.uns["cytepool"]["modalities"] = ["B"]
-    message = r"^mdata\.uns\['cytepool'\] is damaged \(its 'modalities' are 1, expected one per"
+    cube = rich_cube()
+    mdata = conv.to_mudata(cube)
+    mdata.uns["cytepool"]["modalities"] = "x" * len(cube.groups) if text else ["B"]
+    message = rf"^mdata\.uns\['cytepool'\] is damaged \({detail}"
     with pytest.raises(InputError, match=message):
         conv.from_mudata(mdata)
 
@@ -1471,7 +1478,8 @@ def test_cell_numbers_out_of_int64_are_an_input_error(cells: Any, found: str) ->
     adata = pseudobulk_frame(np.ones((2, 1)), cells, d=["a", "b"], g=["T", "T"])
     message = (
         r"^adata: obs column 'psbulk_cells' must hold cell numbers \(whole numbers from 0 to "
-        rf"9223372036854775807\) but {found}: correct it, or pass cells_key="
+        rf"9223372036854775807\) but {found}: correct it \(or, if it is not the column of cell "
+        r"numbers, pass cells_key="
     )
     with pytest.raises(InputError, match=message):
         from_pseudobulk(adata, sample_key="d", group_key="g")

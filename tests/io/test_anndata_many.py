@@ -335,6 +335,20 @@ def test_a_covariate_missing_in_a_whole_file_joins_as_in_memory(
         assert "note" in cube.samples.columns
 
 
+def test_text_of_other_categories_and_a_file_without_it_join_as_in_memory(
+    tmp_path: Path,
+) -> None:
+    """Text read back as categoricals of other categories in two files, missing (NaN) in a
+    third: anndata.concat joins them as text (objects), which a table holds: kept."""
+    adatas = [cells(i) for i in range(3)]
+    for adata, note in zip(adatas, ["x", "y", np.nan], strict=True):
+        adata.obs["note"] = note
+    paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]
+    cube = from_anndata(paths, **KEYS, **HERE)
+    same_cube(cube, expected(paths, **KEYS))
+    assert "note" in cube.samples.columns
+
+
 def test_a_var_column_of_equal_values_and_two_types_is_dropped_as_in_memory(
     tmp_path: Path,
 ) -> None:

@@ -149,6 +149,31 @@ def test_collection_the_search_skips_is_walked_when_strings_name_it(
         from_anndata(path, **KEYS)
 
 
+def test_strings_naming_bytes_without_a_signature_name_no_collection(tmp_path: Path) -> None:
+    """A descriptor that names a place holding what a collection holds but its signature
+    (here a byte array in uns: ``XXXX``, then a collection of one object, the first var name):
+    no collection is there, as libhdf5 finds it (by the signature)."""
+    path = tmp_path / "c.h5ad"
+    adata = cells()
+    first = str(adata.var_names[0]).encode()
+    item = (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + bytes(4)
+    item += len(first).to_bytes(8, "little") + first.ljust(8, b"\0")
+    rest = (0).to_bytes(2, "little") + bytes(6) + (24).to_bytes(8, "little")
+    blob = (b"XXXX\x01\0\0\0" + (64).to_bytes(8, "little") + item + rest).ljust(64, b"\0")
+    adata.uns["blob"] = np.frombuffer(blob, np.uint8).copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata.write_h5ad(path)
+    with h5py.File(path, "r") as file:
+        at = int(file["uns/blob"].id.get_offset())
+    name, offset = string_dataset(path)
+    patched(path, offset + 4, at.to_bytes(8, "little"))  # the first name's heap and index
+    patched(path, offset + 12, (1).to_bytes(4, "little"))
+    message = rf"dataset '{name}' lists strings in a global heap collection at byte {at}, not one"
+    with pytest.raises(FormatError, match=rf"c\.h5ad: {message}"):
+        from_anndata(path, **KEYS)
+
+
 def string_dataset(path: Path) -> tuple[str, int]:
     """The name and byte offset of the var names (variable-length strings, contiguous)."""
     with h5py.File(path, "r") as file:

@@ -90,7 +90,8 @@ def from_anndata(
         this process and worker processes (``jobs``) or on a dask client's workers
         (``client``), the cubes
         added up with features aligned by id; the cube equals pooling the files concatenated
-        in memory (see "Many files" in the dask guide).
+        in memory (see "Many files" in the dask guide), but for labels: those of all the
+        files must match their texts one to one, as those of one file.
     sample_key, group_key
         The ``obs`` columns that hold each cell's sample and group (cell type). Ids are the
         ``str`` values of the labels, sorted, by the rule of :func:`cytepool.from_cells`
@@ -167,8 +168,9 @@ def from_anndata(
         varies within a sample or group, the values are negative or not finite, var names
         are not unique, or ``layer`` and ``use_raw`` are both given. With a list of paths,
         also if the files' features differ, a profile is in two files (unless
-        ``duplicates="add"``), or ``sample_ids`` does not name one sample per file; a file
-        that fails stops the run with its error, naming the file.
+        ``duplicates="add"``), the labels of two files do not match their texts one to one
+        (``1`` in one, ``1.0`` in another), or ``sample_ids`` does not name one sample per
+        file; a file that fails stops the run with its error, naming the file.
     TypeError
         If ``samples``, ``groups`` or ``features`` is one string (``samples="age"``) instead
         of a list of column names (an :class:`~cytepool.errors.InputTypeError`).

@@ -346,9 +346,11 @@ def heap_objects_walked(
 
 
 def _collection_size(view: _FileBytes, at: int, lengths: int) -> int | None:
-    """The size of the collection at ``at``, or None if libhdf5 would refuse to read it."""
+    """The size of the collection at ``at``, or None if libhdf5 would refuse to read it
+    (no signature, as at an address a damaged descriptor names; another version; a size
+    past the file's end)."""
     header = 8 + lengths
-    if at + header > len(view) or view[at + 4] != 1:
+    if at + header > len(view) or bytes(view[at : at + 4]) != _SIGNATURE or view[at + 4] != 1:
         return None
     size = int.from_bytes(view[at + 8 : at + header], "little")
     if size < header or size > len(view) - at:

@@ -614,7 +614,8 @@ def _values(
     columns = _unified([_by_id(table[column]) for table, _ in tables])
     joined = _concatenated(columns)
     joined = joined[~joined.index.duplicated()]
-    return joined, _type_conflict(joined, columns, names) or unstorable(joined)
+    reason = unstorable(joined)  # a column the cells in memory keep is kept, whatever its types
+    return joined, None if reason is None else _type_conflict(joined, columns, names) or reason
 
 
 def _by_id(series: pd.Series) -> pd.Series:
@@ -652,9 +653,9 @@ def _concatenated(columns: list[pd.Series]) -> pd.Series:
 
 
 def _type_conflict(joined: pd.Series, columns: list[pd.Series], names: Sequence[str]) -> str | None:
-    """Why a column of different types in two files (dates and numbers, text and numbers) is
-    not a covariate: pandas joined them as objects. A column missing in a whole file has no
-    type of its own."""
+    """Why a column of different types in two files (dates and numbers, text and numbers),
+    which pandas joined as objects a table cannot hold, is not a covariate. A column missing
+    in a whole file has no type of its own."""
     typed = [(i, c.dtype) for i, c in enumerate(columns) if not c.isna().all()]
     if joined.dtype != object or any(dtype == np.dtype(object) for _, dtype in typed):
         return None

@@ -204,7 +204,9 @@ def from_pseudobulk(
         If there are no cell numbers, a label is missing, a profile appears twice, a value
         is negative, not finite or (for integer layers and cell numbers) not a whole number,
         a cell number is past int64 or the cell numbers' dtype is not of numbers, var names
-        are not unique, or ``layer`` names a layer the record does not list.
+        are not unique, ``layer`` names a layer the record does not list, or the record
+        ``uns['cytepool']`` is damaged (a field of another type or shape than
+        :func:`to_anndata` writes: an :class:`~cytepool.errors.InputError` naming it).
 
     Examples
     --------
@@ -805,7 +807,8 @@ def _whole_numbers(column: pd.Series, where: str) -> np.ndarray:
         msg = (
             f"{where}: obs column {column.name!r} must hold cell numbers (whole numbers from 0 "
             f"to {_INT64_MAX}) but holds {value!r} in row {column.index[row]!r}: "
-            f"correct it, or pass cells_key= naming the column of cell numbers"
+            f"correct it (or, if it is not the column of cell numbers, pass cells_key= naming "
+            f"that column)"
         )
         raise InputError(msg)
     return values.astype(np.int64)
@@ -820,7 +823,8 @@ def _not_numbers(column: pd.Series, where: str) -> InputError:
     msg = (
         f"{where}: obs column {column.name!r} must hold cell numbers, of an integer or float "
         f"dtype, but is of dtype {column.dtype}{example}: convert it (obs[{column.name!r}]"
-        f".astype('int64')), or pass cells_key= naming the column of cell numbers"
+        f".astype('int64')) or, if it is not the column of cell numbers, pass cells_key= "
+        f"naming that column"
     )
     return InputError(msg)
 

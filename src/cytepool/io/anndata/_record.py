@@ -225,7 +225,7 @@ def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
             norm = {key: eager(value) for key, value in raw["normalization"].items()}
             record["normalization"] = (str(norm["method"]), np.asarray(norm["factors"], float))
         if "modalities" in raw:
-            record["modalities"] = [str(name) for name in raw["modalities"]]
+            record["modalities"] = [str(name) for name in _sequence(raw["modalities"])]
         if "features" in raw:
             record["features"] = pd.DataFrame(raw["features"])
             record["features"].index = record["features"].index.astype(str)
@@ -238,6 +238,14 @@ def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
     for name in ("samples", "groups"):
         record[name].index = record[name].index.astype(str).rename(ID_COLUMNS[name])
     return record
+
+
+def _sequence(value: Any) -> Any:
+    """``value``, a sequence of names (TypeError for a text, whose letters are no names)."""
+    if isinstance(value, str | bytes | np.str_):
+        msg = f"'modalities' is the text {value!r}, expected a list of names"
+        raise TypeError(msg)
+    return value
 
 
 def _damaged(where: str, detail: str) -> InputError:
