@@ -655,6 +655,13 @@ def test_merge_groups(backend: str) -> None:
     assert merged.provenance[-1].parameters == {"groups": {"lymphoid": ["NK", "B"]}}
 
 
+def test_a_merged_group_id_that_is_not_unicode_is_an_input_error(backend: str) -> None:
+    """Checked before the table's backend meets it (pandas 3, polars and pyarrow raised a bare
+    UnicodeEncodeError naming nothing)."""
+    with pytest.raises(InputError, match=r"^groups: column 'group_id': row 0 holds 'T\\udcff'"):
+        pbmc_cube(backend).merge_groups({"T\udcff": ["NK", "B"]})
+
+
 def test_merge_groups_may_take_the_id_of_a_member() -> None:
     counts = counts_array()
     merged = pbmc_cube().merge_groups({"NK": ["T", "NK"]})

@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 from cytepool import Cube, from_cells
-from cytepool.errors import NotCountsWarning
+from cytepool.errors import InputError, NotCountsWarning
 
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
@@ -137,6 +137,26 @@ def test_unsupported_chunks() -> None:
     counts = counts.map_blocks(lambda b: b.tolist(), meta=np.empty((0, 0)))
     with pytest.raises(TypeError, match=r"expected dask chunks that are numpy arrays or scipy"):
         from_cells(counts, sample_labels=["a"] * 4, group_labels=["g"] * 4)
+
+
+BLOCKS_RESHAPED = {
+    "fewer rows": (lambda b: b[:1], r"\(1, 2\)"),  # summed 24 where 46 was right, silently
+    "more rows": (lambda b: np.vstack([b, b]), r"\(4, 2\)"),  # a bare IndexError
+    "fewer columns": (lambda b: b[:, :1], r"\(2, 1\)"),
+    "more columns": (lambda b: np.hstack([b, b]), r"\(2, 4\)"),
+}
+
+
+@pytest.mark.parametrize("case", BLOCKS_RESHAPED)
+def test_chunks_of_another_shape_than_declared_are_an_error(case: str) -> None:
+    """dask trusts the chunks an array declares: a block mapped to another shape is named,
+    never pooled into wrong sums."""
+    reshape, found = BLOCKS_RESHAPED[case]
+    x = np.arange(24).reshape(6, 4) % 5
+    counts = da.from_array(x, chunks=2).map_blocks(reshape, dtype=x.dtype)
+    message = rf"the dask chunk at row \d+, column \d+ has shape {found}, but the array declares"
+    with pytest.raises(InputError, match=message + r" \(2, 2\)"):
+        from_cells(counts, sample_labels=list("aabbcc"), group_labels=list("TTTBBB"))
 
 
 def test_missing_dask_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

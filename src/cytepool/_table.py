@@ -23,7 +23,7 @@ from cytepool._arrays import refuse_masked
 from cytepool._ids import BufferIds
 from cytepool._join import joined_frame
 from cytepool._records import ID_COLUMNS
-from cytepool._utf8 import Utf8Buffer, categories_not_unicode, not_unicode
+from cytepool._utf8 import Utf8Buffer, categories_not_unicode, is_unicode, not_unicode
 from cytepool._words import brief
 from cytepool.errors import InputError, InputTypeError, UnknownIdError
 from cytepool.layers import Index, positions
@@ -359,6 +359,8 @@ class AxisTable:
         """One row per pool: the new ids and the covariates constant within every pool."""
         import narwhals.stable.v2 as nw
 
+        if not is_unicode("".join(new_ids)):  # checked before a backend meets them
+            raise not_unicode(new_ids, f"{self.axis}: column {self.id_column!r}")
         keep = [self.id_column]
         for column in _fp.canonical_table(self.frame)[1:]:
             keys = column.row_keys()

@@ -795,7 +795,8 @@ def _pool_dask(
             for i in range(first, stop):
                 where = (rows[i], columns[j])
                 block_profiles = profiles[rows[i] : rows[i + 1]]
-                args = (block_profiles, (n_groups, n_samples), extra, where)
+                shape = (rows[i + 1] - rows[i], columns[j + 1] - columns[j])
+                args = (block_profiles, (n_groups, n_samples), extra, where, shape)
                 partial = pool(partial, blocks[i, j], *args)
             chains.append(partial)
         trees.append(tree(dask.delayed(_add_partials), chains))
@@ -813,8 +814,10 @@ def _pool_chunk(
     axes: tuple[int, int],
     extra: tuple[str, ...],
     offset: tuple[int, int],
+    shape: tuple[int, int],
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Add one block of a dask array to the partial sums of its chain (a dask task).
+    """Add one block of a dask array, of the declared ``shape``, to the partial sums of its
+    chain (a dask task).
 
     The chain's partial sums have this task as their one consumer: they are added into.
     """
@@ -825,6 +828,14 @@ def _pool_chunk(
             f"found {type(block).__name__}"
         )
         raise InputTypeError(msg)
+    if tuple(block.shape) != tuple(map(int, shape)):  # dask trusts its declared chunks
+        msg = (
+            f"counts: the dask chunk at row {offset[0]}, column {offset[1]} has shape "
+            f"{tuple(block.shape)}, but the array declares {tuple(map(int, shape))} (its "
+            "chunks); a function mapped over the blocks must keep their shape, or declare "
+            "the chunks it makes (map_blocks(..., chunks=...))"
+        )
+        raise InputError(msg)
     sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra, offset, partial)
     _add_block(sums, block, 0, "counts")
     return sums.arrays()
