@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool._assemble import provenance_record, with_provenance
-from cytepool.errors import InputError
+from cytepool.errors import InputError, InputTypeError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -244,7 +244,7 @@ def _sequence(value: Any) -> Any:
     """``value``, a sequence of names (TypeError for a text, whose letters are no names)."""
     if isinstance(value, str | bytes | np.str_):
         msg = f"'modalities' is the text {value!r}, expected a list of names"
-        raise TypeError(msg)
+        raise InputTypeError(msg)
     return value
 
 
