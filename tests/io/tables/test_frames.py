@@ -322,6 +322,21 @@ def test_range_index_becomes_row_number_strings(tmp_path: Path) -> None:
     assert list(read_table(tmp_path / "u").index) == ["10", "8", "6", "4", "2"]
 
 
+def test_a_named_range_index_is_stored_as_its_integers(tmp_path: Path, backend: str) -> None:
+    # it was stored as row numbers that are strings; anndata writes its integers
+    frame = pd.DataFrame({"x": [1.0, 2.0]}, index=pd.RangeIndex(3, 7, 2, name="r"))
+    write_table(frame, tmp_path / "t")
+    result = read_table(tmp_path / "t", backend=backend)
+    if backend == "pandas":
+        pd.testing.assert_index_equal(result.index, pd.Index([3, 5], name="r"))
+    else:
+        assert python_values(result) == {"r": [3, 5], "x": [1.0, 2.0]}
+    shared = pd.DataFrame({"k": [0, 1]}, index=pd.RangeIndex(2, name="k"))
+    write_table(shared, tmp_path / "u")
+    assert json.loads((tmp_path / "u" / "zarr.json").read_text())["attributes"]["_index"] == "k"
+    assert python_values(read_table(tmp_path / "u", backend=backend)) == {"k": [0, 1]}
+
+
 def test_index_column_of_polars_comes_first(backend: str, tmp_path: Path) -> None:
     frame = pl.DataFrame({"length": [1, None, 3], "feature_id": ["g1", "g2", "g3"]})
     write_table(frame, tmp_path / "t", index="feature_id")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,18 @@ def test_argument_errors(tmp_path: Path) -> None:
         write_table(frame, tmp_path / "t", chunks=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"brotli"):
         write_table(frame, tmp_path / "t", compression="brotli")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "frame", [pd.Series([1, 2], name="a"), pd.Index(["x", "y"])], ids=["series", "index"]
+)
+def test_a_pandas_series_or_index_is_a_type_error(frame: Any, tmp_path: Path) -> None:
+    # it used to be an AttributeError ('Series' object has no attribute 'columns')
+    name = type(frame).__name__
+    match = rf"frame must be a pandas, polars or pyarrow table.*found {name}; .*\.to_frame\(\)"
+    with pytest.raises(TypeError, match=match):
+        write_table(frame, tmp_path / "t")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -417,3 +430,64 @@ def test_a_repeated_name_in_column_order_is_a_format_error(tmp_path: Path, backe
     with pytest.raises(FormatError, match=r"'column-order' repeats the column 'a'") as info:
         read_table(path, backend=backend)  # type: ignore[arg-type]
     assert any(str(path) in note for note in info.value.__notes__)
+
+
+def _zoned(tmp_path: Path, zone: str) -> Path:
+    """A table of one datetime column whose stored ``time_zone`` is edited to ``zone``."""
+    times = pd.to_datetime(["2020-01-01 13:00", None]).tz_localize("UTC")
+    write_table(pd.DataFrame({"t": times}), tmp_path / "t")
+    _edit(tmp_path / "t" / "t", cytepool_dtype={"type": "datetime", "time_zone": zone})
+    return tmp_path / "t"
+
+
+@pytest.mark.parametrize("zone", ["", "Nowhere/Zone", "+99:00", "+24:00", "-00:00", "+0530"])
+def test_a_stored_time_zone_that_names_no_zone_is_a_format_error(
+    tmp_path: Path, backend: str, zone: str
+) -> None:
+    # it was an IndexError, ZoneInfoNotFoundError or pandas' ValueError with pandas, and read
+    # as UTC, naive or an unusable table with polars and pyarrow
+    path = _zoned(tmp_path, zone)
+    match = rf"t/t: time_zone in cytepool-dtype must name a zone .* found {re.escape(repr(zone))}"
+    with pytest.raises(FormatError, match=match) as info:
+        read_table(path, backend=backend)  # type: ignore[arg-type]
+    assert any(str(path) in note for note in info.value.__notes__)
+
+
+@pytest.mark.parametrize("zone", ["+05:30", "-23:59", "+00:00"])
+@pytest.mark.parametrize("backend", ["pandas", "pyarrow"])  # polars holds no fixed offsets
+def test_the_fixed_offsets_write_table_writes_are_read(
+    tmp_path: Path, backend: str, zone: str
+) -> None:
+    read = read_table(_zoned(tmp_path, zone), backend=backend)  # type: ignore[arg-type]
+    stored = read["t"].dt.tz if backend == "pandas" else read.schema.field("t").type.tz
+    assert str(stored).removeprefix("UTC") in (zone, "")  # pandas names +00:00 UTC
+
+
+@pytest.mark.parametrize("zone", ["Nowhere/Zone", "+99:00", "+0530"])
+def test_a_pyarrow_zone_that_names_no_zone_is_refused_when_written(
+    tmp_path: Path, zone: str
+) -> None:
+    table = pa.table({"t": pa.array([0, None], pa.timestamp("us", tz=zone))})
+    match = rf"column 't' has the time zone {re.escape(repr(zone))}, which names no zone"
+    with pytest.raises(ValueError, match=match):
+        write_table(table, tmp_path / "t")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_nan_category_is_a_format_error(tmp_path: Path, backend: str) -> None:
+    # polars and pyarrow read it, pandas raised its own ValueError
+    path = _written(tmp_path)
+    write_table(pd.DataFrame({"categories": [1.0, np.nan]}), tmp_path / "other")
+    (path / "c" / "categories").rename(tmp_path / "old")
+    (tmp_path / "other" / "categories").rename(path / "c" / "categories")
+    match = r"c/categories: expected categories without missing values, found a missing value"
+    with pytest.raises(FormatError, match=match) as info:
+        read_table(path, backend=backend)  # type: ignore[arg-type]
+    assert any(str(path) in note for note in info.value.__notes__)
+
+
+def test_a_pyarrow_dictionary_of_nan_is_refused_when_written(tmp_path: Path) -> None:
+    dictionary = pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int8()), [1.0, float("nan")])
+    with pytest.raises(TypeError, match=r"column 'c': categories must be plain values .* NaN"):
+        write_table(pa.table({"c": dictionary}), tmp_path / "t")
+    assert list(tmp_path.iterdir()) == []

@@ -112,6 +112,14 @@ def _anndata_frames() -> Iterator[Any]:
         pd.DataFrame({"x": [1, 2, 3]}, index=_index(["a", "b", "c"], "cell_id")), id="named-index"
     )
     yield pytest.param(pd.DataFrame({"x": [1.0, 2.0, 3.0]}), id="range-index")
+    yield pytest.param(  # written as anndata writes it: its name and its integers
+        pd.DataFrame({"x": [1.0, 2.0, 3.0]}, index=pd.RangeIndex(4, 10, 2, name="r")),
+        id="named-range-index",
+    )
+    yield pytest.param(
+        pd.DataFrame({"k": [0, 1, 2], "x": [1, 2, 3]}, index=pd.RangeIndex(3, name="k")),
+        id="named-range-index-shared-with-column",
+    )
     yield pytest.param(
         pd.DataFrame({"x": [1, 2, 3]}, index=pd.Index([5, 3, 9], dtype=np.int64)), id="int-index"
     )
@@ -214,11 +222,12 @@ def test_anndata_reads_what_cytepool_writes(frame: Any, tmp_path: Path) -> None:
     write_table(frame, ours, chunks=2)
     theirs = anndata_write(frame, tmp_path / "theirs")
     expected = anndata_read(theirs)
-    if isinstance(frame.index, pd.RangeIndex):  # AnnData's row names: strings
+    row_numbers = isinstance(frame.index, pd.RangeIndex) and frame.index.name is None
+    if row_numbers:  # AnnData's row names: strings
         # as pandas infers an index of str objects: object in pandas 2, str in pandas 3
         expected.index = pd.Index(expected.index.astype(str).to_numpy(dtype=object))
     pd.testing.assert_frame_equal(anndata_read(ours), expected, check_exact=True)
-    _assert_same_encoding(ours, theirs, range_index=isinstance(frame.index, pd.RangeIndex))
+    _assert_same_encoding(ours, theirs, range_index=row_numbers)
     _assert_zarr_python_reads_the_same(ours)
 
 
@@ -342,6 +351,73 @@ def test_anndata_reads_pandas_extension_types(make: Callable[[], Any], tmp_path:
     assert seen["zoned"].iloc[0] == pd.Timestamp("2020-01-01 05:00")
     assert seen["F"].dtype == np.float64
     pd.testing.assert_frame_equal(read_table(tmp_path / "t"), frame, check_exact=True)
+
+
+def test_a_named_range_index_is_refused_next_to_other_values_as_anndata_refuses_it(
+    tmp_path: Path,
+) -> None:
+    frame = pd.DataFrame({"k": [5, 6]}, index=pd.RangeIndex(2, name="k"))
+    with pytest.raises(ValueError, match=r"index.name \('k'\) is also used by a column"):
+        anndata_write(frame, tmp_path / "theirs")
+    with pytest.raises(ValueError, match=r"index name 'k' is also used by a column"):
+        write_table(frame, tmp_path / "ours")
+
+
+def _anndata_times(kind: str, unit: str, path: Path) -> Path:
+    """A table of one column of numpy ``kind`` (datetime64/timedelta64) in ``unit``, as
+    anndata's write_elem writes it (values 1500, 2501, -1, -2501 and NaT of that unit)."""
+    numbers = np.array([1500, 2501, -1, -2501, np.iinfo(np.int64).min], dtype=np.int64)
+    frame = pd.DataFrame({"i": np.arange(5)}, index=_index(list("abcde")))
+    table = anndata_write(frame, path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"(?i).*auto.?shard", category=UserWarning)
+        ad.io.write_elem(zarr.open_group(table), "t", numbers.view(f"{kind}[{unit}]"))
+    zarr.open_group(table).attrs["column-order"] = ["i", "t"]
+    return table
+
+
+def _as_integers(frame: Any, backend: str) -> tuple[str, list[int | None]]:
+    """Column ``t`` of a frame read with ``backend``: its unit and its numbers (None: NaT)."""
+    if backend == "pandas":
+        values = frame["t"].to_numpy()
+        numbers = values.view(np.int64).tolist()
+        missing = np.isnat(values).tolist()
+        return np.datetime_data(values.dtype)[0], [
+            None if m else n for m, n in zip(missing, numbers, strict=True)
+        ]
+    column = frame["t"] if backend == "polars" else frame.column("t")
+    if backend == "polars":
+        return column.dtype.time_unit, column.to_physical().to_list()
+    return column.type.unit, column.cast("int64").to_pylist()
+
+
+@pytest.mark.parametrize("kind", ["datetime64", "timedelta64"])
+@pytest.mark.parametrize("unit", ["ps", "fs", "as", "m", "h", "D", "W", "M", "Y"])
+@pytest.mark.parametrize("backend", ["pandas", "polars", "pyarrow"])
+def test_times_in_other_units_read_as_anndata_reads_them(
+    kind: str, unit: str, backend: str, tmp_path: Path
+) -> None:
+    # units finer than ns used to be cut to seconds (pandas, pyarrow) or ms (polars)
+    if backend == "polars":
+        pytest.importorskip("polars")
+    path = _anndata_times(kind, unit, tmp_path / "store")
+    if kind == "timedelta64" and unit in ("M", "Y"):  # no fixed length
+        match = rf"durations in unit '{unit}' .*months and years have no fixed length"
+        with pytest.raises(UnsupportedFeatureError, match=match):
+            read_table(path, backend=backend)  # type: ignore[arg-type]
+        return
+    expected = anndata_read(path)
+    result = read_table(path, backend=backend)  # type: ignore[arg-type]
+    if backend == "pandas":
+        pd.testing.assert_frame_equal(result, expected, check_exact=True)
+        return
+    wanted_unit, wanted = _as_integers(expected, "pandas")
+    got_unit, got = _as_integers(result, backend)
+    if backend == "polars" and wanted_unit == "s":  # polars holds no seconds
+        wanted_unit, wanted = "ms", [None if n is None else n * 1000 for n in wanted]
+    assert (got_unit, got) == (wanted_unit, wanted)
+    if unit == "ps":  # floored to whole nanoseconds, as pandas (and anndata) floor them
+        assert got == [1, 2, -1, -3, None]
 
 
 def test_read_absent_chunks(tmp_path: Path) -> None:

@@ -22,8 +22,16 @@ import numpy as np
 from cytepool._utf8 import categories_not_unicode
 from cytepool.errors import FormatError, InputError, InputTypeError
 from cytepool.io.tables import strings as _s
-from cytepool.io.tables.columns import Categorical, Column, Dense, Kind, LazyRows, codes_dtype
-from cytepool.io.tables.zones import zone_name
+from cytepool.io.tables.columns import (
+    Categorical,
+    Column,
+    Dense,
+    Kind,
+    LazyRows,
+    codes_dtype,
+    has_missing_category,
+)
+from cytepool.io.tables.zones import is_zone_name, zone_name
 from cytepool.io.zarr.names import node_name_problem
 
 if TYPE_CHECKING:  # narwhals is imported when a frame is first written or built
@@ -93,15 +101,15 @@ def source_of(frame: Any, index: str | None) -> Source:
     """Check a frame's names and dtypes and return how to write it (nothing converted yet)."""
     import narwhals.stable.v2 as nw
 
-    if type(frame).__module__.split(".")[0] == "pandas":  # "pandas" in pandas 3
-        # before narwhals, which refuses repeated names its own way
+    if _is_pandas_frame(frame):  # before narwhals, which refuses repeated names its own way
         check_column_names(frame.columns)
     try:
         nw_frame = nw.from_native(frame, eager_only=True)
     except TypeError as error:
+        hint = "; make it a frame with .to_frame()" if hasattr(frame, "to_frame") else ""
         msg = (
             f"frame must be a pandas, polars or pyarrow table, or a narwhals DataFrame; "
-            f"found {type(frame).__name__}"
+            f"found {type(frame).__name__}{hint}"
         )
         raise InputTypeError(msg) from error
     if index is not None and not isinstance(index, str):
@@ -114,6 +122,16 @@ def source_of(frame: Any, index: str | None) -> Source:
         return _source_from_arrow(nw_frame, index)
     native = nw.to_native(nw_frame) if implementation.is_pandas() else nw_frame.to_pandas()
     return _source_from_pandas(native, nw_frame, index)
+
+
+def _is_pandas_frame(frame: Any) -> bool:
+    """Whether ``frame`` is a pandas DataFrame (not a Series or an Index, which narwhals
+    refuses as frames), without importing pandas for another frame."""
+    if type(frame).__module__.split(".")[0] != "pandas":  # "pandas" in pandas 3
+        return False
+    import pandas as pd
+
+    return isinstance(frame, pd.DataFrame)
 
 
 def check_column_names(names: Iterable[Any]) -> list[str]:
@@ -176,6 +194,8 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
             dtype = series_dtype(series)
         except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
             raise InputError(categories_not_unicode(name)) from None
+        if isinstance(dtype, nw.Datetime) and dtype.time_zone is not None:
+            _check_zone(name, dtype.time_zone)
         if isinstance(dtype, nw.Object) and not _pandas_dates(series):
             msg = (
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "
@@ -188,6 +208,17 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
             shown = _native_dtype(series) if isinstance(dtype, nw.Unknown) else dtype
             msg = f"column {name!r} has dtype {shown}, which a table cannot store"
             raise InputTypeError(msg)
+
+
+def _check_zone(name: str, zone: str) -> None:
+    """Refuse a zone that read_table would refuse (a pyarrow zone is any text)."""
+    if not is_zone_name(zone):
+        msg = (
+            f"column {name!r} has the time zone {zone!r}, which names no zone of the tz "
+            "database and no fixed offset such as '+05:30'; convert the times to such a zone "
+            "(for example 'UTC')"
+        )
+        raise InputError(msg)
 
 
 def _native_dtype(series: Any) -> Any:
@@ -291,7 +322,7 @@ def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None)
             raise InputError(msg)
         return Source(names, name, makers)
     make_index: Callable[[], Column]
-    if isinstance(pandas_index, pd.RangeIndex):  # its numbers as strings, made chunk by chunk
+    if _is_default_index(pandas_index):  # its numbers as strings, made chunk by chunk
         make_index = partial(_row_numbers, len(pandas_index), pandas_index.start, pandas_index.step)
     else:
         make_index = _maker(_pandas_column, pandas_index, name)
@@ -299,6 +330,8 @@ def _source_from_pandas(df: Any, nw_frame: nw.DataFrame[Any], index: str | None)
 
 
 def _is_default_index(index: Any) -> bool:
+    """Whether ``index`` is an unnamed RangeIndex, written as row numbers that are strings
+    (a named one is written as its integers, as anndata writes it)."""
     import pandas as pd
 
     return isinstance(index, pd.RangeIndex) and index.name is None
@@ -366,8 +399,8 @@ _PLAIN: dict[str, Kind] = {
 
 def _plain(categories: Column, name: str) -> Dense:
     """Categories as anndata writes them: a plain array, never a nullable group."""
-    if not isinstance(categories, Dense) or categories.missing().any():
-        msg = f"column {name!r}: categories must be plain values without missing ones"
+    if not isinstance(categories, Dense) or has_missing_category(categories):
+        msg = f"column {name!r}: categories must be plain values without missing ones or NaN"
         raise InputTypeError(msg)
     if categories.kind in _PLAIN:
         return Dense(_PLAIN[categories.kind], categories.values)
@@ -534,7 +567,8 @@ def _arrow_column(chunked: Any, name: str) -> Column:
             return Dense("date", values.view("datetime64[D]"))
         if pa.types.is_duration(kind):
             return Dense("duration", values.view(f"timedelta64[{kind.unit}]"))
-        return Dense("datetime", values.view(f"datetime64[{kind.unit}]"), time_zone=kind.tz)
+        zone = None if kind.tz is None else zone_name(kind.tz)  # "UTC+05:30" is "+05:30"
+        return Dense("datetime", values.view(f"datetime64[{kind.unit}]"), time_zone=zone)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         strings = _s.Utf8Strings.from_arrow(array)  # the UTF-8 buffers, no str objects
         if has_nulls:
@@ -598,18 +632,25 @@ def build_frame(
     return module.table(data)
 
 
-def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.ndarray:
-    """Return datetime/timedelta ``values`` in a unit of ``units`` (else ``fallback``).
+_FINER_THAN_NS = ("ps", "fs", "as")
 
-    A unit with a scale factor (``datetime64[7s]``) is converted too. Where a conversion to a
-    finer unit overflows, numpy wraps around (numpy 2.5 and later raise OverflowError), so such
-    values raise FormatError instead.
+
+def _with_unit(values: np.ndarray, units: tuple[str, ...], fallback: str) -> np.ndarray:
+    """Return datetime/timedelta ``values`` in a unit of ``units``: a unit finer than ``ns``
+    (``ps``, ``fs``, ``as``) in ``ns``, any other in ``fallback``.
+
+    A unit finer than ``ns`` is floored to whole nanoseconds, as pandas, and so anndata's
+    ``read_elem``, reads it (never out of range: ``ps`` spans ±106 days). A unit with a scale
+    factor (``datetime64[7s]``) is converted too. Where a conversion to a finer unit
+    overflows, numpy wraps around (numpy 2.5 and later raise OverflowError), so such values
+    raise FormatError instead.
     """
     unit, count = np.datetime_data(values.dtype)
     if unit in units and count == 1:
         return values
     kind = "datetime64" if values.dtype.kind == "M" else "timedelta64"
-    target = np.dtype(f"{kind}[{unit if unit in units else fallback}]")
+    target_unit = unit if unit in units else "ns" if unit in _FINER_THAN_NS else fallback
+    target = np.dtype(f"{kind}[{target_unit}]")
     msg = (
         f"{kind} values in unit {count}{unit} do not fit in {target} (the unit pandas, "
         "polars and pyarrow share): the stored values are out of range"

@@ -34,6 +34,7 @@ import numpy as np
 
 from cytepool.errors import FormatError, InputIndexError, InputTypeError, UnsupportedFeatureError
 from cytepool.io.tables import strings as _s
+from cytepool.io.tables.zones import is_zone_name
 
 if TYPE_CHECKING:
     from cytepool.io.zarr import ZarrArray
@@ -50,6 +51,7 @@ __all__ = [
     "LazyRows",
     "Node",
     "codes_dtype",
+    "has_missing_category",
     "kind_of",
 ]
 
@@ -192,6 +194,15 @@ class Node:
     objects: bool = True
 
 
+def has_missing_category(categories: Dense) -> bool:
+    """Whether ``categories`` hold a missing value: a masked one, NaT, or a float NaN (pandas
+    allows no missing category; a missing value is a code of −1)."""
+    if categories.missing().any():
+        return True
+    values = categories.values
+    return bool(values.dtype.kind == "f" and np.isnan(categories.array).any())
+
+
 def kind_of(column: Column) -> Kind:
     """Return the kind of a column, the key of its writer in the registry."""
     return column.kind
@@ -297,7 +308,7 @@ def read_array(node: Node, read: Read) -> Column:
     if kind == "M":
         return _read_datetime(node, values, extra)
     if kind == "m":
-        return Dense("duration", values)
+        return Dense("duration", _fixed_length(node, values))
     if kind == "f" and extra is not None:
         _check_extra(node, extra, "nullable-float")
         if values.dtype not in _NA_FLOAT_BITS:
@@ -322,8 +333,13 @@ def read_categorical(node: Node, read: Read) -> Column:
     if not isinstance(codes, Dense) or codes.kind != "array" or codes.values.dtype.kind != "i":
         msg = f"{node.path}/codes: expected signed integer codes, found {_describe(codes)}"
         raise FormatError(msg)
-    if not isinstance(categories, Dense) or categories.missing().any():
-        msg = f"{node.path}/categories: expected categories without missing values"
+    if not isinstance(categories, Dense) or has_missing_category(categories):
+        found = "a missing value or NaN" if isinstance(categories, Dense) else "a categorical"
+        msg = (
+            f"{node.path}/categories: expected categories without missing values, found "
+            f"{found}; pandas and anndata allow none (a missing value is a code of -1): "
+            "rewrite the column"
+        )
         raise FormatError(msg)
     n = len(categories)
     if len(np.unique(categories.array)) != n:
@@ -389,7 +405,29 @@ def _read_datetime(node: Node, values: np.ndarray, extra: Any) -> Dense:
     if zone is not None and not isinstance(zone, str):
         msg = f"{node.path}: time_zone in {DTYPE_ATTRIBUTE} must be a string, found {zone!r}"
         raise FormatError(msg)
+    if zone is not None and not is_zone_name(zone):
+        msg = (
+            f"{node.path}: time_zone in {DTYPE_ATTRIBUTE} must name a zone of the tz database "
+            f"(such as 'Europe/Berlin' or 'UTC') or a fixed offset such as '+05:30', as "
+            f"write_table writes them, found {zone!r}; the stored times are UTC: correct the "
+            "attribute, or remove it to read them as naive UTC times"
+        )
+        raise FormatError(msg)
     return Dense("datetime", values, time_zone=zone)
+
+
+def _fixed_length(node: Node, values: np.ndarray) -> np.ndarray:
+    """Durations ``values`` unless their unit is months or years, which have no fixed length
+    (numpy converts them with an average, pandas as dates: UnsupportedFeatureError)."""
+    unit, _ = np.datetime_data(values.dtype)
+    if unit in ("M", "Y"):
+        msg = (
+            f"{node.path}: column {node.path.name!r} holds durations in unit {unit!r} "
+            f"({values.dtype}), which cytepool tables do not read: months and years have no "
+            "fixed length; store the durations in days or a finer unit"
+        )
+        raise UnsupportedFeatureError(msg)
+    return values
 
 
 def _check_extra(node: Node, extra: Any, *allowed: str) -> str:

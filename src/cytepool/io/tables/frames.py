@@ -63,8 +63,9 @@ def write_table(
         at ``path``.
     index
         The column that becomes the table's index (anndata's ``_index``). With None, a pandas
-        frame's own index is used (with its name); other frames, and a pandas ``RangeIndex``,
-        get an unnamed index of row numbers as strings, as AnnData gives its rows.
+        frame's own index is used (with its name; a named ``RangeIndex`` as its integers, as
+        anndata writes it); other frames, and an unnamed pandas ``RangeIndex``, get an unnamed
+        index of row numbers as strings, as AnnData gives its rows.
     chunks
         Rows per chunk; None chooses about 1 MiB per chunk of each column.
     compression, level
