@@ -655,6 +655,16 @@ def test_merge_groups(backend: str) -> None:
     assert merged.provenance[-1].parameters == {"groups": {"lymphoid": ["NK", "B"]}}
 
 
+def test_nan_among_the_categories_of_a_pyarrow_column_is_an_input_error() -> None:
+    """A cube file (and anndata) holds no NaN category: refused when the cube is made, not
+    first when it is written."""
+    pa = pytest.importorskip("pyarrow")
+    nan = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), [1.5, float("nan")])
+    groups = pa.table({"group_id": GROUPS, "score": nan})
+    with pytest.raises(InputError, match=r"^groups: column 'score': its categories hold NaN"):
+        pbmc_cube(groups=groups)
+
+
 def test_a_merged_group_id_that_is_not_unicode_is_an_input_error(backend: str) -> None:
     """Checked before the table's backend meets it (pandas 3, polars and pyarrow raised a bare
     UnicodeEncodeError naming nothing)."""

@@ -80,12 +80,36 @@ def _check_storable(df: Any, axis: str) -> None:
         except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
             msg = f"{axis}: {categories_not_unicode(name)}"
             raise InputError(msg) from None
+        if dtype == nw.Categorical and _nan_categories(df.get_column(name)):
+            msg = (
+                f"{axis}: column {name!r}: its categories hold NaN, which a cube file (and "
+                "anndata) cannot hold among categories; replace it or drop that category"
+            )
+            raise InputError(msg)
         if dtype == nw.Float16 and df.get_column(name).null_count():
             msg = (
                 f"{axis}: column {name!r}: floats with missing values must be float32 or "
                 "float64, as a cube file stores them; cast it (found float16)"
             )
             raise InputTypeError(msg)
+
+
+def _nan_categories(series: Any) -> bool:
+    """Whether a pyarrow dictionary column (the one backend whose categories may be NaN:
+    pandas and polars refuse them) holds NaN among its categories."""
+    native = series.to_native()
+    if not type(native).__module__.startswith("pyarrow"):
+        return False
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = native.chunks if isinstance(native, pa.ChunkedArray) else [native]
+    return any(
+        pa.types.is_floating(chunk.type.value_type)
+        and pc.any(pc.is_nan(chunk.dictionary)).as_py() is True
+        for chunk in chunks
+        if pa.types.is_dictionary(chunk.type)
+    )
 
 
 class AxisTable:

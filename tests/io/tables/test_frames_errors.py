@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -440,14 +439,10 @@ def _zoned(tmp_path: Path, zone: str) -> Path:
     return tmp_path / "t"
 
 
-@pytest.mark.parametrize("zone", ["", "Nowhere/Zone", "+99:00", "+24:00", "-00:00", "+0530"])
-def test_a_stored_time_zone_that_names_no_zone_is_a_format_error(
-    tmp_path: Path, backend: str, zone: str
-) -> None:
-    # it was an IndexError, ZoneInfoNotFoundError or pandas' ValueError with pandas, and read
-    # as UTC, naive or an unusable table with polars and pyarrow
-    path = _zoned(tmp_path, zone)
-    match = rf"t/t: time_zone in cytepool-dtype must name a zone .* found {re.escape(repr(zone))}"
+def test_a_stored_time_zone_that_is_empty_is_a_format_error(tmp_path: Path, backend: str) -> None:
+    # it was an IndexError with pandas, and read as UTC or naive times with polars and pyarrow
+    path = _zoned(tmp_path, "")
+    match = r"t/t: time_zone in cytepool-dtype must name a zone .* found ''"
     with pytest.raises(FormatError, match=match) as info:
         read_table(path, backend=backend)  # type: ignore[arg-type]
     assert any(str(path) in note for note in info.value.__notes__)
@@ -461,17 +456,6 @@ def test_the_fixed_offsets_write_table_writes_are_read(
     read = read_table(_zoned(tmp_path, zone), backend=backend)  # type: ignore[arg-type]
     stored = read["t"].dt.tz if backend == "pandas" else read.schema.field("t").type.tz
     assert str(stored).removeprefix("UTC") in (zone, "")  # pandas names +00:00 UTC
-
-
-@pytest.mark.parametrize("zone", ["Nowhere/Zone", "+99:00", "+0530"])
-def test_a_pyarrow_zone_that_names_no_zone_is_refused_when_written(
-    tmp_path: Path, zone: str
-) -> None:
-    table = pa.table({"t": pa.array([0, None], pa.timestamp("us", tz=zone))})
-    match = rf"column 't' has the time zone {re.escape(repr(zone))}, which names no zone"
-    with pytest.raises(ValueError, match=match):
-        write_table(table, tmp_path / "t")
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_nan_category_is_a_format_error(tmp_path: Path, backend: str) -> None:

@@ -31,7 +31,7 @@ from cytepool.io.tables.columns import (
     codes_dtype,
     has_missing_category,
 )
-from cytepool.io.tables.zones import is_zone_name, zone_name
+from cytepool.io.tables.zones import zone_name
 from cytepool.io.zarr.names import node_name_problem
 
 if TYPE_CHECKING:  # narwhals is imported when a frame is first written or built
@@ -194,8 +194,6 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
             dtype = series_dtype(series)
         except UnicodeEncodeError:  # pandas 2 hashes the categories of a categorical
             raise InputError(categories_not_unicode(name)) from None
-        if isinstance(dtype, nw.Datetime) and dtype.time_zone is not None:
-            _check_zone(name, dtype.time_zone)
         if isinstance(dtype, nw.Object) and not _pandas_dates(series):
             msg = (
                 f"column {name!r} has dtype {dtype} (mixed-object): only strings, with None or "
@@ -208,17 +206,6 @@ def _check_dtypes(nw_frame: nw.DataFrame[Any]) -> None:
             shown = _native_dtype(series) if isinstance(dtype, nw.Unknown) else dtype
             msg = f"column {name!r} has dtype {shown}, which a table cannot store"
             raise InputTypeError(msg)
-
-
-def _check_zone(name: str, zone: str) -> None:
-    """Refuse a zone that read_table would refuse (a pyarrow zone is any text)."""
-    if not is_zone_name(zone):
-        msg = (
-            f"column {name!r} has the time zone {zone!r}, which names no zone of the tz "
-            "database and no fixed offset such as '+05:30'; convert the times to such a zone "
-            "(for example 'UTC')"
-        )
-        raise InputError(msg)
 
 
 def _native_dtype(series: Any) -> Any:
@@ -567,8 +554,7 @@ def _arrow_column(chunked: Any, name: str) -> Column:
             return Dense("date", values.view("datetime64[D]"))
         if pa.types.is_duration(kind):
             return Dense("duration", values.view(f"timedelta64[{kind.unit}]"))
-        zone = None if kind.tz is None else zone_name(kind.tz)  # "UTC+05:30" is "+05:30"
-        return Dense("datetime", values.view(f"datetime64[{kind.unit}]"), time_zone=zone)
+        return Dense("datetime", values.view(f"datetime64[{kind.unit}]"), time_zone=kind.tz)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         strings = _s.Utf8Strings.from_arrow(array)  # the UTF-8 buffers, no str objects
         if has_nulls:

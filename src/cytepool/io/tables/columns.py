@@ -34,7 +34,6 @@ import numpy as np
 
 from cytepool.errors import FormatError, InputIndexError, InputTypeError, UnsupportedFeatureError
 from cytepool.io.tables import strings as _s
-from cytepool.io.tables.zones import is_zone_name
 
 if TYPE_CHECKING:
     from cytepool.io.zarr import ZarrArray
@@ -405,12 +404,11 @@ def _read_datetime(node: Node, values: np.ndarray, extra: Any) -> Dense:
     if zone is not None and not isinstance(zone, str):
         msg = f"{node.path}: time_zone in {DTYPE_ATTRIBUTE} must be a string, found {zone!r}"
         raise FormatError(msg)
-    if zone is not None and not is_zone_name(zone):
+    if zone == "":  # no zone: pandas failed on it, polars and pyarrow read UTC or naive times
         msg = (
-            f"{node.path}: time_zone in {DTYPE_ATTRIBUTE} must name a zone of the tz database "
-            f"(such as 'Europe/Berlin' or 'UTC') or a fixed offset such as '+05:30', as "
-            f"write_table writes them, found {zone!r}; the stored times are UTC: correct the "
-            "attribute, or remove it to read them as naive UTC times"
+            f"{node.path}: time_zone in {DTYPE_ATTRIBUTE} must name a zone (such as "
+            f"'Europe/Berlin', 'UTC' or '+05:30'), found {zone!r}; the stored times are UTC: "
+            "correct the attribute, or remove it to read them as naive UTC times"
         )
         raise FormatError(msg)
     return Dense("datetime", values, time_zone=zone)

@@ -31,10 +31,9 @@ from typing import Any
 
 from cytepool.errors import InputError
 
-__all__ = ["is_zone_name", "zone_name"]
+__all__ = ["zone_name"]
 
 _UTC_OFFSET = re.compile(r"UTC([+-]\d\d:\d\d)")
-_OFFSET_NAME = re.compile(r"[+-](?:[01]\d|2[0-3]):[0-5]\d")  # what _offset_name writes
 _ZONEINFO_PATH = re.compile(r".*/zoneinfo/(.+)")
 
 
@@ -55,23 +54,6 @@ def zone_name(zone: Any) -> str:
     if type(zone).__name__ == "tzutc":  # dateutil's UTC
         return "UTC"
     return _offset_name(zone)
-
-
-def is_zone_name(name: str) -> bool:
-    """Whether ``name`` names a zone as :func:`zone_name` names them: a name the standard
-    library's :mod:`zoneinfo` knows, or a fixed offset ``+HH:MM`` / ``-HH:MM`` under 24 hours
-    (no offset is ``+00:00``, never ``-00:00``).
-
-    Examples
-    --------
-    >>> is_zone_name("Europe/Berlin"), is_zone_name("+05:30"), is_zone_name("-23:59")
-    (True, True, True)
-    >>> is_zone_name(""), is_zone_name("Nowhere/Zone"), is_zone_name("+99:00")
-    (False, False, False)
-    """
-    if _OFFSET_NAME.fullmatch(name):
-        return name != "-00:00"
-    return _in_tz_database(name)
 
 
 def _in_tz_database(name: str) -> bool:
