@@ -198,8 +198,8 @@ def has_missing_category(categories: Dense) -> bool:
     allows no missing category; a missing value is a code of −1)."""
     if categories.missing().any():
         return True
-    values = categories.values
-    return bool(values.dtype.kind == "f" and np.isnan(categories.array).any())
+    array = categories.array
+    return bool(array.dtype.kind == "f" and np.isnan(array).any())
 
 
 def kind_of(column: Column) -> Kind:
