@@ -17,11 +17,12 @@ Each server is a process of its own, started by :class:`ServerProcess` (the fixt
 The front server logs every request (method, path, Range, conditional headers, status, bytes
 sent, start and end on the server's monotonic clock, client port) and injects faults by
 :class:`Rule`: latency, N error statuses, N connection resets, N truncated bodies, slow bodies,
-Range headers ignored (the whole object, as servers without ranges send it), and replacing an
-object after N requests for it. Its control API, under ``/_control/`` (a path
-no S3 bucket can have), is neither logged nor faulted: ``GET|DELETE /_control/log``,
-``GET|PUT|DELETE /_control/faults`` and ``PUT /_control/object/PATH`` (put an object; S3: an
-unsigned PUT to moto, which also creates a bucket).
+Range headers ignored (the whole object, as servers without ranges send it), bodies longer than
+they should be (``extra`` bytes), weak ETags, and replacing an object after N requests for it.
+Its control API, under ``/_control/`` (a path no S3 bucket can have), is neither logged nor
+faulted: ``GET|DELETE /_control/log``, ``GET|PUT|DELETE /_control/faults`` and
+``PUT /_control/object/PATH`` (put an object; S3: an unsigned PUT to moto, which also creates a
+bucket).
 
 Bounds: the server binds 127.0.0.1 only, on a port the system picks; it stops when its
 standard input closes (the test process stopped it, or died), after ``--lifetime`` seconds or
@@ -95,6 +96,8 @@ class Rule:
     replace_after: int = 0  # after the Nth matching request, the object at its path...
     replace_with: str | None = None  # ...gets this local file's bytes (before its last byte)
     ignore_range: bool = False  # answer as if without Range: 200, the whole object (http.server)
+    extra: int = 0  # bytes of zeros sent after each matching body, in its Content-Length too
+    weak_etag: bool = False  # the ETag sent weak (W/"..."); If-Match still compares strongly
     tag: str | None = None  # a name to remove the rule by
 
     def applies(self, method: str, path: str) -> bool:
@@ -114,6 +117,8 @@ class Plan:
     slow: tuple[float, int] | None = None
     replace_with: str | None = None
     ignore_range: bool = False
+    extra: int = 0
+    weak_etag: bool = False
 
 
 class Faults:
@@ -166,6 +171,8 @@ def _consume(rule: Rule, plan: Plan) -> None:
     if rule.slow and plan.slow is None:
         plan.slow = (rule.slow, max(1, rule.piece))
     plan.ignore_range = plan.ignore_range or rule.ignore_range
+    plan.extra = plan.extra or rule.extra
+    plan.weak_etag = plan.weak_etag or rule.weak_etag
     if rule.replace_after > 0:
         rule.replace_after -= 1
         if rule.replace_after == 0:
@@ -578,7 +585,9 @@ class Handler(BaseHTTPRequestHandler):
             entry["fault"] = f"error {plan.status}"
         else:
             headers = _without_range(self.headers) if plan.ignore_range else self.headers
-            response = self.server.backend.respond(self.command, self.path, headers, body)
+            response = _altered(
+                self.server.backend.respond(self.command, self.path, headers, body), plan
+            )
         if plan.replace_with is not None:
             data = Path(plan.replace_with).read_bytes()
             entry["replaced"] = True
@@ -707,6 +716,17 @@ class Handler(BaseHTTPRequestHandler):
             self.server.backend.put("/" + what.removeprefix("object/"), body, acl)
             return _json({"put": len(body)})
         return _text(404, f"no control {method} {what!r}\n")
+
+
+def _altered(response: Response, plan: Plan) -> Response:
+    """The response as the plan's ``extra`` bytes and ``weak_etag`` change it."""
+    headers = response.headers
+    if plan.weak_etag:
+        headers = [
+            (n, f"W/{v}" if n == "ETag" and not v.startswith("W/") else v) for n, v in headers
+        ]
+    body = response.body + bytes(plan.extra) if plan.extra and response.body else response.body
+    return Response(response.status, headers, body)
 
 
 def _json(value: Any) -> Response:

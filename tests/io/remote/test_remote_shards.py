@@ -181,6 +181,22 @@ def test_a_shard_shorter_than_its_index_answered_416_is_corrupt(
         array[4:]
 
 
+def test_a_range_answered_with_a_longer_body_is_refused_before_it_is_read(
+    small: tuple[Path, np.ndarray[Any, Any]], serve_http: Any
+) -> None:
+    """A 206 whose Content-Range is the range asked for but whose body is 8 MiB: refused as too
+    long once more bytes than the range came, not read whole and then called short."""
+    from cytepool.errors import FormatError
+
+    path, _ = small
+    served = serve_http(path)
+    array = open_array(served.url)
+    served.fault("c/*", methods=["GET"], extra=8 << 20)
+    problem = r"c/1/0 came back too long: more than the 1284 bytes of the range"
+    with pytest.raises(FormatError, match=problem):
+        array[4, 150:160]
+
+
 def _gapped(shard: Path, gap: int) -> None:
     """Put ``gap`` bytes between the inner chunks of a shard and its index (at its end)."""
     data = shard.read_bytes()

@@ -456,6 +456,14 @@ def _beyond(start: int, size: int) -> bool:
     return start >= size if start >= 0 else -start > size
 
 
+async def _next_piece(stream: Any) -> bytes | None:
+    """The next piece of a body obstore streams, or None at its end."""
+    try:
+        return bytes(await stream.__anext__())
+    except StopAsyncIteration:
+        return None
+
+
 def _member(span: Span, item: Range, whole: Part | None) -> Part | None:
     """The range ``item`` out of what its span's request gave."""
     if whole is None:
@@ -619,13 +627,32 @@ class RemoteHandle:
             return await self._unsatisfiable(key, start, meta)
         if result is None:
             return None
-        body = await self._call(key, result.bytes_async)
-        data = bytes(body) if body is not None else b""
+        return Part(await self._range_body(key, result), int(result.meta["size"]))
+
+    async def _range_body(self, key: str, result: Any) -> bytes:
+        """The body of a range answer, read piece by piece: a FormatError as soon as it holds
+        more bytes than the range its Content-Range names (the rest is never read), or if it
+        holds fewer."""
         first, end = result.range
-        if len(data) != end - first:
-            msg = f"{self.where(key)} came back short: {len(data)} bytes of {end - first}"
+        expected = end - first
+        stream = result.stream(min_chunk_size=max(1, expected))
+        pieces: builtins.list[bytes] = []
+        total = 0
+        while (piece := await self._call(key, lambda: _next_piece(stream))) is not None:
+            total += len(piece)
+            if total > expected:
+                msg = (
+                    f"{self.where(key)} came back too long: more than the {expected} bytes of "
+                    f"the range {first}-{end - 1} asked for (the server sent a longer body than "
+                    "its Content-Range announces); the rest of it was not read"
+                )
+                raise FormatError(msg)
+            pieces.append(piece)
+        data = b"".join(pieces)
+        if len(data) != expected:
+            msg = f"{self.where(key)} came back short: {len(data)} bytes of {expected}"
             raise FormatError(msg)
-        return Part(data, int(result.meta["size"]))
+        return data
 
     async def _unsatisfiable(self, key: str, start: int, meta: ETag) -> Part | None:
         """What a range the object at ``key`` (of version ``meta``) does not have gives, once
