@@ -17,7 +17,7 @@ pytest.importorskip("obstore")
 
 from remote_servers import ServedHTTP, round_trips
 
-from cytepool.errors import FormatError, StoreChangedError
+from cytepool.errors import FormatError, RemoteStoreError, StoreChangedError
 from cytepool.io import read_cube, write_cube
 from cytepool.io.zarr import open_array, read_group_attributes, write_array
 from cytepool.io.zarr.remote import RemoteStore
@@ -271,3 +271,34 @@ def test_a_private_bucket_read_anonymously_is_a_permission_error(local: Path, se
     assert served.url in str(info.value)
     assert "credentials" in str(info.value)
     assert "anonymous" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# 405 Method Not Allowed: obstore reports it as a missing object, it is not one
+
+
+def test_a_chunk_refused_with_405_is_an_error_not_the_fill_value(
+    tmp_path: Path, serve_http: Callable[..., ServedHTTP]
+) -> None:
+    write_array(tmp_path / "a", np.arange(1, 1001), chunks=(100,), compression=None)
+    http = serve_http(tmp_path / "a")
+    array = open_array(http.url)
+    http.fault("c/1", methods=["GET"], errors=10, status=405)
+    problem = r"/a/c/1 could not be read: the server refused the request with status 405"
+    with pytest.raises(RemoteStoreError, match=problem):
+        array[95:105]
+    assert array[:100].tolist() == list(range(1, 101))  # a chunk not refused reads
+
+
+def test_a_server_refusing_head_requests_is_checked_with_get_requests(
+    local: Path, serve_http: Callable[..., ServedHTTP]
+) -> None:
+    http = serve_http(local)
+    http.fault("*", methods=["HEAD"], errors=1000, status=405)
+    cube = read_cube(http.url)
+    assert np.array_equal(cube.to_numpy("counts"), read_cube(local).to_numpy("counts"))
+    checks = [r for r in http.requests() if r.conditions.get("If-Match")]
+    assert {r.method for r in checks} == {"HEAD", "GET"}  # HEAD refused, then GET
+    (http.path / "zarr.json").write_bytes((http.path / "zarr.json").read_bytes() + b" ")
+    with pytest.raises(StoreChangedError, match="the store changed since it was opened"):
+        cube.to_numpy("counts")

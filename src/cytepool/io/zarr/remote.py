@@ -29,11 +29,13 @@ A handle made with ``expected`` (the version of the root ``zarr.json`` a reader 
 ``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
 :meth:`RemoteHandle.verify` raises :class:`~cytepool.errors.StoreChangedError` if the answer
 says the document changed; after a failed read it asks again (``verify(again=True)``), since
-that answer may predate a replacement. Faults become errors: a missing object reads as absent
-(a chunk is then the fill value; a missing metadata document or table part is a FormatError
-raised by the reader), a short body is a FormatError, a server that keeps failing beyond the
-retries is a :class:`~cytepool.errors.RemoteStoreError`. A server that answers a Range request
-with the whole object (Python's ``http.server``) raises
+that answer may predate a replacement; a server that refuses HEAD requests (405) is asked with
+GET requests, whose bodies are not read. Faults become errors: a missing object (404) reads as
+absent (a chunk is then the fill value; a missing metadata document or table part is a
+FormatError raised by the reader), a request refused with 405 (which obstore reports as a
+missing object) is a :class:`MethodRefusedError`, a short body is a FormatError, a server
+that keeps failing beyond the retries is a :class:`~cytepool.errors.RemoteStoreError`. A
+server that answers a Range request with the whole object (Python's ``http.server``) raises
 :class:`~cytepool.io.zarr.store.RangesRefusedError`, and the handle sends it no more range
 requests: the shard reader then fetches each shard whole, within a bound. Credentials
 (``storage_options`` and any ``user:password@`` of a URL) never appear in messages or reprs.
@@ -46,6 +48,7 @@ import builtins
 import dataclasses
 import functools
 import os
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -71,6 +74,7 @@ __all__ = [
     "DEFAULT_IN_FLIGHT",
     "SCHEMES",
     "ETag",
+    "MethodRefusedError",
     "RemoteHandle",
     "RemoteStore",
 ]
@@ -382,6 +386,31 @@ def _first_line(error: BaseException) -> str:
     return text[0][:500] if text else type(error).__name__
 
 
+_STATUS = re.compile(r"(?:non-2xx status code|with status):? (\d{3})\b")
+"""The HTTP status in the first line of an obstore message (one version's words or the other's)."""
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status an obstore error reports, if it names one."""
+    found = _STATUS.search(_first_line(error))
+    return None if found is None else int(found.group(1))
+
+
+class MethodRefusedError(RemoteStoreError):
+    """A request the server refused with a status obstore reports as a missing object (405
+    Method Not Allowed): a RemoteStoreError, never an absent object, since the object may well
+    be there. A handle whose HEAD request is refused so asks with GET requests instead."""
+
+
+def _refused(error: BaseException, status: int, where: str) -> MethodRefusedError:
+    msg = (
+        f"{where} could not be read: the server refused the request with status {status} "
+        f"({_first_line(error)}), which does not say the object is absent (404); check the "
+        "URL, and that the server answers GET and HEAD requests"
+    )
+    return MethodRefusedError(msg)
+
+
 def _changed(error: BaseException) -> bool:
     from obstore.exceptions import PreconditionError
 
@@ -487,6 +516,7 @@ class RemoteHandle:
         self._confirmed: dict[str, Future[_Got]] = {}  # guesses confirmed, for get() to take
         self._dropped: list[Future[_Got]] = []  # guesses dropped, left to finish until close
         self._no_ranges = False  # the server answered a Range request with the whole object
+        self._no_head = False  # the server refused a HEAD request (405): GET instead
         if store.expected is not None:
             self.watch(store.expected)
 
@@ -531,8 +561,11 @@ class RemoteHandle:
 
         try:
             return await make()
-        except FileNotFoundError:
-            return None
+        except FileNotFoundError as error:  # obstore's HTTP store says so of a 405 too
+            status = _status(error)
+            if status in (None, 404):
+                return None
+            raise _refused(error, status, self.where(key)) from None
         except BaseError as error:
             raise _failure(error, self.where(key)) from None
         except ValueError:  # obstore cannot make a path of the key
@@ -560,13 +593,19 @@ class RemoteHandle:
     async def _head(self, key: str, expected: ETag | None = None) -> ETag | None:
         import obstore
 
-        options: dict[str, Any] = {"head": True}
+        options: dict[str, Any] = {} if self._no_head else {"head": True}
         if expected is not None and expected.e_tag is not None:
             options["if_match"] = expected.e_tag
-        result = await self._call(
-            key,
-            lambda: obstore.get_async(self._client, key, options=options),  # type: ignore[arg-type]
-        )
+        try:
+            result = await self._call(
+                key,
+                lambda: obstore.get_async(self._client, key, options=options),  # type: ignore[arg-type]
+            )
+        except MethodRefusedError:
+            if self._no_head:
+                raise
+            self._no_head = True  # a GET whose body is not read tells the same
+            return await self._head(key, expected)
         return None if result is None else ETag.from_meta(result.meta)
 
     def get(self, key: str, *, limit: int) -> Blob | None:
