@@ -302,3 +302,20 @@ def test_a_server_refusing_head_requests_is_checked_with_get_requests(
     (http.path / "zarr.json").write_bytes((http.path / "zarr.json").read_bytes() + b" ")
     with pytest.raises(StoreChangedError, match="the store changed since it was opened"):
         cube.to_numpy("counts")
+
+
+def test_a_weak_etag_is_compared_not_sent_in_if_match(
+    local: Path, serve_http: Callable[..., ServedHTTP]
+) -> None:
+    """A server compares If-Match strongly (RFC 9110, 13.1.1): a weak tag never matches, so it
+    is not sent; the ETag the HEAD returns is compared with the one read instead."""
+    http = serve_http(local)
+    http.fault("*", weak_etag=True)
+    cube = read_cube(http.url)
+    assert np.array_equal(cube.to_numpy("counts"), read_cube(local).to_numpy("counts"))
+    heads = [r for r in http.requests() if r.method == "HEAD" and r.path.endswith("/zarr.json")]
+    assert heads
+    assert all("If-Match" not in r.conditions for r in heads)
+    (http.path / "zarr.json").write_bytes((http.path / "zarr.json").read_bytes() + b" ")
+    with pytest.raises(StoreChangedError, match="the store changed since it was opened"):
+        cube.to_numpy("counts")

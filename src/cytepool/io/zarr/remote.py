@@ -26,7 +26,9 @@ that is absent only when it is the chunk's key. Reads never list: :meth:`RemoteH
 is there for the :class:`~cytepool.io.zarr.store.StoreHandle` protocol only.
 
 A handle made with ``expected`` (the version of the root ``zarr.json`` a reader trusts) sends
-``HEAD zarr.json`` with ``If-Match`` when it opens, alongside the read's other requests, and
+``HEAD zarr.json`` with ``If-Match`` (without it for a weak ETag, which never matches there:
+the ETag the HEAD returns is compared instead) when it opens, alongside the read's other
+requests, and
 :meth:`RemoteHandle.verify` raises :class:`~cytepool.errors.StoreChangedError` if the answer
 says the document changed; after a failed read it asks again (``verify(again=True)``), since
 that answer may predate a replacement; a server that refuses HEAD requests (405) is asked with
@@ -217,6 +219,20 @@ class ETag:
         if self.e_tag is not None or other.e_tag is not None:
             return self.e_tag == other.e_tag
         return (self.size, self.last_modified) == (other.size, other.last_modified)
+
+    @property
+    def strong(self) -> bool:
+        """Whether the ETag is strong, and so may be sent in ``If-Match``: a server compares
+        the tags of If-Match strongly (RFC 9110, section 13.1.1), so a weak one (``W/"..."``)
+        never matches, even the object's own. A weak ETag is compared with the one a HEAD
+        returns instead.
+
+        Examples
+        --------
+        >>> ETag('"a"', 3, None).strong, ETag('W/"a"', 3, None).strong, ETag(None, 3, "t").strong
+        (True, False, False)
+        """
+        return self.e_tag is not None and not self.e_tag.startswith("W/")
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ETag:
@@ -594,7 +610,7 @@ class RemoteHandle:
         import obstore
 
         options: dict[str, Any] = {} if self._no_head else {"head": True}
-        if expected is not None and expected.e_tag is not None:
+        if expected is not None and expected.strong:  # a weak tag never matches If-Match
             options["if_match"] = expected.e_tag
         try:
             result = await self._call(
