@@ -217,6 +217,52 @@ def test_password_in_an_http_url_becomes_a_header(local: Path, serve_http) -> No
     assert read_cube(url).shape == (N_GROUPS, N_SAMPLES, N_FEATURES)
 
 
+def test_the_password_of_a_url_appears_in_no_message(local: Path, serve_http) -> None:
+    http = serve_http(local)
+    url = http.url.replace("http://", "http://alice:hunter2@")
+    calls = {
+        r"'http://127\.0\.0\.1:99999/x' is not a valid URL": lambda: read_cube(
+            "http://alice:hunter2@127.0.0.1:99999/x"
+        ),
+        r"'http://\[::1/x' is not a valid URL": lambda: open_array("http://alice:hunter2@[::1/x"),
+        r"layers/counts is a Zarr array, not a group": lambda: read_group_attributes(
+            url + "/layers/counts"
+        ),
+        r"URL 'https://example\.org/t\.zarr': cytepool writes": lambda: write_table(
+            pd.DataFrame({"a": [1]}), "https://alice:hunter2@example.org/t.zarr"
+        ),
+        r"URL 'https://example\.org/x\.cube\.zarr': cytepool": lambda: write_cube(
+            read_cube(local), "https://alice:hunter2@example.org/x.cube.zarr"
+        ),
+    }
+    for problem, call in calls.items():
+        with pytest.raises(ValueError, match=problem) as info:
+            call()
+        assert "hunter2" not in str(info.value)
+
+
+def test_the_query_of_a_url_follows_the_key_and_its_value_is_not_shown(
+    tmp_path: Path, serve_http
+) -> None:
+    from cytepool.io.zarr import write_array
+
+    write_array(tmp_path / "a", np.arange(10), chunks=(5,), compression=None)
+    (tmp_path / "a" / "c" / "1").write_bytes(b"short")  # a corrupt chunk
+    http = serve_http(tmp_path / "a")
+    array = open_array(http.url + "?sig=SECRET-TOKEN")
+    assert repr(array).startswith(f"<ZarrArray '{http.url}?…' shape=(10,)")
+    assert "SECRET" not in repr(RemoteStore(http.url + "?sig=SECRET-TOKEN"))
+    assert array[:3].tolist() == [0, 1, 2]
+    with pytest.raises(FormatError, match=r"/a/c/1\?…: it has 5 bytes") as info:
+        array[...]
+    assert "SECRET" not in str(info.value)
+    http.fault("c/0", methods=["GET"], errors=10, status=405)
+    with pytest.raises(RemoteStoreError, match=r"/a/c/0\?… could not be read") as info:
+        array[:3]
+    assert "SECRET" not in str(info.value)  # obstore's own words name the URL too
+    assert {r.query for r in http.requests()} == {"sig=SECRET-TOKEN"}  # sent with every key
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [

@@ -15,7 +15,7 @@ from cytepool.io.zarr.metadata import (
     check_attributes,
     parse_document,
 )
-from cytepool.io.zarr.store import StorePath, Version, is_url, refuse_url
+from cytepool.io.zarr.store import StorePath, Version, is_url, refuse_url, shown
 
 __all__ = ["node_type", "read_group_attributes", "read_node_document", "write_group"]
 
@@ -106,7 +106,7 @@ def read_group_attributes(
         return dict(json_copy(known.attributes))  # the caller's own copy
     doc, _, where = read_document(node, storage_options, shared=True)  # parsed, then copied
     if isinstance(doc, dict) and doc.get("node_type") == "array":
-        msg = f"{node} is a Zarr array, not a group ({where})"
+        msg = f"{shown(node)} is a Zarr array, not a group ({where})"
         raise FormatError(msg)
     metadata = GroupMetadata.from_json(doc, where)
     if groups is None:

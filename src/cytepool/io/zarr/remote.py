@@ -67,7 +67,14 @@ from cytepool.errors import (
 )
 from cytepool.io.zarr._remote_options import DEFAULT_IN_FLIGHT, split_options
 from cytepool.io.zarr.fetching import Range, Span, Window
-from cytepool.io.zarr.store import Blob, Part, RangesRefusedError, TooLargeError, is_url
+from cytepool.io.zarr.store import (
+    Blob,
+    Part,
+    RangesRefusedError,
+    TooLargeError,
+    is_url,
+    shown_url,
+)
 
 if TYPE_CHECKING:  # asyncio is imported when a URL is first read: local stores never need it
     import asyncio
@@ -178,7 +185,7 @@ def _strip_userinfo(url: str) -> tuple[str, str | None]:
         parts = urlsplit(url)
         port = parts.port  # checked: a port past 65535 or not a number raises ValueError
     except ValueError as error:  # "http://[::1/x": Invalid IPv6 URL
-        msg = f"{url!r} is not a valid URL ({error}); check its host and port"
+        msg = f"{shown_url(url)!r} is not a valid URL ({error}); check its host and port"
         raise InputError(msg) from None
     if parts.username is None and parts.password is None:
         return url, None
@@ -291,7 +298,7 @@ class RemoteStore:
             headers = dict(options.get("default_headers") or {})
             headers.setdefault("Authorization", authorization)
             options["default_headers"] = headers
-        split_options(scheme, options, url)  # checked now, before any request
+        split_options(scheme, options, shown_url(url))  # checked now, before any request
         object.__setattr__(self, "url", url)
         object.__setattr__(self, "storage_options", options)
 
@@ -300,9 +307,20 @@ class RemoteStore:
         """The URL's scheme, in lower case."""
         return self.url.split("://", 1)[0].lower()
 
+    def __repr__(self) -> str:
+        return f"RemoteStore(url={shown_url(self.url)!r})"
+
     def where(self, key: str) -> str:
-        """The URL of ``key``, for messages."""
-        return f"{self.url}/{key}" if key else self.url
+        """The URL of ``key``, for messages: the key before the URL's query, whose value is
+        not shown (see :func:`~cytepool.io.zarr.store.shown_url`).
+
+        Examples
+        --------
+        >>> RemoteStore("https://example.org/x.zarr?sig=secret").where("c/0")
+        'https://example.org/x.zarr/c/0?…'
+        """
+        base, question, query = self.url.partition("?")
+        return shown_url((f"{base}/{key}" if key else base) + question + query)
 
     def expecting(self, version: ETag | None) -> RemoteStore:
         """This store, whose handles check that the root zarr.json still has ``version``."""
@@ -341,7 +359,7 @@ def _client(url: str, frozen: tuple[tuple[str, Any], ...]) -> tuple[Any, int]:
     holds them. RemoteStoreError in a process forked after obstore was used.
     """
     if _forked_after_use:
-        raise _forked_error(url)
+        raise _forked_error(shown_url(url))
     key = (url, frozen)
     with _clients_lock:
         made = _clients.pop(key, None)
@@ -364,7 +382,7 @@ def _make_client(url: str, options: Mapping[str, Any]) -> tuple[Any, int]:
     from obstore.store import HTTPStore, from_url
 
     scheme = url.split("://", 1)[0].lower()
-    split = split_options(scheme, options, url)
+    split = split_options(scheme, options, shown_url(url))
     _used_obstore = True
     try:
         if scheme in ("http", "https"):
@@ -379,8 +397,8 @@ def _make_client(url: str, options: Mapping[str, Any]) -> tuple[Any, int]:
             )
     except (BaseError, ValueError, OSError) as error:
         msg = (
-            f"no client could be made for {url}: {_first_line(error)}; check the URL and "
-            "storage_options, and that this process may open more files (ulimit -n)"
+            f"no client could be made for {shown_url(url)}: {_first_line(error)}; check the URL "
+            "and storage_options, and that this process may open more files (ulimit -n)"
         )
         raise RemoteStoreError(msg) from None
     return made, split.max_in_flight
@@ -396,10 +414,16 @@ def _thaw(value: Any) -> Any:
 # Errors
 
 
+_URLS = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+
+
 def _first_line(error: BaseException) -> str:
-    """The first line of an obstore message (the rest is a debug dump with server text)."""
+    """The first line of an obstore message (the rest is a debug dump with server text), the
+    URLs in it shown as :func:`~cytepool.io.zarr.store.shown_url` shows them (without a query's
+    value)."""
     text = str(error).strip().splitlines()
-    return text[0][:500] if text else type(error).__name__
+    line = text[0][:500] if text else type(error).__name__
+    return _URLS.sub(lambda found: shown_url(found.group()), line)
 
 
 _STATUS = re.compile(r"(?:non-2xx status code|with status):? (\d{3})\b")
@@ -537,7 +561,7 @@ class RemoteHandle:
             self.watch(store.expected)
 
     def __repr__(self) -> str:
-        return f"<RemoteHandle {self._store.url!r}>"
+        return f"<RemoteHandle {shown_url(self._store.url)!r}>"
 
     @property
     def store(self) -> RemoteStore:
@@ -585,7 +609,7 @@ class RemoteHandle:
         except BaseError as error:
             raise _failure(error, self.where(key)) from None
         except ValueError:  # obstore cannot make a path of the key
-            raise _unaddressable(key, self._store.url) from None
+            raise _unaddressable(key, self.where("")) from None
 
     async def _get(self, key: str, limit: int) -> tuple[bytes, ETag] | None:
         import obstore

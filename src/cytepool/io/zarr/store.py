@@ -68,6 +68,8 @@ __all__ = [
     "join",
     "reading",
     "refuse_url",
+    "shown",
+    "shown_url",
 ]
 
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
@@ -578,6 +580,28 @@ def is_url(path: object) -> bool:
     return isinstance(path, str) and _URL.match(path) is not None
 
 
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#]*@")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages and reprs show it: without the ``user:password@`` before its host,
+    and with its query (an access token, often) shown as ``?…``.
+
+    Examples
+    --------
+    >>> shown_url("https://alice:hunter2@example.org/x.zarr?sig=secret")
+    'https://example.org/x.zarr?…'
+    """
+    url = _USERINFO.sub(r"\1", url, count=1)
+    base, question, _ = url.partition("?")
+    return base + "?…" if question else base
+
+
+def shown(path: object) -> str:
+    """``path`` as messages show it: a URL by :func:`shown_url`, anything else by ``str``."""
+    return shown_url(path) if isinstance(path, str) and is_url(path) else str(path)
+
+
 def refuse_url(path: object, what: str) -> None:
     """InputError if ``path`` is a URL: cytepool writes local directories only.
 
@@ -590,9 +614,9 @@ def refuse_url(path: object, what: str) -> None:
     """
     if is_url(path):
         msg = (
-            f"cannot write {what} to the URL {path!r}: cytepool writes local directories only;"
-            " write it locally, then upload the directory with a sync tool (aws s3 sync, gcloud"
-            " storage rsync, azcopy sync, rclone) and read it back by URL"
+            f"cannot write {what} to the URL {shown(path)!r}: cytepool writes local directories"
+            " only; write it locally, then upload the directory with a sync tool (aws s3 sync,"
+            " gcloud storage rsync, azcopy sync, rclone) and read it back by URL"
         )
         raise InputError(msg)
 
