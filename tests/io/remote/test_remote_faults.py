@@ -17,7 +17,12 @@ pytest.importorskip("obstore")
 
 from remote_servers import ServedHTTP, round_trips
 
-from cytepool.errors import FormatError, RemoteStoreError, StoreChangedError
+from cytepool.errors import (
+    FormatError,
+    RemoteStoreError,
+    StoreChangedError,
+    UnsupportedFeatureError,
+)
 from cytepool.io import read_cube, write_cube
 from cytepool.io.zarr import open_array, read_group_attributes, write_array
 from cytepool.io.zarr.remote import RemoteStore
@@ -319,3 +324,21 @@ def test_a_weak_etag_is_compared_not_sent_in_if_match(
     (http.path / "zarr.json").write_bytes((http.path / "zarr.json").read_bytes() + b" ")
     with pytest.raises(StoreChangedError, match="the store changed since it was opened"):
         cube.to_numpy("counts")
+
+
+def test_a_key_whose_url_is_too_long_to_request_is_refused(
+    tmp_path: Path, serve_http: Callable[..., ServedHTTP]
+) -> None:
+    """obstore panicked on a URL longer than an HTTP request can carry (a key from a document
+    may make one): refused before the request, the message abridged."""
+    write_array(tmp_path / "a", np.arange(10), chunks=(5,), compression=None)
+    http = serve_http(tmp_path / "a")
+    handle = RemoteStore(http.url).open()
+    try:
+        problem = r"the key '(k+)…(k+)' of .*/a cannot be read by URL: its URL would have"
+        with pytest.raises(UnsupportedFeatureError, match=problem) as info:
+            handle.get("k" * 70_000, limit=64)
+        assert len(str(info.value)) < 1000
+        assert handle.get("c/0", limit=64) is not None  # the loop ran on
+    finally:
+        handle.close()

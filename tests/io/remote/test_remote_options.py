@@ -13,7 +13,7 @@ from cytepool.errors import InputError
 from cytepool.io import read_cube
 from cytepool.io.zarr import open_array
 from cytepool.io.zarr._remote_options import split_options
-from cytepool.io.zarr.remote import RemoteStore
+from cytepool.io.zarr.remote import MAX_URL_LENGTH, RemoteStore
 
 URL = "http://127.0.0.1:9/x.cube.zarr"  # never asked: every value is refused before a request
 
@@ -110,3 +110,18 @@ def test_a_url_python_cannot_parse_is_an_input_error(reader: Any, url: str, prob
     """A bare ValueError of urllib's before: an InputError naming the URL."""
     with pytest.raises(InputError, match=rf"is not a valid URL \({problem}"):
         reader(url)
+
+
+@pytest.mark.parametrize("reader", [read_cube, open_array])
+def test_a_url_too_long_to_request_is_an_input_error(reader: Any) -> None:
+    """obstore panicked (a RustPanic, the process sometimes aborting at exit) on a URL longer
+    than an HTTP request can carry: refused before any request."""
+    base = "http://127.0.0.1:9/"
+    fits = base + "a" * (MAX_URL_LENGTH - len(base) - len("/zarr.json"))
+    assert RemoteStore(fits).where("zarr.json").endswith("a/zarr.json")
+    with pytest.raises(
+        InputError, match=r"is too long: the URL of its zarr\.json would have 65535"
+    ):
+        reader(fits + "a")
+    with pytest.raises(InputError, match=r"more than the 61438 a request can carry"):
+        RemoteStore("s3://bucket/" + "a" * 62_000)

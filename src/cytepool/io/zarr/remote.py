@@ -56,7 +56,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from cytepool.errors import (
     FormatError,
@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # asyncio is imported when a URL is first read: local stores 
 
 __all__ = [
     "DEFAULT_IN_FLIGHT",
+    "MAX_URL_LENGTH",
     "SCHEMES",
     "ETag",
     "MethodRefusedError",
@@ -198,6 +199,45 @@ def _strip_userinfo(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(netloc=netloc)), header
 
 
+MAX_URL_LENGTH = 65_534
+"""The most characters of a request's URL: obstore's HTTP library refuses a longer one, and
+obstore then panics (a ``RustPanic``, not an error), so a longer URL is refused before it."""
+
+_CLIENT_ROOM = 4_096
+"""Characters left, below :data:`MAX_URL_LENGTH`, for what an s3, gs or az client puts in its
+request URLs beside the store's URL and the key (an endpoint, a bucket's host, a signature)."""
+
+
+def _url_length(url: str, key: str) -> int:
+    """At least the length of the URL of a request for ``key`` of the store at ``url``: every
+    character of the path counted percent-encoded, as if it were no URL character."""
+    base, question, query = url.partition("?")
+    return len(quote(f"{base}/{key}", safe="/:")) + len(question + query)
+
+
+def _longest_url(url: str) -> int:
+    """The most characters :func:`_url_length` may count for a store at ``url``."""
+    http = url.split("://", 1)[0].lower() in ("http", "https")
+    return MAX_URL_LENGTH if http else MAX_URL_LENGTH - _CLIENT_ROOM
+
+
+def _abridged(text: str, most: int = 200) -> str:
+    """``text``, its middle left out (``…``) if it is longer than ``most`` characters."""
+    return text if len(text) <= most else f"{text[: most - 50]}…{text[-49:]}"
+
+
+def _too_long(url: str, key: str, subject: str = "its URL") -> str:
+    """Why the URL of ``key`` at ``url`` cannot be requested (``subject`` names that URL)."""
+    most = _longest_url(url)
+    bound = (
+        "MAX_URL_LENGTH" if most == MAX_URL_LENGTH else "MAX_URL_LENGTH, less room for the client"
+    )
+    return (
+        f"{subject} would have {_url_length(url, key)} characters (percent-encoded), more than "
+        f"the {most} a request can carry ({bound})"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Versions
 
@@ -299,6 +339,13 @@ class RemoteStore:
             headers.setdefault("Authorization", authorization)
             options["default_headers"] = headers
         split_options(scheme, options, shown_url(url))  # checked now, before any request
+        if _url_length(url, "zarr.json") > _longest_url(url):
+            msg = (
+                f"the URL {_abridged(shown_url(url))!r} is too long: "
+                f"{_too_long(url, 'zarr.json', 'the URL of its zarr.json')}; use a shorter URL, "
+                "or read a local copy"
+            )
+            raise InputError(msg)
         object.__setattr__(self, "url", url)
         object.__setattr__(self, "storage_options", options)
 
@@ -492,12 +539,14 @@ def _denied(error: BaseException, where: str) -> PermissionError:
     return PermissionError(msg)
 
 
-def _unaddressable(key: str, url: str) -> UnsupportedFeatureError:
+def _unaddressable(key: str, url: str, why: str | None = None) -> UnsupportedFeatureError:
     """The error of a key obstore makes no path of: one with a node name holding a control
-    character (which the Zarr specification allows, and a local store reads)."""
+    character (which the Zarr specification allows, and a local store reads), or whose URL
+    would be too long (``why`` says so)."""
+    why = why or "obstore makes no path of it (a node name with a control character, such as a tab)"
     msg = (
-        f"the key {key!r} of {url} cannot be read by URL: obstore makes no path of it (a node "
-        "name with a control character, such as a tab); read a local copy of the store"
+        f"the key {_abridged(key)!r} of {_abridged(url)} cannot be read by URL: {why}; read a "
+        "local copy of the store"
     )
     return UnsupportedFeatureError(msg)
 
@@ -599,6 +648,8 @@ class RemoteHandle:
         """Await an obstore call; None if the object is absent, cytepool errors otherwise."""
         from obstore.exceptions import BaseError
 
+        if _url_length(self._store.url, key) > _longest_url(self._store.url):
+            raise _unaddressable(key, self.where(""), _too_long(self._store.url, key))
         try:
             return await make()
         except FileNotFoundError as error:  # obstore's HTTP store says so of a 405 too
