@@ -34,18 +34,18 @@ T = TypeVar("T")
 _pools = KeptPools("cytepool-zarr")
 
 
-_COUNTED: dict[int, int] = {}  # this process's id: its CPUs
+_COUNTED: list[int] = []  # this process's CPUs, once counted
 
 
 def _cpus() -> int:
     """The CPUs this process may use, counted once per process (every read asks; a process
     forked later counts its own)."""
-    pid = os.getpid()
-    count = _COUNTED.get(pid)
-    if count is None:
-        _COUNTED.clear()  # a parent's
-        count = _COUNTED[pid] = _count_cpus()
-    return count
+    if not _COUNTED:
+        _COUNTED.append(_count_cpus())
+    return _COUNTED[0]
+
+
+os.register_at_fork(after_in_child=_COUNTED.clear)  # a child may be bound to fewer CPUs
 
 
 def _count_cpus() -> int:
@@ -97,22 +97,27 @@ def for_each(function: Callable[[T], object], items: Iterable[T]) -> None:
     finally:
         shared.stop()
         for helper in helpers:
-            if not helper.cancel():  # never started: nothing to wait for (and no deadlock
-                helper.result()  # when a pool thread itself called for_each)
+            # A helper never started has nothing to wait for (and no deadlock when a pool thread
+            # itself called for_each); nor has one whose calls have all returned.
+            if not helper.cancel() and shared.running:
+                helper.result()
     shared.raise_first()
 
 
 class _Shared:
-    """The items handed out in order under a lock, and the failures by position."""
+    """The items handed out in order under a lock, the calls under way, and the failures by
+    position."""
 
     def __init__(self, function: Callable[[T], object], iterator: Iterator[T]):
         self.function, self.iterator = function, iterator
         self.lock = threading.Lock()
         self.position, self.stopped = 0, False
+        self.running = 0
         self.failures: dict[int, BaseException] = {}
 
-    def _take(self) -> tuple[int, Any]:
+    def _take(self, done: bool = False) -> tuple[int, Any]:
         with self.lock:
+            self.running -= done
             if self.stopped:
                 return -1, None
             try:
@@ -124,11 +129,14 @@ class _Shared:
                 self.stopped = True
                 return -1, None
             self.position += 1
+            self.running += 1
             return self.position - 1, item
 
     def work(self) -> None:
+        done = False
         while True:
-            position, item = self._take()
+            position, item = self._take(done)
+            done = True
             if position < 0:
                 return
             try:
@@ -137,6 +145,7 @@ class _Shared:
                 with self.lock:
                     self.failures[position] = error
                     self.stopped = True
+                    self.running -= 1
                 return
 
     def stop(self) -> None:

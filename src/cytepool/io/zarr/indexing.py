@@ -211,26 +211,38 @@ class _Strided(AxisPlan):
 
 
 class _Points(AxisPlan):
-    """Positions grouped by chunk (stably); contiguous runs become slices."""
+    """Positions grouped by chunk (stably); contiguous runs become slices.
+
+    Strictly increasing positions (the usual selection) need no sort: the positions in each
+    chunk are a run of them, and their place in the result a slice.
+    """
 
     def __init__(self, positions: np.ndarray[Any, Any], chunk: int):
         self._positions, self._size = positions, chunk
         chunk_ids = positions // chunk
-        self._order = np.argsort(chunk_ids, kind="stable")
-        ids = chunk_ids[self._order]
-        starts = np.flatnonzero(np.diff(ids)) + 1
-        self._bounds = np.concatenate([[0], starts, [len(ids)]]) if len(ids) else np.zeros(1, int)
-        self._chunks = ids[self._bounds[:-1]]
+        increasing = bool(np.all(positions[1:] > positions[:-1]))
+        self._order = None if increasing else np.argsort(chunk_ids, kind="stable")
+        ids = chunk_ids if self._order is None else chunk_ids[self._order]
+        starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        bounds = [0, *starts.tolist(), len(ids)] if len(ids) else [0]
+        self._bounds: list[int] = bounds
+        self._chunks: list[int] = ids[bounds[:-1]].tolist()
 
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
     def chunk(self, i: int) -> int:
-        return int(self._chunks[i])
+        return self._chunks[i]
 
     def piece(self, i: int) -> AxisPiece:
-        group = self._order[self._bounds[i] : self._bounds[i + 1]]
-        c = int(self._chunks[i])
+        start, stop, c = self._bounds[i], self._bounds[i + 1], self._chunks[i]
+        if self._order is None:  # a run of increasing positions, contiguous if it spans n
+            inner = self._positions[start:stop] - c * self._size
+            first, n = int(inner[0]), stop - start
+            whole = int(inner[-1]) - first == n - 1
+            within = slice(first, first + n, 1) if whole else inner.astype(np.intp, copy=False)
+            return AxisPiece(c, within, slice(start, stop, 1))
+        group = self._order[start:stop]
         inner = self._positions[group] - c * self._size
         return AxisPiece(c, _as_slice(inner), _as_slice(group))
 
