@@ -528,3 +528,33 @@ def test_zarr_layers_read_only_needed_chunks(
         pooled.profiles("g1"), values[1][[2, 3]][:, [4]].sum(0, keepdims=True)
     )
     assert opened == ["c/1/1/1"]
+
+
+def test_a_selection_of_a_cube_file_checks_each_block_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored layer checks what it reads against the file's cell numbers; the selection
+    holds a selection of those, so its cube does not check the block again."""
+    import cytepool._parts
+    import cytepool.layers
+    from cytepool.io import read_cube, write_cube
+
+    values = np.arange(3 * 4 * 6, dtype=np.int32).reshape(3, 4, 6)
+    write_cube(make_cube(values), tmp_path / "c.cube.zarr")
+    checked: list[str] = []
+    check = cytepool.layers.check_block
+
+    def counted(block: Any, **names: Any) -> None:
+        checked.append(names["group"])
+        check(block, **names)
+
+    monkeypatch.setattr(cytepool.layers, "check_block", counted)
+    monkeypatch.setattr(cytepool._parts, "check_block", counted)
+    selected = read_cube(tmp_path / "c.cube.zarr").select(
+        groups=["g2", "g1"], features=["f4", "f1"]
+    )
+    np.testing.assert_array_equal(selected.profiles("g1"), values[1][:, [4, 1]])
+    assert checked == ["g1"]
+    twice = selected.select(samples=["s3", "s0"])
+    np.testing.assert_array_equal(twice.profiles("g2"), values[2][[3, 0]][:, [4, 1]])
+    assert checked == ["g1", "g2"]

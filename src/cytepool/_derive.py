@@ -79,7 +79,8 @@ def select(parts: CubeParts, *, samples: Any, groups: Any, features: Any) -> Cub
     digests: dict[str, list[str | None]] = {}
     keep = is_full(si, parts.shape[1]) and is_full(fi, parts.shape[2])
     for name, layer in parts.layers.items():
-        lazy = SelectLayer(layer, gi, si, fi)
+        checked = cells if layer.checked_against(parts.cells) else None  # read checked
+        lazy = SelectLayer(layer, gi, si, fi, cells=checked)
         layers[name] = (lazy, lazy)
         if keep:
             known = parts.group_digests[name]

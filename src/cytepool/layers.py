@@ -643,7 +643,11 @@ class CheckedLayer(LazyLayer):
 
 
 class SelectLayer(LazyLayer):
-    """The groups, samples and features of ``base`` at the given positions (None: all)."""
+    """The groups, samples and features of ``base`` at the given positions (None: all).
+
+    ``cells``: the cell numbers of the selection, when ``base`` checks every read against
+    those it was selected from (then a cube holding ``cells`` need not check a block again).
+    """
 
     def __init__(
         self,
@@ -651,8 +655,11 @@ class SelectLayer(LazyLayer):
         groups: Index | None = None,
         samples: Index | None = None,
         features: Index | None = None,
+        *,
+        cells: np.ndarray[Any, Any] | None = None,
     ):
         self.base = base
+        self.cells = cells
         self.name = base.name
         self.dtype = base.dtype
         self.groups, self.samples, self.features = groups, samples, features
@@ -676,6 +683,10 @@ class SelectLayer(LazyLayer):
         return self.base.reading(
             base_groups, _compose(self.samples, samples), _compose(self.features, features)
         )
+
+    def checked_against(self, cells: Any) -> bool:
+        """Whether ``cells`` are the selection's, whose every read the base layer checks."""
+        return self.cells is not None and cells is self.cells
 
 
 class SumLayer(LazyLayer):
