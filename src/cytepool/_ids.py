@@ -39,7 +39,6 @@ _AVALANCHE = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
 _AVALANCHE_SHIFT = np.uint64(33)
 _UPPER = 1 if sys.byteorder == "little" else 0  # where a hash's upper half lies, as uint32
 _INT32_ROWS = np.iinfo(np.int32).max  # up to as many ids, the index keeps rows as int32
-_ROW_BITS = np.uint64(32)  # a packed entry: its key above, its row in the lower 32 bits
 _COUNTED_LENGTHS = 1 << 16  # ids no longer than this find their distinct lengths by counting
 
 
@@ -195,12 +194,13 @@ def _sorted_keys(keys: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.n
     if len(keys) > _INT32_ROWS:  # rows past int32 (never met: 2**31 ids): a stable argsort
         order = np.argsort(keys, kind="stable")
         return keys[order], order
-    packed = keys.astype(np.uint64)
-    packed <<= _ROW_BITS
-    packed |= np.arange(len(keys), dtype=np.uint64)
+    packed = np.empty(len(keys), dtype=np.uint64)
+    halves = packed.view(np.uint32)  # each entry's upper half: its key; lower half: its row
+    halves[_UPPER::2] = keys
+    halves[1 - _UPPER :: 2] = np.arange(len(keys), dtype=np.uint32)
     packed.sort()
-    rows = packed.astype(np.uint32).astype(np.int32)  # the lower half: below 2**31
-    return (packed >> _ROW_BITS).astype(np.uint32), rows
+    rows = halves[1 - _UPPER :: 2].astype(np.int32)  # below 2**31
+    return halves[_UPPER::2].copy(), rows
 
 
 class BufferIds:

@@ -180,6 +180,8 @@ class CubeParts:
         for name, layer in self.layers.items():
             _check_layer_digests(name, layer, digests, self.shape[0])
             self.group_digests[name] = list(digests.layers[name])
+        if digests.complete:  # the parts' digests are these now: so is the fingerprint
+            self._fingerprint = digests.fingerprint()
 
     @property
     def shape(self) -> tuple[int, int, int]:

@@ -63,6 +63,11 @@ __all__ = [
 LAYER_DTYPES: Mapping[str, np.dtype[Any]] = {
     name: np.dtype(name) for name in ("int32", "int64", "uint32", "uint64", "float32", "float64")
 }
+# Each layer data type, in either byte order, to the native one: numpy's ``dtype.name`` is slow
+# enough to count when a small block is read.
+_NATIVE: dict[np.dtype[Any], np.dtype[Any]] = {
+    dt.newbyteorder(order): dt for dt in LAYER_DTYPES.values() for order in ("<", ">")
+}
 
 #: The hash algorithm of every digest made in memory and of cube files of format 1.2.
 BLAKE3 = "blake3"
@@ -114,6 +119,9 @@ def prefixed_text(value: str) -> bytes:
     return _u64(len(data)) + data
 
 
+_HASHED_NAMES = {dt: prefixed_text(name) for name, dt in LAYER_DTYPES.items()}  # native: hashed
+
+
 # --------------------------------------------------------------------------- layers, cells
 
 
@@ -123,10 +131,11 @@ def layer_dtype(dtype: Any, *, what: str = "layer") -> np.dtype[Any]:
         found = np.dtype(dtype)
     except TypeError:
         found = None
-    if found is None or found.newbyteorder("=").name not in LAYER_DTYPES:
+    native = None if found is None else _NATIVE.get(found)
+    if native is None:
         msg = f"{what}: expected a data type among {', '.join(LAYER_DTYPES)}, found {dtype!r}"
         raise InputTypeError(msg)
-    return LAYER_DTYPES[found.newbyteorder("=").name]
+    return native
 
 
 def positive_zeros(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -204,7 +213,7 @@ def group_digest(
         msg = f"group block: expected data type {dt.name}, found {arr.dtype}"
         raise InputTypeError(msg)
     h = hasher(algorithm, b"cytepool.group/1\0")
-    h.update(prefixed_text(dt.name) + _u64(arr.shape[0]) + _u64(arr.shape[1]))
+    h.update(_HASHED_NAMES[dt] + _u64(arr.shape[0]) + _u64(arr.shape[1]))
     canonical = dt.kind != "f" and arr.flags.c_contiguous and arr.dtype == dt.newbyteorder("<")
     if canonical and each is None:
         h.update(_raw(arr))  # its bytes are the canonical encoding: hashed in one call
@@ -855,6 +864,7 @@ class Digests:
     layers: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     algorithm: str = BLAKE3
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -918,6 +928,13 @@ class Digests:
             ]
             msg = f"digests: the fingerprint needs every group digest; missing {missing[:5]}"
             raise InputError(msg)
+        found = self._fingerprint
+        if found is None:  # made once: the digests do not change
+            found = self._made_fingerprint()
+            object.__setattr__(self, "_fingerprint", found)
+        return found
+
+    def _made_fingerprint(self) -> str:
         h = hasher(self.algorithm, b"cytepool.fingerprint/1\0")
         for name in TABLE_NAMES:
             h.update(bytes.fromhex(self.tables[name]))

@@ -1658,3 +1658,29 @@ def test_sigkill_never_tears_the_store(tmp_path: Path) -> None:
         assert store_state(target) == zygote.fingerprints[0]
     finally:
         zygote.close()
+
+
+def test_the_fingerprint_of_a_file_is_made_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening checks the stored fingerprint against the stored digests; the cube read, and
+    the cubes derived from it, take that fingerprint rather than making it again."""
+    from cytepool.fingerprint import Digests
+
+    cube = make_cube()
+    write_cube(cube, tmp_path / "c.cube.zarr")
+    expected = cube.fingerprint
+    made: list[str] = []
+    make = Digests._made_fingerprint
+
+    def counted(digests: Digests) -> str:
+        made.append(digests.algorithm)
+        return make(digests)
+
+    monkeypatch.setattr(Digests, "_made_fingerprint", counted)
+    read = read_cube(tmp_path / "c.cube.zarr")
+    assert made == ["blake3"]
+    assert read.fingerprint == expected
+    selected = read.select(groups=["g1"], features=["f2", "f0"])
+    assert selected.provenance[-1].inputs == (expected,)
+    assert made == ["blake3"]
