@@ -659,6 +659,74 @@ def test_obs_and_var_lengths_that_lie_allocate_nothing(
         from_anndata(path, **KEYS)
 
 
+def with_matrices(tmp_path: Path, kind: str, element: str, shape: tuple[int, int]) -> Path:
+    """cells() with a layer 'counts' and raw, written as ``kind``; the matrix at ``element``
+    then stored again with ``shape`` (obs, var and the other matrices intact)."""
+    adata = cells()
+    adata.layers["counts"] = adata.X.copy()
+    adata.raw = adata.copy()
+    path = tmp_path / f"c.{kind}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if kind == "h5ad":
+            adata.write_h5ad(path)
+        else:
+            with ad.settings.override(zarr_write_format=2):
+                adata.write_zarr(path)
+    values = np.ones(shape, dtype=np.float32)
+    if kind == "h5ad":
+        with h5py.File(path, "a") as f:
+            attributes = dict(f[element].attrs)
+            del f[element]
+            f.create_dataset(element, data=values).attrs.update(attributes)
+        return path
+    import zarr
+
+    (path / ".zmetadata").unlink(missing_ok=True)
+    parent, name = element.rsplit("/", 1) if "/" in element else ("", element)
+    group: Any = zarr.open_group(path / parent, mode="r+")
+    attributes = dict(group[name].attrs)
+    del group[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr-python's notes on Zarr v2
+        group.create_array(name, data=values).attrs.update(attributes)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["h5ad", "zarr"])
+@pytest.mark.parametrize(
+    ("element", "shape", "source", "message"),
+    [
+        ("layers/counts", (51, 6), {"layer": "counts"}, r"layers/counts of .*has shape \(51, 6\)"),
+        ("layers/counts", (50, 7), {"layer": "counts"}, r"layers/counts of .*has shape \(50, 7\)"),
+        ("raw/X", (51, 6), {"use_raw": True}, r"raw/X of .*has shape \(51, 6\)"),
+        ("X", (51, 6), {}, r"X of .*has shape \(51, 6\)"),
+    ],
+)
+def test_a_matrix_of_the_wrong_shape_is_blamed_not_obs_or_var(
+    tmp_path: Path, kind: str, element: str, shape: Any, source: Any, message: str
+) -> None:
+    """A matrix whose shape disagrees with obs and var, which agree with themselves (and
+    with X): the FormatError names the matrix, its shape and their lengths (it said that
+    the intact obs or var was damaged, and never named the matrix)."""
+    path = with_matrices(tmp_path, kind, element, shape)
+    var = "raw/var" if source.get("use_raw") else "var"
+    message += rf", but obs has 50 rows and {var} 6 \(one per cell and one per feature\): "
+    message += "the matrix is damaged$"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS, **source)
+
+
+def test_a_layer_of_the_wrong_width_is_blamed_when_files_are_surveyed(tmp_path: Path) -> None:
+    """Pooling several files reads each one's shape and var first: there too the matrix is
+    named, not var."""
+    path = with_matrices(tmp_path, "h5ad", "layers/counts", (50, 7))
+    other = shutil.copyfile(path, tmp_path / "d.h5ad")
+    message = r"layers/counts of .*c\.h5ad has shape \(50, 7\), but obs has 50 rows and var 6"
+    with pytest.raises(FormatError, match=message):
+        from_anndata([path, other], **KEYS, layer="counts")
+
+
 def recoded_strings(chunk: Path, change: Any) -> None:
     """Decode a chunk of Zarr v2 strings (blosc), ``change`` its bytes, encode it again."""
     import numcodecs

@@ -140,16 +140,99 @@ def _shape_and_ids(
     name = _index_key(var)
     if shape is None or name is None:
         return None
+    check_fit(shape, (root["obs"], var), _witness(root, element), (element, owner, var_path))
     check_frame(var, shape[1], bound, f"{var_path} of {owner}")
     return shape[0], pd.Index(read_element(var[name]))
 
 
-def _check_frames(matrix: Any, obs: Any, var: Any, bound: int, owner: str, var_name: str) -> None:
-    """Check the ``obs`` and ``var`` groups of ``matrix`` against its shape
-    (:func:`check_frame`)."""
-    n_obs, n_vars = (int(n) for n in matrix.shape)
-    check_frame(obs, n_obs, bound, f"obs of {owner}")
-    check_frame(var, n_vars, bound, f"{var_name} of {owner}")
+def _check_frames(
+    matrix: Any, frames: tuple[Any, Any], bound: int, names: tuple[str, str, str], root: Any
+) -> None:
+    """Check the ``frames`` (obs and var groups) of ``matrix`` against its shape
+    (:func:`check_fit`, then :func:`check_frame`). ``names``: the matrix's element, the file
+    and the var's element, as messages name them."""
+    element, owner, var_name = names
+    shape = (int(matrix.shape[0]), int(matrix.shape[1]))
+    check_fit(shape, frames, _witness(root, element), (element, owner, var_name))
+    check_frame(frames[0], shape[0], bound, f"obs of {owner}")
+    check_frame(frames[1], shape[1], bound, f"{var_name} of {owner}")
+
+
+def check_fit(
+    shape: tuple[int, int],
+    frames: tuple[Any, Any],
+    witness: tuple[int | None, int | None],
+    names: tuple[str, str, str],
+) -> None:
+    """Refuse a matrix of ``shape`` whose rows (columns) disagree with obs (var) where that
+    frame is to be trusted: each of its columns and its index (:func:`row_lengths`) and the
+    ``witness`` (X's rows and columns, for a layer, or None) agree on one length, and at
+    least two say so. A :class:`FormatError` then names the matrix (``names``: its element,
+    the file, the var's element), its shape and the lengths of obs and var (of their
+    indexes). A frame that disagrees with itself, or that one array alone speaks for, is
+    left to :func:`check_frame`, which names its array that disagrees with the matrix."""
+    for axis, frame in enumerate(frames):
+        found = row_lengths(frame) + ([] if witness[axis] is None else [witness[axis]])
+        if len(found) >= 2 and len(set(found)) == 1 and found[0] != shape[axis]:
+            raise _misfit(shape, (_index_length(frames[0]), _index_length(frames[1])), names)
+
+
+def _index_length(frame: Any) -> int | None:
+    """The length of the index of the dataframe group ``frame`` (None if not plain to see)."""
+    name = _index_key(frame)
+    lengths = [] if name is None else row_lengths(frame, [name])
+    return lengths[0] if len(lengths) == 1 else None
+
+
+def _misfit(
+    shape: tuple[int, int], lengths: tuple[int | None, int | None], names: tuple[str, str, str]
+) -> FormatError:
+    """The error for a matrix of a file (``names``: its element, the file, the var's
+    element) whose ``shape`` disagrees with the ``lengths`` of obs and var (None: unknown)."""
+    element, owner, var_name = names
+    n_obs, n_var = ("?" if n is None else n for n in lengths)
+    msg = (
+        f"{element} of {owner} has shape {shape}, but obs has {n_obs} rows and {var_name} "
+        f"{n_var} (one per cell and one per feature): the matrix is damaged"
+    )
+    return FormatError(msg)
+
+
+def row_lengths(group: Any, names: Iterable[str] | None = None) -> list[int]:
+    """The lengths of the columns (and index) of the dataframe group ``group``, or of those
+    ``names``: one for each, or the distinct lengths of its arrays that hold one entry per
+    row (as :func:`check_frame` finds them) when they disagree; none for a legacy compound
+    dataset."""
+    if not is_group(group):
+        return []
+    lengths = []
+    for name in group if names is None else names:
+        node = group[name]
+        parts = [node] if hasattr(node, "shape") else []
+        if not parts:
+            encoding = str(node.attrs.get("encoding-type", ""))
+            parts = [node[part] for part in _PER_ROW.get(encoding, ()) if part in node]
+        lengths += sorted({_length(part) for part in parts if hasattr(part, "shape")})
+    return lengths
+
+
+def _length(array: Any) -> int:
+    shape = tuple(array.shape)
+    return int(shape[0]) if shape else 1
+
+
+def _witness(root: Any, element: str) -> tuple[int | None, int | None]:
+    """What X's shape says of the rows of obs (and, for a layer, of the rows of var) when the
+    matrix at ``element`` is not X: (None, None) if it is, or X's shape is not plain to see."""
+    if element == "X" or (element.endswith("/X") and element != "raw/X") or "X" not in root:
+        return None, None
+    try:
+        shape = matrix_shape(root["X"], "X")
+    except FormatError:  # X itself damaged: it says nothing
+        return None, None
+    if shape is None:
+        return None, None
+    return shape[0], shape[1] if element.startswith("layers/") else None
 
 
 def _element_paths(root: Any, source: Source, layer: str | None, use_raw: bool) -> tuple[str, str]:
@@ -185,7 +268,8 @@ def _anndata_parts(
     element, var_path = _element_paths(root, source, layer, use_raw)
     matrix = _matrix(root, element, Path(path), source.owner)
     try:
-        _check_frames(matrix, root["obs"], root[var_path], bound, source.owner, var_path)
+        frames = (root["obs"], root[var_path])
+        _check_frames(matrix, frames, bound, (element, source.owner, var_path), root)
         obs, names = _read_obs(root["obs"], int(matrix.shape[0]), Path(path))
         source = source if names is None else dataclasses.replace(source, cells=names)
         return matrix, obs, read_element(root[var_path]), source
@@ -463,7 +547,8 @@ def _modality(root: Any, where: str, owner: str, path: Path, bound: int) -> Moda
     group = root[where]
     matrix = _matrix(root, f"{where}/X", path, owner)
     try:
-        _check_frames(matrix, group["obs"], group["var"], bound, owner, "var")
+        frames = (group["obs"], group["var"])
+        _check_frames(matrix, frames, bound, (f"{where}/X", owner, "var"), root)
         obs, var = read_element(group["obs"]), read_element(group["var"])
     except BaseException:
         _close(matrix)
