@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -510,12 +511,164 @@ BAD_CSR: dict[str, tuple[Callable[[Any], None], str]] = {
 }
 
 
+@pytest.mark.parametrize("reader", ["cytepool", "anndata"])
 @pytest.mark.parametrize("case", list(BAD_CSR))
-def test_invalid_csr_structure_is_a_format_error(tmp_path: Path, case: str) -> None:
+def test_invalid_csr_structure_is_a_format_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, reader: str
+) -> None:
+    """Also when anndata's backed reader reads the matrix (as for a filter cytepool cannot
+    decode): checked as cytepool's reader checks it (it was an InputError, or pooled)."""
     change, message = BAD_CSR[case]
     path = h5_with(tmp_path, change)
+    if reader == "anndata":
+        monkeypatch.setattr(readers, "open_matrix", lambda *_: None)
     with pytest.raises(FormatError, match=message):
         from_anndata(path, **KEYS)
+
+
+def test_invalid_indptr_in_memory_stays_an_input_error(tmp_path: Path) -> None:
+    path = h5_with(tmp_path, lambda x: replace(x, "indptr", np.r_[0, 50, 10, x["indptr"][3:]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        damaged = ad.read_h5ad(path)
+    with pytest.raises(InputError, match=r"not a valid CSR matrix") as caught:
+        from_anndata(damaged, **KEYS)
+    assert not isinstance(caught.value, FormatError)
+
+
+def filtered_store(tmp_path: Path, fmt: str = "csr") -> Path:
+    """A Zarr v2 store whose X/indices has a filter: read by anndata's backed reader."""
+    adata = cells()
+    if fmt == "csc":
+        adata.X = sparse.csc_matrix(adata.X)
+    path = write(adata, tmp_path / "c.zarr", "zarr-v2")
+    filter_indices(path)
+    return path
+
+
+def store_indptr(path: Path, values: np.ndarray, length: int | None = None) -> None:
+    """Store X/indptr of the store at ``path`` again as ``values``; its metadata then claims
+    ``length`` entries (if given), of which only those of ``values`` are written."""
+    import zarr
+
+    group: Any = zarr.open_group(path / "X", mode="r+")
+    attributes = dict(group["indptr"].attrs)
+    del group["indptr"]
+    shape = (len(values),) if length is None else (length,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr-python's notes on Zarr v2
+        array = group.create_array("indptr", shape=shape, dtype=values.dtype, chunks=(1 << 20,))
+    array[: len(values)] = values
+    array.attrs.update(attributes)
+    (path / "X" / ".zmetadata").unlink(missing_ok=True)
+    (path / ".zmetadata").unlink(missing_ok=True)
+
+
+FALLBACK_INDPTR: dict[str, tuple[Callable[[np.ndarray], np.ndarray], int | None, str]] = {
+    "claims 10**12 entries": (
+        lambda indptr: indptr,
+        10**12,
+        r"X/indptr of .*c\.zarr has 1000000000000 entries; expected one per row plus one \(301\)",
+    ),
+    "ends at 2**56": (
+        lambda indptr: np.r_[indptr[:-1], 2**56],
+        None,
+        r"X/indptr of .*c\.zarr is not a valid index pointer: it ends at 72057594037927936, "
+        r"past the \d+ stored values",
+    ),
+    "decreases": (
+        lambda indptr: np.r_[indptr[:5], indptr[6] + 1, indptr[6:]],
+        None,
+        r"X/indptr of .*c\.zarr is not a valid index pointer: it decreases after entry 5",
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("case", list(FALLBACK_INDPTR))
+def test_indptr_read_by_anndata_is_checked_before_it_is_used(
+    tmp_path: Path, case: str, fmt: str
+) -> None:
+    """A store read by anndata's backed reader (a filter): its indptr is checked against the
+    shape before it is read (a claim of 10**12 entries was read, 3e8 took 3.6 GiB) and its
+    values before they are used (an end of 2**56 made a MemoryError, a decrease an
+    InputError)."""
+    path = filtered_store(tmp_path, fmt)
+    change, length, message = FALLBACK_INDPTR[case]
+    indptr = zarr_array(path / "X" / "indptr")
+    store_indptr(path, change(indptr.astype(np.int64)).astype(np.int64), length)
+    assert not isinstance(reader_of_unchecked(path), direct.SparseMatrix)
+    if fmt == "csc":
+        message = message.replace("per row plus one \\(301\\)", "per column plus one \\(41\\)")
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+def zarr_array(path: Path) -> np.ndarray:
+    import zarr
+
+    return np.asarray(zarr.open_array(path, mode="r")[...])
+
+
+def reader_of_unchecked(path: Path) -> Any:
+    """Whether cytepool's reader would read X of ``path`` (its checks not run)."""
+    import zarr
+
+    root = zarr.open_group(path, mode="r")
+    return direct.open_matrix(root, "X", path, str(path))
+
+
+def test_data_and_indices_read_by_anndata_have_the_same_length(tmp_path: Path) -> None:
+    import zarr
+
+    path = filtered_store(tmp_path)
+    group: Any = zarr.open_group(path / "X", mode="r+")
+    data = np.r_[group["data"][...], np.full(7, 1000, dtype=np.float32)]
+    attributes = dict(group["data"].attrs)
+    del group["data"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        group.create_array("data", data=data).attrs.update(attributes)
+    (path / ".zmetadata").unlink(missing_ok=True)
+    message = r"X of .*c\.zarr: data and indices have different lengths \(\d+ and \d+\)"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS)
+
+
+CORPUS = Path(__file__).parents[1] / "data" / "anndata-corpus"
+
+
+@pytest.mark.parametrize(
+    ("element", "change", "message"),
+    [
+        ("X", "decreasing", r"X/indptr of .*old\.h5ad is not a valid index pointer: it decreases"),
+        ("raw.X", "decreasing", r"raw\.X/indptr of .*old\.h5ad is not a valid index pointer"),
+        ("X", "claims", r"X/indptr of .*old\.h5ad has 300000000 entries; expected one per row"),
+        ("X", "one row more", r"X of .*old\.h5ad has shape \(49, 6\), but obs has 48 rows"),
+    ],
+)
+def test_legacy_sparse_matrix_is_checked_before_it_is_used(
+    tmp_path: Path, element: str, change: str, message: str
+) -> None:
+    """An .h5ad in the layout of anndata < 0.7 (read by anndata's backed reader): a damaged
+    indptr is a FormatError naming the file and the array, before anything is allocated (a
+    claim of 3e8 entries took 4.8 GiB), and so is a shape of more rows than obs has (it was
+    an InputError)."""
+    path = tmp_path / "old.h5ad"
+    shutil.copyfile(CORPUS / "anndata-0.6.22.post1.h5ad", path)
+    with h5py.File(path, "a") as f:
+        group = f[element]
+        indptr = group["indptr"][...]
+        if change == "decreasing":
+            replace(group, "indptr", np.r_[indptr[:3], indptr[4] + 1, indptr[4:]])
+        elif change == "claims":
+            del group["indptr"]
+            claimed = group.create_dataset("indptr", (3 * 10**8,), np.int64, chunks=(1 << 20,))
+            claimed[: len(indptr)] = indptr
+        else:
+            group.attrs["h5sparse_shape"] = group.attrs["h5sparse_shape"] + [1, 0]
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS, use_raw=element == "raw.X")
 
 
 def test_column_indices_out_of_range_name_the_matrix(tmp_path: Path) -> None:

@@ -51,7 +51,10 @@ __all__ = [
     "BLOCK_VALUES",
     "Buffers",
     "DenseMatrix",
+    "LibraryArray",
     "SparseMatrix",
+    "check_library_sparse",
+    "checked_indptr",
     "major_bounds",
     "matrix_shape",
     "open_matrix",
@@ -201,46 +204,7 @@ class SparseMatrix:
 
     def checked_indptr(self) -> np.ndarray[Any, Any]:
         """indptr, read and checked against the shape and data (see the module's text)."""
-        n_major = self.major()
-        what = "rows" if self.format == "csr" else "columns"
-        for array in (self.data, self.indices, self.indptr):
-            if len(array.shape) != 1:
-                msg = f"{array.where} has shape {array.shape}; expected a 1-D array"
-                raise FormatError(msg)
-        if self.data.shape != self.indices.shape:
-            msg = (
-                f"{self.where}: data and indices have different lengths "
-                f"({self.data.shape[0]} and {self.indices.shape[0]})"
-            )
-            raise FormatError(msg)
-        for array in (self.indices, self.indptr):
-            if array.dtype.kind not in "iu":
-                msg = f"{array.where} holds {array.dtype}; expected integers"
-                raise FormatError(msg)
-        if self.indptr.shape[0] != n_major + 1:
-            msg = (
-                f"{self.indptr.where} has {self.indptr.shape[0]} entries; expected one per "
-                f"{what[:-1]} plus one ({n_major + 1}) for shape {self.shape}"
-            )
-            raise FormatError(msg)
-        indptr = self.indptr.read(0, n_major + 1)
-        if indptr.dtype.kind == "u" and indptr.size and indptr.max() > np.iinfo(np.int64).max:
-            msg = f"{self.indptr.where} holds entries beyond int64"
-            raise FormatError(msg)
-        indptr = indptr.astype(np.int64, copy=False)
-        steps = np.diff(indptr)
-        problem = None
-        if indptr[0] != 0:
-            problem = f"starts at {indptr[0]}, not 0"
-        elif steps.size and steps.min() < 0:
-            at = int(np.argmax(steps < 0))
-            problem = f"decreases after entry {at} ({indptr[at]} then {indptr[at + 1]})"
-        elif indptr[-1] > self.data.shape[0]:
-            problem = f"ends at {indptr[-1]}, past the {self.data.shape[0]} stored values"
-        if problem is not None:
-            msg = f"{self.indptr.where} is not a valid index pointer: it {problem}"
-            raise FormatError(msg)
-        return indptr
+        return checked_indptr(self)
 
     def blocks(self) -> Generator[tuple[int, int, Any], None, None]:
         """``(start, stop, block)`` for runs of rows (CSR) or columns (CSC), read ahead: the
@@ -270,6 +234,97 @@ class SparseMatrix:
             return start, stop, block
 
         return prefetched((functools.partial(read, a, b) for a, b in bounds), ahead)
+
+
+def checked_indptr(matrix: SparseMatrix) -> np.ndarray[Any, Any]:
+    """The indptr of ``matrix``, checked (see the module's text): the lengths its arrays
+    declare against its shape before anything is read, then the values of indptr."""
+    n_major = matrix.major()
+    what = "row" if matrix.format == "csr" else "column"
+    for array in (matrix.data, matrix.indices, matrix.indptr):
+        if len(array.shape) != 1:
+            msg = f"{array.where} has shape {array.shape}; expected a 1-D array"
+            raise FormatError(msg)
+    if matrix.data.shape != matrix.indices.shape:
+        msg = (
+            f"{matrix.where}: data and indices have different lengths "
+            f"({matrix.data.shape[0]} and {matrix.indices.shape[0]})"
+        )
+        raise FormatError(msg)
+    for array in (matrix.indices, matrix.indptr):
+        if array.dtype.kind not in "iu":
+            msg = f"{array.where} holds {array.dtype}; expected integers"
+            raise FormatError(msg)
+    if matrix.indptr.shape[0] != n_major + 1:
+        msg = (
+            f"{matrix.indptr.where} has {matrix.indptr.shape[0]} entries; expected one per "
+            f"{what} plus one ({n_major + 1}) for shape {matrix.shape}"
+        )
+        raise FormatError(msg)
+    return _checked_values(matrix.indptr, matrix.indptr.read(0, n_major + 1), matrix.data)
+
+
+def _checked_values(
+    source: ArraySource, indptr: np.ndarray[Any, Any], data: ArraySource
+) -> np.ndarray[Any, Any]:
+    """``indptr`` (read from ``source``) as int64, checked to start at 0, never decrease and
+    end within the values of ``data``."""
+    if indptr.dtype.kind == "u" and indptr.size and indptr.max() > np.iinfo(np.int64).max:
+        msg = f"{source.where} holds entries beyond int64"
+        raise FormatError(msg)
+    indptr = indptr.astype(np.int64, copy=False)
+    steps = np.diff(indptr)
+    problem = None
+    if indptr[0] != 0:
+        problem = f"starts at {indptr[0]}, not 0"
+    elif steps.size and steps.min() < 0:
+        at = int(np.argmax(steps < 0))
+        problem = f"decreases after entry {at} ({indptr[at]} then {indptr[at + 1]})"
+    elif indptr[-1] > data.shape[0]:
+        problem = f"ends at {indptr[-1]}, past the {data.shape[0]} stored values"
+    if problem is not None:
+        msg = f"{source.where} is not a valid index pointer: it {problem}"
+        raise FormatError(msg)
+    return indptr
+
+
+class LibraryArray:
+    """An array of a sparse group that anndata reads (an h5py Dataset or a zarr-python
+    Array, one cytepool's reader does not read: a Zarr v2 array with a filter, say), as an
+    :class:`~cytepool.io.anndata._sources.ArraySource` for :func:`checked_indptr`."""
+
+    into = False  # read does not decode into a given ``out``
+
+    def __init__(self, array: Any, where: str) -> None:
+        self.array, self.where = array, where
+        self.shape: tuple[int, ...] = tuple(int(n) for n in array.shape)
+        self.dtype: np.dtype[Any] = np.dtype(array.dtype)
+
+    def read(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
+        """Elements ``[start, stop)``, read by the array's library (``out`` is not used)."""
+        return np.asarray(self.array[start:stop])
+
+
+def check_library_sparse(matrix: Any, owner: str) -> None:
+    """Check the sparse matrix ``matrix`` of the file ``owner`` that anndata reads (its
+    backed CSR or CSC dataset, also of an ``.h5ad`` in the layout of anndata < 0.7) as
+    :func:`checked_indptr` checks the matrices cytepool reads, before anndata reads (and
+    allocates) any of it: a :class:`~cytepool.errors.FormatError` names the file and the
+    array."""
+    group = matrix.group
+    element = str(group.name).strip("/")
+    arrays = []
+    for name in ("data", "indices", "indptr"):
+        if name not in group:
+            msg = f"{element} of {owner} ({matrix.format}_matrix) lacks its array {name!r}"
+            raise FormatError(msg)
+        arrays.append(LibraryArray(group[name], f"{element}/{name} of {owner}"))
+    shape = (int(matrix.shape[0]), int(matrix.shape[1]))
+    data, indices, indptr = arrays
+    where = f"{element} of {owner}"
+    checked_indptr(SparseMatrix(matrix.format, shape, data, indices, indptr, where))
 
 
 class Buffers:

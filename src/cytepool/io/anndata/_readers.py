@@ -21,7 +21,13 @@ from cytepool.errors import (
     InputTypeError,
     UnknownIdError,
 )
-from cytepool.io.anndata._direct import DenseMatrix, SparseMatrix, matrix_shape, open_matrix
+from cytepool.io.anndata._direct import (
+    DenseMatrix,
+    SparseMatrix,
+    check_library_sparse,
+    matrix_shape,
+    open_matrix,
+)
 from cytepool.io.anndata._frames import is_group, read_element
 from cytepool.io.anndata._hdf5 import system_error
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
@@ -270,6 +276,7 @@ def _anndata_parts(
     try:
         frames = (root["obs"], root[var_path])
         _check_frames(matrix, frames, bound, (element, source.owner, var_path), root)
+        _check_library_matrix(matrix, source.owner)
         obs, names = _read_obs(root["obs"], int(matrix.shape[0]), Path(path))
         source = source if names is None else dataclasses.replace(source, cells=names)
         return matrix, obs, read_element(root[var_path]), source
@@ -509,6 +516,13 @@ def _legacy_cells(
     if layer is not None and layer not in adata.layers:
         raise _no_layer(source.owner, layer, layer_keys(adata))
     matrix, var, _ = matrix_of(adata, layer=layer, use_raw=use_raw)
+    shape = (int(matrix.shape[0]), int(matrix.shape[1]))
+    lengths = (len(adata.obs), len(var))
+    if shape != lengths:
+        element = "raw.X" if use_raw else "X" if layer is None else f"layers/{layer}"
+        names = (element, source.owner, "raw.var" if use_raw else "var")
+        raise _misfit(shape, lengths, names)
+    _check_library_matrix(matrix, source.owner)
     return matrix, as_pandas_frame(adata.obs), as_pandas_frame(var), source
 
 
@@ -549,6 +563,7 @@ def _modality(root: Any, where: str, owner: str, path: Path, bound: int) -> Moda
     try:
         frames = (group["obs"], group["var"])
         _check_frames(matrix, frames, bound, (f"{where}/X", owner, "var"), root)
+        _check_library_matrix(matrix, owner)
         obs, var = read_element(group["obs"]), read_element(group["var"])
     except BaseException:
         _close(matrix)
@@ -663,8 +678,19 @@ def _has_hdf5_signature(path: Path) -> bool:
 
 def _matrix(root: Any, element: str, path: Path, owner: str) -> Any:
     """The matrix at ``element``: read by cytepool's file reader where it can
-    (:mod:`cytepool.io.anndata._direct`), else by anndata's backed reader."""
+    (:mod:`cytepool.io.anndata._direct`), else by anndata's backed reader (a sparse one
+    checked, once its shape is, by :func:`_check_library_matrix`)."""
     return open_matrix(root, element, path, owner) or _on_disk_matrix(root[element])
+
+
+def _check_library_matrix(matrix: Any, owner: str) -> None:
+    """Check a sparse matrix that anndata reads as cytepool's reader checks its own (lengths
+    and indptr, :func:`~cytepool.io.anndata._direct.check_library_sparse`), before it is
+    read: once its shape is checked against obs and var, for a shape claiming 10**15 rows
+    would let its indptr claim as many entries. (A matrix cytepool reads imports nothing of
+    anndata here.)"""
+    if not isinstance(matrix, SparseMatrix | DenseMatrix) and is_sparse_dataset(matrix):
+        check_library_sparse(matrix, owner)
 
 
 def _close(matrix: Any) -> None:
