@@ -79,6 +79,17 @@ def test_ids_kept_spaced_are_found_as_joined_ones(ids: list[str], wanted: list[s
     assert kept.take(np.arange(len(ids))[::-1]).to_list() == ids[::-1]
 
 
+@pytest.mark.parametrize("parsed", [True, False])
+def test_ids_of_one_length_are_compared_where_they_lie(parsed: bool) -> None:
+    ids = [f"ENSG{i:011d}" for i in range(300)]
+    kept = BufferIds(spaced(ids, parsed=parsed))
+    assert kept.buffer.uniform_size() == 15
+    wanted = ["ENSG00000000299", "ENSG00000000000", "ENSG0000000030", "ENSG000000000300"]
+    wanted += ["", "ENSG00000000301", "ENSG00000000007", "ENSG00000000299"]
+    assert kept.find(wanted).tolist() == [299, 0, -1, -1, -1, -1, 7, 299]
+    assert kept.buffer.located()[2] == 4  # found without joining
+
+
 def test_ids_sharing_a_hash_are_told_apart_by_their_bytes() -> None:
     ids = ["T", "B", "NK", "B"]
     held = BufferIds(Utf8Buffer.from_str(ids))

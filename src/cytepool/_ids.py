@@ -188,6 +188,23 @@ def _equal(a: Utf8Buffer, b: Utf8Buffer) -> np.ndarray[Any, Any]:
     return same
 
 
+def _same_items(
+    a: Utf8Buffer, rows_a: np.ndarray[Any, Any], b: Utf8Buffer, rows_b: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Whether item ``rows_a[i]`` of ``a`` has the bytes of item ``rows_b[i]`` of ``b``; ids
+    of one length (``a.uniform_size()``) compared as one element each, without gathering."""
+    size = a.uniform_size()
+    if not size:
+        return _equal(a.take(rows_a), b.take(rows_b))
+    same = b.sizes_at(rows_b) == size
+    kept = np.flatnonzero(same)
+    (data_a, starts_a, _), (data_b, starts_b, _) = a.located(rows_a[kept]), b.located(rows_b[kept])
+    kind = f"V{size}"
+    items_a = windows(np.ascontiguousarray(data_a), kind)[starts_a]
+    same[kept] = items_a == windows(np.ascontiguousarray(data_b), kind)[starts_b]
+    return same
+
+
 def _sorted_keys(keys: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """``keys`` (uint32) in increasing order, and the row of each (int32; rows of one key in
     increasing order): see :meth:`BufferIds._index`."""
@@ -260,7 +277,7 @@ class BufferIds:
         out = np.full(len(keys), -1, dtype=np.intp)
         hit = np.flatnonzero(last > first)
         candidates = order[first[hit]]
-        same = _equal(self.buffer.take(candidates), wanted.take(hit))
+        same = _same_items(self.buffer, candidates, wanted, hit)
         out[hit[same]] = candidates[same]
         for i in hit[~same & (last[hit] - first[hit] > 1)].tolist():  # a shared key: rare
             item, shared = wanted.item(i), order[first[i] : last[i]].tolist()
