@@ -26,7 +26,7 @@ from cytepool.fingerprint import (
     normalization_digest,
     table_digest,
 )
-from factories import BACKENDS
+from factories import BACKENDS, make_cube
 
 pl = pytest.importorskip("polars")
 pa = pytest.importorskip("pyarrow")
@@ -924,3 +924,17 @@ def test_a_signalling_nan_is_digested_without_a_warning(dtype: str) -> None:
     pd = pytest.importorskip("pandas")
     column = canonical_column(nw.from_native(pd.Series(block[0]), series_only=True), "x")
     assert column.mask.tolist() == [True, False, False]
+
+
+def test_the_fingerprint_follows_digests_changed_after_it_was_made() -> None:
+    """Digests make their fingerprint once for what they hold: a dict changed afterwards (the
+    dataclass is frozen, its dicts are not) gives the fingerprint of the new digests."""
+    from cytepool._assemble import parts_of
+
+    digests = parts_of(make_cube()).digests()
+    before = digests.fingerprint()
+    assert digests.fingerprint() == before
+    digests.layers["counts"] = ("0" * 64,) * len(digests.layers["counts"])
+    after = digests.fingerprint()
+    assert after != before
+    assert after == Digests.from_json(digests.to_json()).fingerprint()

@@ -558,3 +558,18 @@ def test_a_selection_of_a_cube_file_checks_each_block_once(
     twice = selected.select(samples=["s3", "s0"])
     np.testing.assert_array_equal(twice.profiles("g2"), values[2][[3, 0]][:, [4, 1]])
     assert checked == ["g1", "g2"]
+
+
+def test_a_bad_value_in_a_selection_of_a_cube_file_is_still_refused(tmp_path: Path) -> None:
+    """A selection's block is checked once, by the stored layer: a value edited into the file
+    is refused, named by the ids of the selection's group, sample and feature."""
+    import zarr
+
+    from cytepool.io import read_cube, write_cube
+
+    values = np.arange(3 * 4 * 6, dtype=np.int32).reshape(3, 4, 6)
+    write_cube(make_cube(values), tmp_path / "c.cube.zarr")
+    zarr.open_array(tmp_path / "c.cube.zarr" / "layers" / "counts", mode="r+")[1, 2, 4] = -5
+    selected = read_cube(tmp_path / "c.cube.zarr").select(groups=["g1"], features=["f4", "f1"])
+    with pytest.raises(ConstraintError, match="group 'g1', sample 's2': value -5 at feature 'f4'"):
+        selected.profiles("g1")

@@ -23,7 +23,7 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -864,7 +864,7 @@ class Digests:
     layers: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     algorithm: str = BLAKE3
-    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
+    _made: tuple[Any, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -928,11 +928,17 @@ class Digests:
             ]
             msg = f"digests: the fingerprint needs every group digest; missing {missing[:5]}"
             raise InputError(msg)
-        found = self._fingerprint
-        if found is None:  # made once: the digests do not change
-            found = self._made_fingerprint()
-            object.__setattr__(self, "_fingerprint", found)
-        return found
+        state = self._state()
+        if self._made is None or self._made[0] != state:  # made once for what they hold
+            object.__setattr__(self, "_made", (state, self._made_fingerprint()))
+        return cast("tuple[Any, str]", self._made)[1]
+
+    def _state(self) -> tuple[Any, ...]:
+        """What the fingerprint is made of, to tell a fingerprint made before from one to
+        make again (a caller may have changed the dicts the digests hold)."""
+        layers = tuple((name, tuple(groups)) for name, groups in self.layers.items())
+        tables = tuple(self.tables.items())
+        return tables, self.cells, self.normalization, layers, tuple(self.dtypes.items())
 
     def _made_fingerprint(self) -> str:
         h = hasher(self.algorithm, b"cytepool.fingerprint/1\0")

@@ -24,6 +24,7 @@ from cytepool.errors import (
 from cytepool.io import read_cube, read_table, write_cube, write_table
 from cytepool.io.zarr import open_array, read_group_attributes
 from cytepool.io.zarr.remote import RemoteStore
+from cytepool.io.zarr.store import shown_url
 from factories import make_cube, string_values
 
 pd = pytest.importorskip("pandas")
@@ -239,6 +240,19 @@ def test_the_password_of_a_url_appears_in_no_message(local: Path, serve_http) ->
         with pytest.raises(ValueError, match=problem) as info:
             call()
         assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("password", ["hunter/2", "hunter?2", "hunter#2"])
+def test_a_password_that_breaks_the_url_appears_in_no_message(password: str) -> None:
+    """A ``/``, ``?`` or ``#`` in a password makes its start look like a host and port: the
+    URL is refused, shown from its last ``@`` on, and urllib's quote of the port is left out."""
+    url = f"https://alice:{password}@example.org/x.cube.zarr"
+    with pytest.raises(
+        ValueError, match=r"'https://example\.org/x\.cube\.zarr' is not a valid URL"
+    ) as info:
+        read_cube(url)
+    assert "hunter" not in str(info.value)
+    assert shown_url("s3://bucket/me@example.org/x.zarr") == "s3://bucket/me@example.org/x.zarr"
 
 
 def test_the_query_of_a_url_follows_the_key_and_its_value_is_not_shown(

@@ -186,7 +186,8 @@ def _strip_userinfo(url: str) -> tuple[str, str | None]:
         parts = urlsplit(url)
         port = parts.port  # checked: a port past 65535 or not a number raises ValueError
     except ValueError as error:  # "http://[::1/x": Invalid IPv6 URL
-        msg = f"{shown_url(url)!r} is not a valid URL ({error}); check its host and port"
+        problem = _url_problem(error)
+        msg = f"{shown_url(url)!r} is not a valid URL ({problem}); check its host and port"
         raise InputError(msg) from None
     if parts.username is None and parts.password is None:
         return url, None
@@ -197,6 +198,12 @@ def _strip_userinfo(url: str) -> tuple[str, str | None]:
     token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
     header = "Basic " + base64.b64encode(token.encode()).decode("ascii")
     return urlunsplit(parts._replace(netloc=netloc)), header
+
+
+def _url_problem(error: ValueError) -> str:
+    """What urllib found wrong with a URL, without the text it quotes from it (which may be
+    part of a password holding ``/``, ``?`` or ``#``)."""
+    return re.sub(r" as '.*'$", "", str(error), flags=re.DOTALL)
 
 
 MAX_URL_LENGTH = 65_534

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from cytepool.errors import FormatError, InputError, RemoteStoreError, StoreChangedError
 from cytepool.io.zarr.names import node_name_problem
@@ -580,21 +581,35 @@ def is_url(path: object) -> bool:
     return isinstance(path, str) and _URL.match(path) is not None
 
 
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#]*@")
-
-
 def shown_url(url: str) -> str:
     """``url`` as messages and reprs show it: without the ``user:password@`` before its host,
     and with its query (an access token, often) shown as ``?…``.
+
+    A URL that cannot be parsed (a password holding ``/``, ``?`` or ``#`` makes its start look
+    like a host and port) is shown from its last ``@`` on, whatever precedes it possibly a
+    password.
 
     Examples
     --------
     >>> shown_url("https://alice:hunter2@example.org/x.zarr?sig=secret")
     'https://example.org/x.zarr?…'
+    >>> shown_url("https://alice:pa/ss@example.org/x.zarr"), shown_url("s3://b/me@x.org/y.zarr")
+    ('https://example.org/x.zarr', 's3://b/me@x.org/y.zarr')
     """
-    url = _USERINFO.sub(r"\1", url, count=1)
-    base, question, _ = url.partition("?")
+    base, question, _ = _without_userinfo(url).partition("?")
     return base + "?…" if question else base
+
+
+def _without_userinfo(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number to 65535
+    except ValueError:
+        scheme, separator, rest = url.partition("://")
+        return scheme + separator + rest.rpartition("@")[2] if separator else url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def shown(path: object) -> str:
