@@ -65,9 +65,7 @@ LAYER_DTYPES: Mapping[str, np.dtype[Any]] = {
 }
 # Each layer data type, in either byte order, to the native one: numpy's ``dtype.name`` is slow
 # enough to count when a small block is read.
-_NATIVE: dict[np.dtype[Any], np.dtype[Any]] = {
-    dt.newbyteorder(order): dt for dt in LAYER_DTYPES.values() for order in ("<", ">")
-}
+_NATIVE = {dt.newbyteorder(order): dt for dt in LAYER_DTYPES.values() for order in ("<", ">")}
 
 #: The hash algorithm of every digest made in memory and of cube files of format 1.2.
 BLAKE3 = "blake3"

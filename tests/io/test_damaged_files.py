@@ -717,6 +717,23 @@ def test_a_matrix_of_the_wrong_shape_is_blamed_not_obs_or_var(
         from_anndata(path, **KEYS, **source)
 
 
+@pytest.mark.parametrize("kind", ["h5ad", "zarr"])
+@pytest.mark.parametrize(
+    ("element", "source", "var"), [("X", {}, "var"), ("raw/X", {"use_raw": True}, "raw/var")]
+)
+def test_a_matrix_and_an_index_alone_that_disagree_are_both_named(
+    tmp_path: Path, kind: str, element: str, source: Any, var: str
+) -> None:
+    """var holds its index alone (no column): when the matrix's width disagrees with it,
+    nothing tells which of the two is damaged, and the FormatError names both (it said the
+    intact var was damaged)."""
+    path = with_matrices(tmp_path, kind, element, (50, 7))
+    message = rf"{element} of .*has shape \(50, 7\), but {var} has 6 entries in its one array of "
+    message += r"a row \(one per feature\): one of the two is damaged$"
+    with pytest.raises(FormatError, match=message):
+        from_anndata(path, **KEYS, **source)
+
+
 def test_a_layer_of_the_wrong_width_is_blamed_when_files_are_surveyed(tmp_path: Path) -> None:
     """Pooling several files reads each one's shape and var first: there too the matrix is
     named, not var."""

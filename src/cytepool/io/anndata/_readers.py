@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,10 +27,16 @@ from cytepool.io.anndata._direct import (
     matrix_shape,
     open_matrix,
 )
-from cytepool.io.anndata._frames import is_group, read_element
+from cytepool.io.anndata._frame_checks import (
+    check_fit,
+    check_frame,
+    index_key,
+    misfit,
+    witness,
+)
+from cytepool.io.anndata._frames import read_element
 from cytepool.io.anndata._hdf5 import system_error
 from cytepool.io.anndata._hdf5_heap import check_global_heaps
-from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
 
 if TYPE_CHECKING:
     import anndata
@@ -143,10 +148,10 @@ def _shape_and_ids(
 
     shape = matrix_shape(root[element], f"{element} of {owner}")
     var = root[var_path]
-    name = _index_key(var)
+    name = index_key(var)
     if shape is None or name is None:
         return None
-    check_fit(shape, (root["obs"], var), _witness(root, element), (element, owner, var_path))
+    check_fit(shape, (root["obs"], var), witness(root, element), (element, owner, var_path), bound)
     check_frame(var, shape[1], bound, f"{var_path} of {owner}")
     return shape[0], pd.Index(read_element(var[name]))
 
@@ -159,86 +164,9 @@ def _check_frames(
     and the var's element, as messages name them."""
     element, owner, var_name = names
     shape = (int(matrix.shape[0]), int(matrix.shape[1]))
-    check_fit(shape, frames, _witness(root, element), (element, owner, var_name))
+    check_fit(shape, frames, witness(root, element), (element, owner, var_name), bound)
     check_frame(frames[0], shape[0], bound, f"obs of {owner}")
     check_frame(frames[1], shape[1], bound, f"{var_name} of {owner}")
-
-
-def check_fit(
-    shape: tuple[int, int],
-    frames: tuple[Any, Any],
-    witness: tuple[int | None, int | None],
-    names: tuple[str, str, str],
-) -> None:
-    """Refuse a matrix of ``shape`` whose rows (columns) disagree with obs (var) where that
-    frame is to be trusted: each of its columns and its index (:func:`row_lengths`) and the
-    ``witness`` (X's rows and columns, for a layer, or None) agree on one length, and at
-    least two say so. A :class:`FormatError` then names the matrix (``names``: its element,
-    the file, the var's element), its shape and the lengths of obs and var (of their
-    indexes). A frame that disagrees with itself, or that one array alone speaks for, is
-    left to :func:`check_frame`, which names its array that disagrees with the matrix."""
-    for axis, frame in enumerate(frames):
-        found = row_lengths(frame) + ([] if witness[axis] is None else [witness[axis]])
-        if len(found) >= 2 and len(set(found)) == 1 and found[0] != shape[axis]:
-            raise _misfit(shape, (_index_length(frames[0]), _index_length(frames[1])), names)
-
-
-def _index_length(frame: Any) -> int | None:
-    """The length of the index of the dataframe group ``frame`` (None if not plain to see)."""
-    name = _index_key(frame)
-    lengths = [] if name is None else row_lengths(frame, [name])
-    return lengths[0] if len(lengths) == 1 else None
-
-
-def _misfit(
-    shape: tuple[int, int], lengths: tuple[int | None, int | None], names: tuple[str, str, str]
-) -> FormatError:
-    """The error for a matrix of a file (``names``: its element, the file, the var's
-    element) whose ``shape`` disagrees with the ``lengths`` of obs and var (None: unknown)."""
-    element, owner, var_name = names
-    n_obs, n_var = ("?" if n is None else n for n in lengths)
-    msg = (
-        f"{element} of {owner} has shape {shape}, but obs has {n_obs} rows and {var_name} "
-        f"{n_var} (one per cell and one per feature): the matrix is damaged"
-    )
-    return FormatError(msg)
-
-
-def row_lengths(group: Any, names: Iterable[str] | None = None) -> list[int]:
-    """The lengths of the columns (and index) of the dataframe group ``group``, or of those
-    ``names``: one for each, or the distinct lengths of its arrays that hold one entry per
-    row (as :func:`check_frame` finds them) when they disagree; none for a legacy compound
-    dataset."""
-    if not is_group(group):
-        return []
-    lengths = []
-    for name in group if names is None else names:
-        node = group[name]
-        parts = [node] if hasattr(node, "shape") else []
-        if not parts:
-            encoding = str(node.attrs.get("encoding-type", ""))
-            parts = [node[part] for part in _PER_ROW.get(encoding, ()) if part in node]
-        lengths += sorted({_length(part) for part in parts if hasattr(part, "shape")})
-    return lengths
-
-
-def _length(array: Any) -> int:
-    shape = tuple(array.shape)
-    return int(shape[0]) if shape else 1
-
-
-def _witness(root: Any, element: str) -> tuple[int | None, int | None]:
-    """What X's shape says of the rows of obs (and, for a layer, of the rows of var) when the
-    matrix at ``element`` is not X: (None, None) if it is, or X's shape is not plain to see."""
-    if element == "X" or (element.endswith("/X") and element != "raw/X") or "X" not in root:
-        return None, None
-    try:
-        shape = matrix_shape(root["X"], "X")
-    except FormatError:  # X itself damaged: it says nothing
-        return None, None
-    if shape is None:
-        return None, None
-    return shape[0], shape[1] if element.startswith("layers/") else None
 
 
 def _element_paths(root: Any, source: Source, layer: str | None, use_raw: bool) -> tuple[str, str]:
@@ -335,55 +263,6 @@ def _no_layer(owner: str, layer: str, layers: list[str]) -> UnknownIdError:
     return UnknownIdError(msg, unknown=layer, known=layers)
 
 
-_PER_ROW = {"categorical": ("codes",), "nullable-integer": ("values", "mask")}
-_PER_ROW |= {"nullable-boolean": ("values", "mask"), "nullable-string-array": ("values", "mask")}
-
-
-def check_frame(group: Any, n_rows: int, bound: int, where: str) -> None:
-    """Check the lengths of a dataframe's arrays before anndata reads (and allocates) them.
-
-    An array of a row (the index, a column, a categorical's codes, a nullable column's values
-    and mask) must have ``n_rows`` entries, the rows of the matrix; any other array (the
-    categories) at most ``max(n_rows, bound)``, ``bound`` being the bytes the file or store
-    holds. Else a :class:`FormatError` names the array: its metadata lies.
-    """
-    if not is_group(group):  # a legacy compound dataset
-        return
-    for name in group:
-        node = group[name]
-        encoding = str(node.attrs.get("encoding-type", ""))
-        if hasattr(node, "shape"):
-            _check_length(node, n_rows, None, f"{where}, array {name!r}")
-            continue
-        for part in node:
-            exact = n_rows if part in _PER_ROW.get(encoding, ()) else None
-            if hasattr(node[part], "shape"):
-                _check_length(node[part], exact, max(n_rows, bound), f"{where}, {name}/{part}")
-
-
-def _check_length(array: Any, exact: int | None, most: int | None, where: str) -> None:
-    shape = tuple(int(n) for n in array.shape)
-    length = shape[0] if shape else 1
-    if exact is not None and length != exact:
-        msg = f"{where} has {length} entries, expected one per row ({exact}): it is damaged"
-        raise FormatError(msg)
-    if most is not None and math.prod(shape) > most:
-        msg = f"{where} claims {math.prod(shape)} entries, more than the file holds: it is damaged"
-        raise FormatError(msg)
-    folder = _local_folder(array)
-    if folder is not None and (folder / ".zarray").is_file():
-        check_v2_strings(folder, where)
-    elif folder is not None and (folder / "zarr.json").is_file():
-        check_v3_strings(folder, where)
-
-
-def _local_folder(array: Any) -> Path | None:
-    """The folder of a zarr-python array in a local store; None for others (h5py's)."""
-    store_path = getattr(array, "store_path", None)
-    root = getattr(getattr(store_path, "store", None), "root", None)
-    return None if root is None else Path(root) / str(getattr(store_path, "path", ""))
-
-
 def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellNames | None]:
     """obs, and the names of its rows when they were left in the file.
 
@@ -396,7 +275,7 @@ def _read_obs(element: Any, n_obs: int, path: Path) -> tuple[pd.DataFrame, CellN
     import pandas as pd
 
     attrs = element.attrs
-    index = _index_key(element)
+    index = index_key(element)
     plain = (attrs.get("encoding-type"), attrs.get("encoding-version")) == ("dataframe", "0.2.0")
     if not plain or index is None:
         return read_element(element), None
@@ -417,13 +296,6 @@ def _column_order(frame: Any, path: Path) -> Any:
         )
         raise FormatError(msg)
     return frame.attrs["column-order"]
-
-
-def _index_key(frame: Any) -> str | None:
-    """The member of the dataframe group ``frame`` that holds its index (anndata's attribute
-    ``_index``), or None if ``frame`` is no group or names none it holds."""
-    key = frame.attrs.get("_index") if is_group(frame) else None
-    return key if isinstance(key, str) and key in frame else None
 
 
 def _text(name: Any) -> str:
@@ -521,7 +393,7 @@ def _legacy_cells(
     if shape != lengths:
         element = "raw.X" if use_raw else "X" if layer is None else f"layers/{layer}"
         names = (element, source.owner, "raw.var" if use_raw else "var")
-        raise _misfit(shape, lengths, names)
+        raise misfit(shape, lengths, names)
     _check_library_matrix(matrix, source.owner)
     return matrix, as_pandas_frame(adata.obs), as_pandas_frame(var), source
 
