@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -603,6 +604,65 @@ def test_strings_with_a_lone_surrogate_are_refused(
     match = rf"cannot write the string array .*: the string at index {flat} holds a lone {problem}"
     with raises_naming(InputError, match, tmp_path / "w"):
         write_strings(tmp_path / "w", data.reshape(-1), chunks=2)
+
+
+class _Rows:
+    """Strings that say they hold 5 rows but give one per slice (``utf8``: through the path
+    of a UTF-8 buffer's rows)."""
+
+    def __init__(self, utf8: bool) -> None:
+        if utf8:
+            self.utf8 = lambda start, stop: (np.array([1]), np.frombuffer(b"b", np.uint8))
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, key: Any) -> np.ndarray[Any, Any]:
+        return np.array(["a"])
+
+
+@pytest.mark.parametrize(
+    ("rows", "given"),
+    [
+        (_Rows(utf8=False), r"rows\[0:2\] gave shape \(1,\)"),
+        (_Rows(utf8=True), r"rows\.utf8\(0, 2\) gave shape \(1,\)"),
+        (np.array([1, 2, 3]), r"data gave rows \(0, 2\) of dtype int64, expected strings"),
+        (np.array(["a", None], dtype=object), "an object array to write as strings holds a None"),
+    ],
+)
+def test_write_strings_refuses_rows_that_are_not_what_they_say(
+    tmp_path: Path, rows: Any, given: str
+) -> None:
+    """Rows giving fewer rows than their length were stored padded with "" (a silently wrong
+    array), and non-str objects raised a bare TypeError naming nothing."""
+    with pytest.raises(ValueError if "gave" in given else TypeError, match=given):
+        write_strings(tmp_path / "s", rows, chunks=2)
+    assert not (tmp_path / "s" / METADATA_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("attributes", "where"),
+    [
+        ({"note": "x\ud800"}, "attributes['note'] ('x\\ud800')"),
+        ({"a\udfff": 1}, "the key 'a\\udfff' of attributes"),
+        ({"n": [1, {"deep": "\ud800"}]}, "attributes['n'][1]['deep'] ('\\ud800')"),
+    ],
+)
+def test_attributes_with_a_lone_surrogate_are_refused(
+    tmp_path: Path, attributes: dict[str, Any], where: str
+) -> None:
+    """cytepool wrote them as JSON escapes of unpaired surrogates, which tensorstore refuses
+    to open ("Invalid JSON"); emoji (surrogate pairs) are written as before."""
+    match = re.escape(f"attributes: {where} holds a lone surrogate")
+    with pytest.raises(InputError, match=match):
+        write_array(tmp_path / "a", np.arange(3), chunks=(3,), attributes=attributes)
+    with pytest.raises(InputError, match=match):
+        write_group(tmp_path / "g", attributes)
+    with pytest.raises(InputError, match=re.escape("dimension_names: 'x\\ud800' holds a lone")):
+        write_array(tmp_path / "d", np.arange(3), chunks=(3,), dimension_names=["x\ud800"])
+    assert not any(tmp_path.iterdir())
+    write_array(tmp_path / "ok", np.arange(3), chunks=(3,), attributes={"🧬": "🧬"})
+    assert open_array(tmp_path / "ok").attributes == {"🧬": "🧬"}
 
 
 def test_write_group_attribute_errors(tmp_path: Path) -> None:

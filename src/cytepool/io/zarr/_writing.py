@@ -17,7 +17,7 @@ from cytepool.io.zarr.codecs import MAX_CHUNK_BYTES
 from cytepool.io.zarr.data_types import DataType
 from cytepool.io.zarr.metadata import ArrayMetadata
 
-__all__ = ["NAT", "Payload", "write_chunks", "write_payloads"]
+__all__ = ["NAT", "Payload", "string_rows", "write_chunks", "write_payloads"]
 
 NAT = np.iinfo(np.int64).min
 
@@ -98,14 +98,16 @@ def _rows(
         msg = f"data gave rows {bounds} of shape {block.shape}, expected {shape}"
         raise InputError(msg)
     if data_type.is_string:
-        return _string_rows(block, bounds)
+        return string_rows(block, bounds)
     if block.dtype.newbyteorder("=") != dtype.newbyteorder("="):
         msg = f"data gave rows {bounds} of dtype {block.dtype}, expected {dtype}"
         raise InputError(msg)
     return block
 
 
-def _string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, Any]:
+def string_rows(block: np.ndarray[Any, Any], bounds: Any) -> np.ndarray[Any, Any]:
+    """``block``, rows ``bounds`` of strings to write, if it holds strings: numpy's, or
+    ``str`` objects (InputTypeError naming the first other object)."""
     if block.dtype.kind not in "TUO":
         msg = f"data gave rows {bounds} of dtype {block.dtype}, expected strings"
         raise InputError(msg)

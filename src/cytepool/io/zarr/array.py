@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from cytepool._utf8 import is_unicode
 from cytepool.errors import FormatError, InputError, InputTypeError, StoreChangedError
 from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr._store import as_path, open_store, read_document, write_document
@@ -713,5 +714,9 @@ def _check_dimension_names(names: Any, ndim: int) -> tuple[str | None, ...] | No
         raise InputTypeError(msg)
     if len(names) != ndim:
         msg = f"dimension_names needs {ndim} entries, not {len(names)}"
+        raise InputError(msg)
+    bad = [name for name in names if name is not None and not is_unicode(name)]
+    if bad:
+        msg = f"dimension_names: {bad[0]!r} holds a lone surrogate (not Unicode); remove it"
         raise InputError(msg)
     return tuple(names)

@@ -12,11 +12,12 @@ the field. Features that are valid Zarr but not implemented raise
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from cytepool.errors import InputTypeError, check_string_keys
+from cytepool._utf8 import is_unicode
+from cytepool.errors import InputError, InputTypeError, check_string_keys
 from cytepool.io.zarr import indexing
 from cytepool.io.zarr.data_types import (
     DATA_TYPES,
@@ -311,8 +312,31 @@ def check_attributes(attributes: Any) -> dict[str, Any]:
         msg = f"attributes must be a mapping, not {type(attributes).__name__}"
         raise InputTypeError(msg)
     check_string_keys(attributes, "attributes", "attribute names")  # at any depth
-    result: dict[str, Any] = json.loads(json.dumps(dict(attributes), allow_nan=False))
+    text = json.dumps(dict(attributes), allow_nan=False, ensure_ascii=False)
+    if not is_unicode(text):  # a lone surrogate: JSON that readers such as tensorstore refuse
+        msg = f"attributes: {_lone_surrogate(attributes, 'attributes')} holds a lone surrogate"
+        raise InputError(msg + " (not Unicode, which a Zarr document must be); remove it")
+    result: dict[str, Any] = json.loads(text)
     return result
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """Where in the JSON value ``value`` (at ``where``) a key or string holds a lone
+    surrogate: the first one found, or None."""
+    if isinstance(value, str):
+        return None if is_unicode(value) else f"{where} ({value!r})"
+    items: Iterable[tuple[Any, Any]] = ()
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    for key, item in items:
+        if isinstance(key, str) and not is_unicode(key):
+            return f"the key {key!r} of {where}"
+        found = _lone_surrogate(item, f"{where}[{key!r}]")
+        if found is not None:
+            return found
+    return None
 
 
 def _parse_attributes(doc: dict[str, Any], where: str) -> dict[str, Any]:

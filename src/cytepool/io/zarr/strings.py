@@ -13,6 +13,7 @@ Examples
 >>> import tempfile, pathlib
 >>> import numpy as np
 >>> from cytepool._utf8 import Utf8Buffer
+from cytepool.errors import InputError
 >>> from cytepool.io.zarr import open_array
 >>> from cytepool.io.zarr.strings import read_strings, write_strings
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "names"
@@ -33,10 +34,11 @@ from typing import Any, cast
 import numpy as np
 
 from cytepool._utf8 import Utf8Buffer
+from cytepool.errors import InputError
 from cytepool.io.zarr import _vlen
 from cytepool.io.zarr._reading import Reader
 from cytepool.io.zarr._store import as_path, write_document
-from cytepool.io.zarr._writing import Payload, write_payloads
+from cytepool.io.zarr._writing import Payload, string_rows, write_payloads
 from cytepool.io.zarr.array import ZarrArray, array_handle, new_metadata
 from cytepool.io.zarr.indexing import parse_selection
 from cytepool.io.zarr.store import refuse_url
@@ -86,14 +88,28 @@ def _payload(rows: Any, n: int, count: int, where: str) -> Payload:
         stop = min(start + count, n)
         if utf8 is not None:
             lengths, body = utf8(start, stop)
+            _check_rows(np.shape(lengths), f"rows.utf8({start}, {stop})", stop - start, where)
             return _vlen.assemble(lengths, body, count, limit=limit)
         values = np.asarray(rows[start:stop])
+        _check_rows(values.shape, f"rows[{start}:{stop}]", stop - start, where)
+        values = string_rows(values, (start, stop))
         try:
             return _vlen.payload(values, count, limit=limit)
         except UnicodeEncodeError:
             raise _vlen.invalid_unicode(where, values, start) from None
 
     return make
+
+
+def _check_rows(shape: tuple[int, ...], given: str, expected: int, where: str) -> None:
+    """InputError unless what ``given`` gave (of ``shape``) is ``expected`` rows: ``rows``
+    gave fewer, or more, than its length says it holds."""
+    if shape != (expected,):
+        msg = (
+            f"cannot write the string array {where}: {given} gave shape {shape}, expected "
+            f"({expected},), as len(rows) says"
+        )
+        raise InputError(msg)
 
 
 def read_strings(array: ZarrArray) -> Utf8Buffer:
