@@ -946,6 +946,7 @@ UNJOINABLE = {
     ),
     "booleans and integers": ([True, False], [1]),
     "strings and integers": (["a", "b"], [1]),
+    "strings and categories of integers": (["a", "b"], pd.Categorical([1])),  # pyarrow: joined
 }
 
 
@@ -999,6 +1000,9 @@ def test_concat_refuses_categories_that_do_not_join_alike_in_every_backend(
     [
         (np.array([1], np.int8), np.array([2], np.int64), pd.array([1, 2], dtype="int64")),
         (np.array([1.5]), np.array([2]), pd.array([1.5, 2.0], dtype="float64")),
+        # beyond a float's precision: rounded as numpy rounds (pyarrow's safe cast refused)
+        (np.array([2**63], np.uint64), np.array([-1]), pd.array([2.0**63, -1.0])),
+        (np.array([2**53 + 1]), np.array([0.5]), pd.array([2.0**53, 0.5])),
     ],
 )
 def test_concat_joins_categories_of_numbers_of_other_types_as_numbers(

@@ -573,3 +573,20 @@ def test_a_bad_value_in_a_selection_of_a_cube_file_is_still_refused(tmp_path: Pa
     selected = read_cube(tmp_path / "c.cube.zarr").select(groups=["g1"], features=["f4", "f1"])
     with pytest.raises(ConstraintError, match="group 'g1', sample 's2': value -5 at feature 'f4'"):
         selected.profiles("g1")
+
+
+def test_profiles_of_an_in_memory_cube_is_a_new_array() -> None:
+    """profiles gave a read-only view of the layer (the docstring says a new array) for a
+    group read whole from an in-memory cube, also through select and a one-group merge."""
+    values = np.arange(2 * 3 * 4).reshape(2, 3, 4)
+    cube = make_cube(values)
+    reads = [
+        cube.profiles("g1"),
+        cube.select(groups=["g1"]).profiles("g1"),
+        cube.merge_groups({"m": ["g1"]}).profiles("m"),
+    ]
+    for got in reads:
+        assert got.flags.writeable
+        assert not np.shares_memory(got, cube.to_numpy())
+        got[...] = -1
+    np.testing.assert_array_equal(cube.to_numpy(), values)

@@ -46,6 +46,8 @@ def joined_frame(frames: Sequence[Any], axis: str) -> Any:
         if impl is nw.Implementation.PANDAS:  # its own rules would change types
             natives = [f.to_native() for f in frames]
             return nw.from_native(pandas_joined(natives), eager_only=True)
+        if impl.is_pyarrow():  # before numbers_alike makes categories joined with strings strings
+            _check_arrow_columns(frames)
         frames = _arrow_alike(numbers_alike(frames))
         return nw.concat(frames, how="vertical" if same else "diagonal")
     except Exception as err:
@@ -147,9 +149,30 @@ def _arrow_alike(frames: list[Any]) -> list[Any]:
         for name, target in targets.items():
             if name in native.column_names:
                 index = native.schema.get_field_index(name)
-                native = native.set_column(index, name, native[name].cast(target))
+                native = native.set_column(index, name, _arrow_cast(native[name], target))
         out.append(nw.from_native(native, eager_only=True))
     return out
+
+
+def _check_arrow_columns(frames: list[Any]) -> None:
+    """:func:`_check_categories` of each column of the pyarrow ``frames``, as they are."""
+    types: dict[str, set[Any]] = {}
+    for frame in frames:
+        for field in frame.to_native().schema:
+            types.setdefault(field.name, set()).add(field.type)
+    for name, found in types.items():
+        _check_categories(name, found)
+
+
+def _arrow_cast(column: Any, target: Any) -> Any:
+    """``column`` cast to ``target``; to numbers as numpy casts (rounding integers beyond a
+    float's precision, which pyarrow's safe cast refuses)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(target) or pa.types.is_floating(target):
+        return pc.cast(column, target, safe=False)
+    return column.cast(target)
 
 
 def _arrow_strings(kind: Any) -> bool:
@@ -162,15 +185,23 @@ def _arrow_strings(kind: Any) -> bool:
 
 
 def _check_categories(name: str, found: set[Any]) -> None:
-    """InputTypeError if arrow dictionary types ``found`` (of column ``name``) hold categories
-    of types that do not join (integers and strings, ...), as pandas refuses them."""
+    """InputTypeError if arrow types ``found`` (of column ``name``) hold categories of types
+    that do not join (integers and strings, ...), or categories and values of other kinds
+    (categories of integers and strings), as pandas refuses them."""
     import pyarrow as pa
 
-    if not all(pa.types.is_dictionary(kind) for kind in found):
-        return
-    types = {_arrow_kind(k.value_type) for k in found}
-    if len(types) > 1:
-        msg = f"column {name!r} holds categories of types {sorted(types)}, which do not join"
+    dictionaries = {_arrow_kind(k.value_type) for k in found if pa.types.is_dictionary(k)}
+    if len(dictionaries) > 1:
+        msg = f"column {name!r} holds categories of types {sorted(dictionaries)}, which do not join"
+        raise InputTypeError(msg)
+    values = {
+        _arrow_kind(k) for k in found if not (pa.types.is_dictionary(k) or pa.types.is_null(k))
+    }
+    if dictionaries and values and dictionaries | values != dictionaries:
+        msg = (
+            f"column {name!r} holds categories of {dictionaries.pop()}s and values of types "
+            f"{sorted(values)}, which do not join"
+        )
         raise InputTypeError(msg)
 
 

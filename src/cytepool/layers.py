@@ -474,7 +474,7 @@ class ArrayLayer(LazyLayer):
             block = arr[group]
             if samples is not None and features is not None:
                 return block[np.ix_(samples, features)]
-            return block[_as_key(samples)][:, _as_key(features)]
+            return np.array(block[_as_key(samples)][:, _as_key(features)])  # a new array
         if hasattr(arr, "oindex"):
             return arr.oindex[group, _as_key(samples), _as_key(features)]
         block = np.asarray(arr[group])
