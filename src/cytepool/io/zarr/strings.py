@@ -13,7 +13,6 @@ Examples
 >>> import tempfile, pathlib
 >>> import numpy as np
 >>> from cytepool._utf8 import Utf8Buffer
-from cytepool.errors import InputError
 >>> from cytepool.io.zarr import open_array
 >>> from cytepool.io.zarr.strings import read_strings, write_strings
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "names"
