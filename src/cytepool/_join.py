@@ -112,12 +112,11 @@ def _cast(frame: Any, targets: dict[str, Any]) -> Any:
     if not frame.implementation.is_pyarrow():
         return frame.with_columns(*(nw.col(n).cast(t) for n, t in casts.items()))
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     native = frame.to_native()
     for name, target in casts.items():
         if str(target) in _NUMBERS:
-            column = pc.cast(native[name], pa.type_for_alias(str(target).lower()), safe=False)
+            column = _arrow_cast(native[name], pa.type_for_alias(str(target).lower()))
             native = native.set_column(native.schema.get_field_index(name), name, column)
     frame = nw.from_native(native, eager_only=True)
     rest = [nw.col(n).cast(t) for n, t in casts.items() if str(t) not in _NUMBERS]
@@ -134,14 +133,10 @@ def _arrow_alike(frames: list[Any]) -> list[Any]:
     if not frames[0].implementation.is_pyarrow():
         return frames
     natives = [frame.to_native() for frame in frames]
-    types: dict[str, set[Any]] = {}
-    for native in natives:
-        for field in native.schema:
-            types.setdefault(field.name, set()).add(field.type)
+    types = _arrow_types(natives)
     targets = {n: _arrow_target(found) for n, found in types.items() if len(found) > 1}
-    for name, found in types.items():
+    for name in types:
         columns = [native[name] for native in natives if name in native.column_names]
-        _check_categories(name, found)
         targets[name] = _ordered_target(columns) or targets.get(name)
     targets = {n: t for n, t in targets.items() if t is not None}
     out = []
@@ -156,12 +151,17 @@ def _arrow_alike(frames: list[Any]) -> list[Any]:
 
 def _check_arrow_columns(frames: list[Any]) -> None:
     """:func:`_check_categories` of each column of the pyarrow ``frames``, as they are."""
-    types: dict[str, set[Any]] = {}
-    for frame in frames:
-        for field in frame.to_native().schema:
-            types.setdefault(field.name, set()).add(field.type)
-    for name, found in types.items():
+    for name, found in _arrow_types([frame.to_native() for frame in frames]).items():
         _check_categories(name, found)
+
+
+def _arrow_types(natives: list[Any]) -> dict[str, set[Any]]:
+    """The arrow types each column has in the pyarrow tables ``natives``."""
+    types: dict[str, set[Any]] = {}
+    for native in natives:
+        for field in native.schema:
+            types.setdefault(field.name, set()).add(field.type)
+    return types
 
 
 def _arrow_cast(column: Any, target: Any) -> Any:
