@@ -373,8 +373,26 @@ class RemoteStore:
         >>> RemoteStore("https://example.org/x.zarr?sig=secret").where("c/0")
         'https://example.org/x.zarr/c/0?…'
         """
-        base, question, query = self.url.partition("?")
-        return shown_url((f"{base}/{key}" if key else base) + question + query)
+        base, query = self._shown
+        return (f"{base}/{key}" if key else base) + query
+
+    @functools.cached_property
+    def _shown(self) -> tuple[str, str]:
+        """The URL as messages show it, without its query, and ``"?…"`` if it has one."""
+        base, question, _ = self.url.partition("?")
+        return shown_url(base), "?…" if question else ""
+
+    @functools.cached_property
+    def _room(self) -> int:
+        """The characters a key may take in a request's URL (counted as :func:`_url_length`)."""
+        return _longest_url(self.url) - _url_length(self.url, "")
+
+    def too_long(self, key: str) -> str | None:
+        """Why the URL of ``key`` would be too long for a request, or None (it is not): a key
+        of a few characters is not counted, a character taking at most 12 percent-encoded."""
+        if 12 * len(key) <= self._room or len(quote(key, safe="/:")) <= self._room:
+            return None
+        return _too_long(self.url, key)
 
     def expecting(self, version: ETag | None) -> RemoteStore:
         """This store, whose handles check that the root zarr.json still has ``version``."""
@@ -655,8 +673,9 @@ class RemoteHandle:
         """Await an obstore call; None if the object is absent, cytepool errors otherwise."""
         from obstore.exceptions import BaseError
 
-        if _url_length(self._store.url, key) > _longest_url(self._store.url):
-            raise _unaddressable(key, self.where(""), _too_long(self._store.url, key))
+        too_long = self._store.too_long(key)
+        if too_long is not None:
+            raise _unaddressable(key, self.where(""), too_long)
         try:
             return await make()
         except FileNotFoundError as error:  # obstore's HTTP store says so of a 405 too
