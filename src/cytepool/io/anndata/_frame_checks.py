@@ -9,7 +9,7 @@ with obs or var is named as the damage where obs or var agree with themselves
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,9 @@ from cytepool.io.anndata._frames import is_group
 from cytepool.io.anndata._sources import check_v2_strings, check_v3_strings
 
 __all__ = ["PER_ROW", "check_fit", "check_frame", "index_key", "misfit", "row_lengths", "witness"]
+
+PER_ROW = {"categorical": ("codes",), "nullable-integer": ("values", "mask")}
+PER_ROW |= {"nullable-boolean": ("values", "mask"), "nullable-string-array": ("values", "mask")}
 
 
 def check_fit(
@@ -90,15 +93,29 @@ def row_lengths(group: Any, names: Iterable[str] | None = None) -> list[int]:
     dataset."""
     if not is_group(group):
         return []
-    lengths = []
+    found: dict[str, set[int]] = {}
+    for name, _, array, per_row in _arrays(group, names):
+        if per_row:
+            found.setdefault(name, set()).add(_length(array))
+    return [length for lengths in found.values() for length in sorted(lengths)]
+
+
+def _arrays(
+    group: Any, names: Iterable[str] | None = None
+) -> Iterator[tuple[str, str | None, Any, bool]]:
+    """Each array of the dataframe group ``group`` (of its members ``names``): the member's
+    name, the part's name (None: the member is the array), the array, and whether it holds
+    one entry per row (a column, the index, a categorical's codes, a nullable column's values
+    and mask)."""
     for name in group if names is None else names:
         node = group[name]
-        parts = [node] if hasattr(node, "shape") else []
-        if not parts:
-            encoding = str(node.attrs.get("encoding-type", ""))
-            parts = [node[part] for part in PER_ROW.get(encoding, ()) if part in node]
-        lengths += sorted({_length(part) for part in parts if hasattr(part, "shape")})
-    return lengths
+        if hasattr(node, "shape"):
+            yield name, None, node, True
+            continue
+        per_row = PER_ROW.get(str(node.attrs.get("encoding-type", "")), ())
+        for part in node:
+            if hasattr(node[part], "shape"):
+                yield name, part, node[part], part in per_row
 
 
 def _length(array: Any) -> int:
@@ -120,12 +137,6 @@ def witness(root: Any, element: str) -> tuple[int | None, int | None]:
     return shape[0], shape[1] if element.startswith("layers/") else None
 
 
-PER_ROW = {"categorical": ("codes",), "nullable-integer": ("values", "mask")}
-
-
-PER_ROW |= {"nullable-boolean": ("values", "mask"), "nullable-string-array": ("values", "mask")}
-
-
 def check_frame(group: Any, n_rows: int, bound: int, where: str) -> None:
     """Check the lengths of a dataframe's arrays before anndata reads (and allocates) them.
 
@@ -136,16 +147,10 @@ def check_frame(group: Any, n_rows: int, bound: int, where: str) -> None:
     """
     if not is_group(group):  # a legacy compound dataset
         return
-    for name in group:
-        node = group[name]
-        encoding = str(node.attrs.get("encoding-type", ""))
-        if hasattr(node, "shape"):
-            _check_length(node, n_rows, None, f"{where}, array {name!r}")
-            continue
-        for part in node:
-            exact = n_rows if part in PER_ROW.get(encoding, ()) else None
-            if hasattr(node[part], "shape"):
-                _check_length(node[part], exact, max(n_rows, bound), f"{where}, {name}/{part}")
+    for name, part, array, per_row in _arrays(group):
+        shown = f"array {name!r}" if part is None else f"{name}/{part}"
+        most = None if part is None else max(n_rows, bound)
+        _check_length(array, n_rows if per_row else None, most, f"{where}, {shown}")
 
 
 def _check_length(array: Any, exact: int | None, most: int | None, where: str) -> None:

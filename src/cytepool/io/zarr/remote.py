@@ -66,6 +66,13 @@ from cytepool.errors import (
     UnsupportedFeatureError,
 )
 from cytepool.io.zarr._remote_options import DEFAULT_IN_FLIGHT, split_options
+from cytepool.io.zarr._url_lengths import (
+    MAX_URL_LENGTH,
+    abridged,
+    longest_url,
+    too_long_why,
+    url_length,
+)
 from cytepool.io.zarr.fetching import Range, Span, Window
 from cytepool.io.zarr.store import (
     Blob,
@@ -206,45 +213,6 @@ def _url_problem(error: ValueError) -> str:
     return re.sub(r" as '.*'$", "", str(error), flags=re.DOTALL)
 
 
-MAX_URL_LENGTH = 65_534
-"""The most characters of a request's URL: obstore's HTTP library refuses a longer one, and
-obstore then panics (a ``RustPanic``, not an error), so a longer URL is refused before it."""
-
-_CLIENT_ROOM = 4_096
-"""Characters left, below :data:`MAX_URL_LENGTH`, for what an s3, gs or az client puts in its
-request URLs beside the store's URL and the key (an endpoint, a bucket's host, a signature)."""
-
-
-def _url_length(url: str, key: str) -> int:
-    """At least the length of the URL of a request for ``key`` of the store at ``url``: every
-    character of the path counted percent-encoded, as if it were no URL character."""
-    base, question, query = url.partition("?")
-    return len(quote(f"{base}/{key}", safe="/:")) + len(question + query)
-
-
-def _longest_url(url: str) -> int:
-    """The most characters :func:`_url_length` may count for a store at ``url``."""
-    http = url.split("://", 1)[0].lower() in ("http", "https")
-    return MAX_URL_LENGTH if http else MAX_URL_LENGTH - _CLIENT_ROOM
-
-
-def _abridged(text: str, most: int = 200) -> str:
-    """``text``, its middle left out (``…``) if it is longer than ``most`` characters."""
-    return text if len(text) <= most else f"{text[: most - 50]}…{text[-49:]}"
-
-
-def _too_long(url: str, key: str, subject: str = "its URL") -> str:
-    """Why the URL of ``key`` at ``url`` cannot be requested (``subject`` names that URL)."""
-    most = _longest_url(url)
-    bound = (
-        "MAX_URL_LENGTH" if most == MAX_URL_LENGTH else "MAX_URL_LENGTH, less room for the client"
-    )
-    return (
-        f"{subject} would have {_url_length(url, key)} characters (percent-encoded), more than "
-        f"the {most} a request can carry ({bound})"
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # Versions
 
@@ -346,10 +314,10 @@ class RemoteStore:
             headers.setdefault("Authorization", authorization)
             options["default_headers"] = headers
         split_options(scheme, options, shown_url(url))  # checked now, before any request
-        if _url_length(url, "zarr.json") > _longest_url(url):
+        if url_length(url, "zarr.json") > longest_url(url):
             msg = (
-                f"the URL {_abridged(shown_url(url))!r} is too long: "
-                f"{_too_long(url, 'zarr.json', 'the URL of its zarr.json')}; use a shorter URL, "
+                f"the URL {abridged(shown_url(url))!r} is too long: "
+                f"{too_long_why(url, 'zarr.json', 'the URL of its zarr.json')}; use a shorter URL, "
                 "or read a local copy"
             )
             raise InputError(msg)
@@ -384,15 +352,15 @@ class RemoteStore:
 
     @functools.cached_property
     def _room(self) -> int:
-        """The characters a key may take in a request's URL (counted as :func:`_url_length`)."""
-        return _longest_url(self.url) - _url_length(self.url, "")
+        """The characters a key may take in a request's URL (counted as :func:`url_length`)."""
+        return longest_url(self.url) - url_length(self.url, "")
 
     def too_long(self, key: str) -> str | None:
         """Why the URL of ``key`` would be too long for a request, or None (it is not): a key
         of a few characters is not counted, a character taking at most 12 percent-encoded."""
         if 12 * len(key) <= self._room or len(quote(key, safe="/:")) <= self._room:
             return None
-        return _too_long(self.url, key)
+        return too_long_why(self.url, key)
 
     def expecting(self, version: ETag | None) -> RemoteStore:
         """This store, whose handles check that the root zarr.json still has ``version``."""
@@ -570,7 +538,7 @@ def _unaddressable(key: str, url: str, why: str | None = None) -> UnsupportedFea
     would be too long (``why`` says so)."""
     why = why or "obstore makes no path of it (a node name with a control character, such as a tab)"
     msg = (
-        f"the key {_abridged(key)!r} of {_abridged(url)} cannot be read by URL: {why}; read a "
+        f"the key {abridged(key)!r} of {abridged(url)} cannot be read by URL: {why}; read a "
         "local copy of the store"
     )
     return UnsupportedFeatureError(msg)
