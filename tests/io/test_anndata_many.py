@@ -680,6 +680,25 @@ def test_cli_sample_from_filename(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert list(read_cube(output).samples.index) == ["donor0", "donor1"]
 
 
+def test_cli_sample_from_filename_refuses_two_files_of_one_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name ends at its first dot, so patient.A and patient.B would be one sample: said
+    before pooling, unless --duplicates add says the files hold one sample."""
+    adatas = [cells(i) for i in range(2)]
+    paths = [write(a, tmp_path / f"patient.{x}.h5ad") for a, x in zip(adatas, "AB", strict=True)]
+    output = tmp_path / "out.cube.zarr"
+    args = ["pool", *paths, str(output), "--sample-from-filename", "--group-key", "cell_type"]
+    code, out, err = run([*args, "--no-progress", "--jobs", "1"], capsys)
+    assert (code, out) == (2, "")
+    assert f"names both {paths[0]} and {paths[1]} 'patient'" in err
+    assert "pass --duplicates add" in err
+    assert not output.exists()
+    code, _, err = run([*args, "--no-progress", "--jobs", "1", "--duplicates", "add"], capsys)
+    assert (code, err) == (0, "")
+    assert list(read_cube(output).samples.index) == ["patient"]
+
+
 def test_cli_failing_file_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

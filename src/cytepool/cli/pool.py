@@ -72,7 +72,8 @@ def add(commands: Any) -> None:
     samples.add_argument(
         "--sample-from-filename",
         action="store_true",
-        help="each input is one sample, named by its file name without its extensions",
+        help="each input is one sample, named by its file name up to its first dot "
+        "(donor1.raw.h5ad: donor1)",
     )
     pool.add_argument("--group-key", required=True, help="obs column with each cell's group")
     matrix = pool.add_mutually_exclusive_group()
@@ -253,7 +254,7 @@ def _pooled(args: argparse.Namespace, inputs: list[str]) -> Cube:
         if args.features == "intersection":
             many["features"] = "intersection"
         if args.sample_from_filename:
-            many["sample_ids"] = [_sample_name(path) for path in inputs]
+            many["sample_ids"] = _sample_names(inputs, args.duplicates)
     source: Any = inputs if many else inputs[0]
     args.input = inputs
     options = {
@@ -315,3 +316,20 @@ def _sample_name(path: str) -> str:
     give donor1."""
     name = Path(path).name
     return name.split(".")[0] or name
+
+
+def _sample_names(inputs: list[str], duplicates: str) -> list[str]:
+    """The sample of each input, named by :func:`_sample_name`; two files of one name are an
+    error (UsageError) unless ``duplicates`` is ``"add"``, which adds one sample's files."""
+    names = [_sample_name(path) for path in inputs]
+    first: dict[str, str] = {}
+    for path, name in zip(inputs, names, strict=True):
+        if duplicates == "error" and name in first:
+            msg = (
+                f"--sample-from-filename names both {first[name]} and {path} {name!r} (a "
+                "sample's name is its file's name up to the first dot): rename the files to "
+                "name two samples, or pass --duplicates add if they hold one sample"
+            )
+            raise UsageError(msg)
+        first.setdefault(name, path)
+    return names
