@@ -33,7 +33,8 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;
 - ``normalization``: ``{"method", "factors"}`` when the cube has one;
 - ``metadata``, ``provenance``: JSON text;
-- ``modalities`` (MuData only): the modality name of each group;
+- ``modalities`` (MuData only): the modality name of each group (its id, or a name that
+  ``.h5mu`` and ``.zarr`` files can hold: see :func:`to_mudata`);
 - ``features`` (MuData only, of a cube without groups): the feature table, which no modality
   holds then.
 
@@ -42,8 +43,9 @@ needs them.
 
 The package keeps each part in its own module: ``_cells`` (pooling cells), ``_pseudobulk``
 (pseudobulk AnnData / MuData to and from cubes), ``_record`` (the ``uns`` record),
-``_covariates`` (labels, covariates, tables), ``_readers`` (matrices, paths, legacy files) and
-``_many`` (many files into one cube).
+``_modality_names`` (the MuData modality name of each group), ``_covariates`` (labels,
+covariates, tables), ``_readers`` (matrices, paths, legacy files) and ``_many`` (many files
+into one cube).
 """
 
 from __future__ import annotations

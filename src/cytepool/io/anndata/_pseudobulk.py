@@ -26,6 +26,7 @@ from cytepool.io.anndata._covariates import (
     features_table,
     label_codes,
 )
+from cytepool.io.anndata._modality_names import modality_names
 from cytepool.io.anndata._readers import (
     as_pandas_frame,
     check_values,
@@ -37,7 +38,6 @@ from cytepool.io.anndata._record import (
     cube_tables,
     free_name,
     make_record,
-    modality_names,
     profile_obs,
     profile_rows,
     read_record,
@@ -292,8 +292,16 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
     ``var``, the layer as ``X`` and the other layers in ``.layers``; the modalities share
     both axes (MuData ``axis=-1``). The global ``obs`` is the sample table, the global
     ``var`` the feature table; ``uns["cytepool"]`` is the record :func:`from_mudata` rebuilds the
-    cube from (with the group table and the modality name of each group: a ``/`` in a
-    group id becomes ``_`` in the modality name).
+    cube from (with the group table and the modality name of each group).
+
+    A group's modality name is its id when ``.h5mu`` and ``.zarr`` files can hold that name,
+    else one they can, unique and always the same for the same cube: each ``/``, ``\\`` and
+    control character (NUL...) becomes ``_``; a name that is empty, only dots or the name of
+    a Zarr metadata file (``zarr.json``, ``.zattrs``...) gets a leading ``_`` (``"."``:
+    ``"_."``); a name past 128 bytes of UTF-8 is cut and ends in ``~`` and 8 hex digits of a
+    digest of the id; a name an earlier group took gets ``_`` appended (``"T/NK"`` and
+    ``"T_NK"``: ``"T_NK"`` and ``"T_NK_"``). :func:`from_mudata` gives each group its id
+    back from the record.
 
     Parameters
     ----------

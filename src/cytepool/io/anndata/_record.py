@@ -158,13 +158,6 @@ def free_name(name: str, taken: Iterable[str], prefix: str) -> str:
     return name
 
 
-def modality_names(group_ids: pd.Index) -> list[str]:
-    names: list[str] = []
-    for group in group_ids:
-        names.append(free_name(str(group).replace("/", "_"), names, ""))
-    return names
-
-
 def make_record(
     cube: Cube, tables: Mapping[str, pd.DataFrame], layer: str, cells: np.ndarray
 ) -> dict[str, Any]:
@@ -271,8 +264,12 @@ def _record_problem(record: dict[str, Any]) -> str | None:
         )
     if record["layer"] not in record["layers"]:
         return f"its 'layer' {record['layer']!r} is not one of its 'layers' {record['layers']}"
-    if len(record.get("modalities", record["groups"])) != shape[0]:
-        return f"its 'modalities' are {len(record['modalities'])}, expected one per group"
+    modalities = record.get("modalities", [])
+    if "modalities" in record and len(modalities) != shape[0]:
+        return f"its 'modalities' are {len(modalities)}, expected one per group"
+    if len(set(modalities)) != len(modalities):
+        again = next(name for i, name in enumerate(modalities) if name in modalities[:i])
+        return f"its 'modalities' name {again!r} twice, expected a name per group"
     if not isinstance(record["metadata"], dict):
         return f"its 'metadata' is a {type(record['metadata']).__name__}, expected an object"
     if not isinstance(record["provenance"], list):
