@@ -27,7 +27,12 @@ What ``to_anndata`` and ``to_mudata`` store under ``uns["cytepool"]`` (only type
   pyarrow-backed keeps its codes, its categories written so and recorded as
   ``category[<their dtype>]``; pyarrow-backed columns (``int64[pyarrow]``...) go in the
   numpy or nullable pandas type holding their values (pyarrow strings are recorded as
-  ``utf8[pyarrow]``, since ``string[pyarrow]`` names pandas' ``StringDtype``);
+  ``utf8[pyarrow]``, since ``string[pyarrow]`` names pandas' ``StringDtype``); nullable
+  floats (pandas' ``Float32`` / ``Float64``, pyarrow's) go as floats with NaN for missing
+  values, and ``"nan": {table: {column: [ids]}}`` lists the rows of those holding NaN that is
+  not missing (only the columns holding some), which get NaN back, the others ``<NA>``.
+  The tables of a cube of polars or pyarrow tables come back in the pandas types that
+  ``read_cube`` gives them;
 - ``samples``, ``groups``: the whole sample and group tables (samples whose profiles are
   all empty are in no observation, yet belong to the cube);
 - ``cells``: the cell numbers ``(n_groups, n_samples)``;

@@ -586,7 +586,7 @@ def _from_profiles(
             record, parts, (sample_codes, group_codes), (sample_ids, group_ids), cells
         )
         parts.normalization = _kept_normalization(parts, keep)
-        features = restore(features, record["dtypes"].get("features", {}))
+        features = restore(features, record["dtypes"], "features")
     codes, ids = (sample_codes, group_codes), (sample_ids, group_ids)
     return _assemble(parts, features, codes, ids, cells, stamp)
 
@@ -612,8 +612,8 @@ def _recorded_parts(
     where: str,
 ) -> _Parts:
     dtypes = record["dtypes"]
-    samples = restore(record["samples"], dtypes.get("samples", {}))
-    groups = restore(record["groups"], dtypes.get("groups", {}))
+    samples = restore(record["samples"], dtypes, "samples")
+    groups = restore(record["groups"], dtypes, "groups")
     for ids, table, name in ((sample_ids, samples, "sample"), (group_ids, groups, "group")):
         unknown = sorted(set(ids) - set(table.index))
         if unknown:

@@ -28,6 +28,11 @@ from cytepool.io.tables.zones import zone_name
 
 RECORD_KEY = "cytepool"
 """The ``uns`` key under which :func:`to_anndata` and :func:`to_mudata` store the record."""
+NAN_KEY = "nan"
+"""The key of a record's ``dtypes`` that lists, of each column of nullable floats (pandas'
+Float32 / Float64, pyarrow's floats) holding NaN as well as missing values, the ids of the rows
+holding NaN: anndata cannot write such columns, and gets NaN for both. Only the tables and
+columns that need it are listed: ``{"samples": {"x": ["s3"]}}``."""
 _RECORD_FORMAT = "cytepool.pseudobulk"
 _RECORD_VERSION = 1
 
@@ -53,9 +58,11 @@ def _pandas_table(table: Any, id_column: str) -> pd.DataFrame:
 
 
 def _from_arrow(table: Any) -> pd.DataFrame:
-    """A pyarrow table (of a polars or pyarrow frame) in pandas, each column in a type of the
-    same canonical form: numbers and booleans with missing values nullable (plain pandas
-    would make floats and objects of them), dates as pyarrow dates (not datetimes)."""
+    """A pyarrow table (of a polars or pyarrow frame) in pandas, each column in the type
+    ``read_cube`` gives it: numbers and booleans with missing values nullable (plain pandas
+    would make floats and objects of them; floats keep NaN apart from missing values), strings
+    objects (pandas 3 would make ``str`` of them) or, with missing values, pandas' ``string``,
+    dates as pyarrow dates (not datetimes)."""
     import pandas as pd
     import pyarrow as pa
 
@@ -64,12 +71,37 @@ def _from_arrow(table: Any) -> pd.DataFrame:
         kind = column.type
         if pa.types.is_date(kind):
             frame[name] = pd.array(column, dtype=pd.ArrowDtype(kind))
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            frame[name] = _arrow_strings(column, frame.index)
+        elif column.null_count and pa.types.is_floating(kind) and kind.bit_width > 16:
+            frame[name] = _arrow_floats(column)
         elif column.null_count and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
             arrow = column.to_pandas(types_mapper=pd.ArrowDtype)  # int32[pyarrow] -> Int32
             frame[name] = arrow.convert_dtypes(dtype_backend="numpy_nullable")
         elif pa.types.is_dictionary(kind):
             frame[name] = _zoned_categories(frame[name], kind.value_type)
     return frame
+
+
+def _arrow_floats(column: Any) -> Any:
+    """A pyarrow column of floats with nulls as pandas' Float32 / Float64: nulls missing, NaN
+    kept as NaN (pyarrow's ``to_pandas`` makes NaN of both)."""
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    missing = pc.is_null(column).to_numpy(zero_copy_only=False)
+    values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False)
+    return pd.arrays.FloatingArray(np.array(values), missing)
+
+
+def _arrow_strings(column: Any, index: pd.Index) -> pd.Series:
+    """A pyarrow column of strings as ``read_cube`` gives it in pandas: Python strings in an
+    object column, or pandas' ``string`` (``<NA>`` for missing) when some are missing."""
+    import pandas as pd
+
+    if column.null_count:
+        return pd.Series(column.to_pylist(), dtype=pd.StringDtype(na_value=pd.NA), index=index)
+    return pd.Series(np.array(column.to_pylist(), dtype=object), dtype=object, index=index)
 
 
 def _zoned_categories(categorical: pd.Series, values: Any) -> pd.Series:
@@ -161,8 +193,11 @@ def free_name(name: str, taken: Iterable[str], prefix: str) -> str:
 def make_record(
     cube: Cube, tables: Mapping[str, pd.DataFrame], layer: str, cells: np.ndarray
 ) -> dict[str, Any]:
-    dtypes = {name: _dtype_names(table) for name, table in tables.items()}
+    dtypes: dict[str, Any] = {name: _dtype_names(table) for name, table in tables.items()}
     dtypes["layers"] = {name: np.dtype(array.dtype).name for name, array in cube.layers.items()}
+    nans = {name: found for name, table in tables.items() if (found := _nan_ids(table))}
+    if nans:
+        dtypes[NAN_KEY] = nans
     record: dict[str, Any] = {
         "format": _RECORD_FORMAT,
         "version": _RECORD_VERSION,
@@ -181,6 +216,38 @@ def make_record(
             "factors": np.asarray(cube.normalization.factors, dtype=np.float64),
         }
     return record
+
+
+def _nan_ids(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """The ids of the rows holding NaN (not a missing value) in each column of nullable
+    floats of ``frame`` that holds one: anndata gets NaN for both (:func:`writable`)."""
+    found = {}
+    for column in frame.columns:
+        series = frame[column]
+        if _is_nullable_float(series.dtype):
+            values = series.to_numpy(dtype=np.float64, na_value=0.0)
+            nan = np.isnan(values) & ~series.isna().to_numpy()
+            if nan.any():
+                found[str(column)] = [str(i) for i in frame.index[nan]]
+    return found
+
+
+def _is_nullable_float(dtype: Any) -> bool:
+    """Whether ``dtype`` is pandas' Float32 / Float64 or a pyarrow float (whose missing values
+    are apart from NaN), as a dtype or a recorded name."""
+    import pandas as pd
+
+    if isinstance(dtype, str):
+        dtype = _arrow_dtype(dtype) or (dtype if dtype in ("Float32", "Float64") else None)
+        return dtype is not None and _is_nullable_float(pd.api.types.pandas_dtype(dtype))
+    if isinstance(dtype, pd.Float32Dtype | pd.Float64Dtype):
+        return True
+    arrow = getattr(dtype, "pyarrow_dtype", None)
+    if arrow is None:
+        return False
+    import pyarrow as pa
+
+    return bool(pa.types.is_floating(arrow))
 
 
 def read_record(uns: Mapping[str, Any], where: str) -> dict[str, Any] | None:
@@ -295,6 +362,33 @@ def _dtypes_problem(dtypes: Any, layers: list[str]) -> str | None:
     missing = [name for name in layers if name not in dtypes["layers"]]
     if missing:
         return f"its 'dtypes' of 'layers' name no dtype of the layer {missing[0]!r}"
+    return _nans_problem(dtypes)
+
+
+def _nans_problem(dtypes: dict[str, Any]) -> str | None:
+    """What is wrong with the ``nan`` of a record's ``dtypes``: an object of tables, each an
+    object of its columns of nullable floats, each a list of ids; None when nothing is."""
+    nans = dtypes.get(NAN_KEY, {})
+    if not isinstance(nans, dict):
+        return f"its 'dtypes' of {NAN_KEY!r} are {nans!r}, expected an object"
+    for table, columns in nans.items():
+        if table not in ("samples", "groups", "features") or not isinstance(columns, dict):
+            return (
+                f"its 'dtypes' of {NAN_KEY!r} give {table!r} {columns!r}, expected an object "
+                f"of the columns of 'samples', 'groups' or 'features'"
+            )
+        for column, ids in columns.items():
+            name = dtypes.get(table, {}).get(column)
+            if not _is_nullable_float(name):
+                return (
+                    f"its 'dtypes' of {NAN_KEY!r} name the column {column!r} of {table!r}, "
+                    f"whose recorded dtype is {name!r}, not one of nullable floats"
+                )
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                return (
+                    f"its 'dtypes' of {NAN_KEY!r} give the column {column!r} of {table!r} "
+                    f"{ids!r}, expected a list of ids"
+                )
     return None
 
 
@@ -485,14 +579,40 @@ def _is_pandas3_str(dtype: Any) -> bool:
     return isinstance(dtype, pd.StringDtype) and dtype.na_value is not pd.NA
 
 
-def restore(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
-    """Give the columns named in ``dtypes`` their recorded dtype back."""
+def restore(frame: pd.DataFrame, dtypes: Mapping[str, Any], table: str) -> pd.DataFrame:
+    """Give the columns of ``frame``, the table ``table``, the dtypes a record's ``dtypes``
+    name, and the NaN it lists back to its columns of nullable floats."""
     frame = frame.copy()
-    for column, name in dtypes.items():
+    for column, name in dtypes.get(table, {}).items():
         if column not in frame.columns or _dtype_name(frame[column].dtype) == name:
             continue
         frame[column] = _restored(frame[column], name)
+    for column, ids in dtypes.get(NAN_KEY, {}).get(table, {}).items():
+        if column in frame.columns:
+            frame[column] = _with_nans(frame[column], frame.index.isin(ids))
     return frame
+
+
+def _with_nans(series: pd.Series, where: np.ndarray) -> pd.Series:
+    """``series``, nullable floats whose NaN the restoring made missing, with NaN (not
+    missing) at ``where`` again."""
+    import pandas as pd
+
+    if not where.any():
+        return series
+    missing = series.isna().to_numpy() & ~where
+    if isinstance(series.dtype, pd.ArrowDtype):
+        import pyarrow as pa
+
+        kind = series.dtype.pyarrow_dtype
+        values = series.to_numpy(dtype=np.dtype(kind.to_pandas_dtype()), na_value=np.nan)
+        values[where] = np.nan
+        array = pd.arrays.ArrowExtensionArray(pa.array(values, type=kind, mask=missing))
+        return pd.Series(array, index=series.index, name=series.name)
+    values = series.to_numpy(dtype=series.dtype.numpy_dtype, na_value=0.0)
+    values[where] = np.nan
+    floats = pd.arrays.FloatingArray(values, missing)
+    return pd.Series(floats, index=series.index, name=series.name)
 
 
 def _restored(series: pd.Series, name: str) -> pd.Series:
