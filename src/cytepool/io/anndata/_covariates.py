@@ -280,14 +280,15 @@ def _check_feature_columns(var: pd.DataFrame, columns: Sequence[str], var_name: 
 
 
 def _text_index(index: pd.Index, name: str) -> pd.Index:
-    """``index`` as the ``str`` of each label, named ``name``: as it is when it already holds
-    them in pandas' default string type (no Python string made per label), else built."""
+    """``index`` as the ``str`` of each label in pandas' default string type (``str`` in
+    pandas 3, object before; also when empty, which pandas would make object), named
+    ``name``: as it is when it already holds them so (no Python string made per label)."""
     import pandas as pd
 
     default = pd.Index(["a"]).dtype
     if isinstance(index.dtype, pd.StringDtype) and index.dtype == default and not index.hasnans:
         return index.rename(name)
-    return pd.Index([str(label) for label in index], name=name)
+    return pd.Index([str(label) for label in index], dtype=default, name=name)
 
 
 def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
