@@ -15,7 +15,9 @@ float; a file with a user block whose offsets, as h5py gives them, are not found
 the file's start) makes :meth:`DirectDataset.open` return None, and the caller reads the
 dataset with h5py as before.
 
-Nothing read from the file is trusted: every chunk's offset must lie on the chunk grid inside
+Nothing read from the file is trusted: the chunk B-tree is walked by cytepool before h5py is
+asked for the chunks (:mod:`._hdf5_chunk_tree`: libhdf5 crashes or loops on one that loops),
+every chunk's offset must lie on the chunk grid inside
 the dataset's shape, every stored range inside the file, every stored size within what the
 chunk's filters can produce; these are checked when the dataset opens, before anything is
 allocated, and a chunk whose bytes do not decode to exactly its size is found when it is read.
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputIndexError
+from cytepool.io.anndata._hdf5_chunk_tree import check_chunk_tree
 from cytepool.io.anndata._hdf5_filters import Pipeline, filter_name
 from cytepool.io.zarr._fast import fast_inflate
 from cytepool.io.zarr._threads import for_each
@@ -667,8 +670,12 @@ def _contiguous(
     return _Layout(shape, stored, fill, None, Pipeline((), stored.itemsize), empty, offset)
 
 
-def stored_chunks(dataset: h5py.Dataset) -> list[tuple[Any, ...]]:
-    """``(element offset, filter mask, byte offset, size)`` of each stored chunk."""
+def stored_chunks(dataset: h5py.Dataset, where: str) -> list[tuple[Any, ...]]:
+    """``(element offset, filter mask, byte offset, size)`` of each stored chunk; the chunk
+    index is checked first (:func:`~cytepool.io.anndata._hdf5_chunk_tree.check_chunk_tree`,
+    ``where`` naming the dataset in its messages), as libhdf5 crashes or loops on a damaged
+    one."""
+    check_chunk_tree(dataset, where)
     found: list[tuple[Any, ...]] = []
 
     def visit(info: Any) -> None:
@@ -701,7 +708,7 @@ def _chunk_index(
     if math.prod(grid) >= 1 << 62:
         msg = f"{where}: a chunk grid of {grid} chunks is too large"
         raise FormatError(msg)
-    entries = stored_chunks(dataset)
+    entries = stored_chunks(dataset, where)
     if not entries:
         return _Index(*(np.zeros(0, np.int64) for _ in range(4)))
     positions = np.array([entry[0] for entry in entries], dtype=np.uint64).reshape(len(entries), -1)

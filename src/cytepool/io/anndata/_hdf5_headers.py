@@ -23,11 +23,13 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["string_attributes"]
+__all__ = ["header_messages", "string_attributes"]
 
 _ATTRIBUTE = 0x000C
 _CONTINUATION = 0x0010
 _VARIABLE_LENGTH = 9  # datatype class
+_V2_SIGNATURE = b"OHDR"  # an object header of version 2
+_V2_CONTINUED = b"OCHK"  # a continuation block of one
 _MOST_BLOCKS = 64  # header blocks followed per object (continuations of continuations)
 _MOST_MESSAGES = 4096  # messages read per object
 _MOST_BLOCK_BYTES = 1 << 20  # bytes read per header block (a message holds at most 64 KiB)
@@ -50,6 +52,20 @@ def string_attributes(
     except _Unread:
         return []
     return found
+
+
+def header_messages(
+    view: Any, address: int, sizes: tuple[int, int], base: int = 0
+) -> list[tuple[int, bytes]] | None:
+    """The type and data of every message of the object header at ``address`` (of version 1,
+    or 2: ``OHDR``), continuation blocks included; None for a header this reader does not
+    follow. ``view``, ``sizes`` and ``base`` as for :func:`string_attributes`."""
+    try:
+        if _bytes(view, base + address, 4) == _V2_SIGNATURE:
+            return list(_messages_v2(view, (address, base), sizes))
+        return list(_messages(view, (address, base), sizes))
+    except _Unread:
+        return None
 
 
 class _Unread(Exception):
@@ -76,6 +92,53 @@ def _messages(
                 blocks.append((base + at, length))
             else:
                 yield kind, message
+
+
+def _messages_v2(
+    view: Any, where: tuple[int, int], sizes: tuple[int, int]
+) -> Iterator[tuple[int, bytes]]:
+    """As :func:`_messages`, for a header of version 2: its first block follows a prefix of
+    variable size, continuation blocks (``OCHK``) start with a signature; each block ends with
+    a checksum (checked by libhdf5, which opened the object)."""
+    address, base = where
+    prefix = _bytes(view, base + address, 6)  # signature, version, flags
+    flags = prefix[5]
+    if prefix[4] != 2:
+        raise _Unread
+    at = base + address + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 0x03)
+    size = int.from_bytes(_bytes(view, at, width), "little")
+    blocks = [(at + width, size)]
+    ordered = bool(flags & 0x04)  # messages carry their creation order
+    for start, length in blocks:
+        if len(blocks) > _MOST_BLOCKS or length > _MOST_BLOCK_BYTES:
+            raise _Unread
+        for kind, message in _block_messages_v2(_bytes(view, start, length), ordered):
+            if kind == _CONTINUATION:
+                at, length = _continuation(message, sizes)
+                if _bytes(view, base + at, 4) != _V2_CONTINUED or length < 8:
+                    raise _Unread
+                blocks.append((base + at + 4, length - 8))  # signature, checksum
+            else:
+                yield kind, message
+
+
+def _block_messages_v2(data: bytes, ordered: bool) -> Iterator[tuple[int, bytes]]:
+    """The type and data of each message of a block of a version 2 header: each a type (1
+    byte), a size (2), flags (1) and, if ``ordered``, a creation order (2), then its data; a
+    gap too small for a message ends the block."""
+    head = 6 if ordered else 4
+    position = 0
+    for _ in range(_MOST_MESSAGES):
+        if position + head > len(data):
+            return
+        kind = data[position]
+        size = int.from_bytes(data[position + 1 : position + 3], "little")
+        if position + head + size > len(data):
+            raise _Unread
+        yield kind, data[position + head : position + head + size]
+        position += head + size
+    raise _Unread
 
 
 def _block_messages(data: bytes) -> Iterator[tuple[int, bytes]]:

@@ -50,6 +50,7 @@ import numpy as np
 from cytepool._pool_sums import KERNELS
 from cytepool.errors import FormatError
 from cytepool.io.anndata._hdf5 import check_regular, stored_chunks, system_error
+from cytepool.io.anndata._hdf5_chunk_tree import object_address, objects
 from cytepool.io.anndata._hdf5_filters import Pipeline
 from cytepool.io.anndata._hdf5_headers import string_attributes
 
@@ -89,7 +90,7 @@ def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
     addresses, lengths = plist.get_sizes()
     base = plist.get_userblock()  # addresses in the file count from its end
     addressing = (addresses, lengths, base)
-    datasets = _datasets(file)
+    datasets = _datasets(file, path)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
@@ -150,26 +151,24 @@ class _FileBytes:
         return data
 
 
-def _datasets(file: h5py.File) -> _Datasets:
+def _datasets(file: h5py.File, path: Path) -> _Datasets:
     """The ranges of the stored values of the datasets of ``file`` (no heap collection lies
     there, but any bytes may, ``GCOL`` among them), its string datasets, and the objects whose
-    attributes cytepool reads."""
+    attributes cytepool reads. Walked with :func:`objects`, not ``visititems``, which would
+    ask libhdf5 for the size of every chunk index (see :mod:`._hdf5_chunk_tree`)."""
     import h5py
 
     stored: list[tuple[int, int]] = []
     strings: list[h5py.Dataset] = []
     attributed: list[Any] = []
-
-    def visit(name: str, node: Any) -> None:
+    for name, node in objects(file):
         if _UNREAD.isdisjoint(name.split("/")):
             attributed.append(node)
         if not isinstance(node, h5py.Dataset):
-            return
+            continue
         if h5py.check_vlen_dtype(node.dtype) is not None:
             strings.append(node)
-        stored.extend(_stored_ranges(node))
-
-    file.visititems(visit)
+        stored.extend(_stored_ranges(node, f"{path}: dataset {node.name!r}"))
     return _Datasets(stored, strings, attributed)
 
 
@@ -202,7 +201,7 @@ def _attributes(
     addresses, lengths, base = addressing
     if not count:
         return []
-    header = int(h5py.h5o.get_info(node.id).addr)
+    header = object_address(node)
     found = string_attributes(view, header, (addresses, lengths), base)
     return [(f"{path}: attribute {name!r} of {node.name!r}", raw) for name, raw in found]
 
@@ -232,14 +231,15 @@ def _check_attribute_strings(
         raise
 
 
-def _stored_ranges(dataset: h5py.Dataset) -> list[tuple[int, int]]:
-    """``(byte offset, size)`` of the stored values of a contiguous or chunked dataset."""
+def _stored_ranges(dataset: h5py.Dataset, where: str) -> list[tuple[int, int]]:
+    """``(byte offset, size)`` of the stored values of a contiguous or chunked dataset (its
+    chunk index checked first; ``where`` names it in messages)."""
     offset = dataset.id.get_offset()
     if offset is not None:
         return [(int(offset), int(dataset.id.get_storage_size()))]
     if dataset.chunks is None:
         return []
-    return [(offset, size) for _, _, offset, size in stored_chunks(dataset)]
+    return [(offset, size) for _, _, offset, size in stored_chunks(dataset, where)]
 
 
 def _gaps(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
@@ -496,7 +496,7 @@ def _stored_descriptors(
         return []
     nbytes = math.prod(dataset.chunks or ()) * itemsize
     found = []
-    for _, mask, offset, size in stored_chunks(dataset):
+    for _, mask, offset, size in stored_chunks(dataset, where):
         if offset + size > len(view):
             msg = f"{where}: a chunk at byte {offset} goes past the end of the file"
             raise FormatError(msg)
