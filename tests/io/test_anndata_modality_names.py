@@ -105,12 +105,14 @@ CASES = {**{key: value[0] for key, value in AWKWARD.items()}, **LONG}
 def test_any_group_id_goes_to_mudata_files_and_back(tmp_path: Path, where: str, group: str) -> None:
     """Ids such as "", "." or ".." were modality names mudata could not write (KeyError,
     TypeError, ValueError), and in .zarr also "a\\b", a NUL and a 300-letter id."""
-    if where == "h5mu" and "\x00" in group:
-        pytest.skip("HDF5 strings cannot hold a NUL: the group table of the record cannot")
     cube = mudata_cube([group, "B"])
     mdata = to_mudata(cube)
     for name in mdata.mod:
         assert_storable(name)
+    if where == "h5mu" and "\x00" in group:  # HDF5 strings hold no NUL: nor the group table
+        with pytest.raises(ValueError, match="embedded NULL"):
+            written_and_read(mdata, tmp_path / "cube.h5mu")
+        return
     if where != "memory":
         mdata = written_and_read(mdata, tmp_path / f"cube.{where}")
     back = from_mudata(mdata)

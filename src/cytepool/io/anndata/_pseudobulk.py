@@ -301,7 +301,8 @@ def to_mudata(cube: Cube, *, layer: str = "counts") -> mudata.MuData:
     ``"_."``); a name past 128 bytes of UTF-8 is cut and ends in ``~`` and 8 hex digits of a
     digest of the id; a name an earlier group took gets ``_`` appended (``"T/NK"`` and
     ``"T_NK"``: ``"T_NK"`` and ``"T_NK_"``). :func:`from_mudata` gives each group its id
-    back from the record.
+    back from the record. An id holding a NUL goes to ``.zarr`` only: HDF5 strings
+    (``.h5mu``, ``.h5ad``) cannot hold one, and h5py refuses to write it.
 
     Parameters
     ----------
