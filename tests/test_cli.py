@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import warnings
@@ -411,6 +412,177 @@ def test_sigterm_leaves_what_was_there(tmp_path: Path, h5ad: Path, existing: boo
     if existing:
         assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
         assert read_cube(out).shape[1] == 3
+
+
+_OLD = b"the output written before"
+
+_STOPPED_REPLACING = """
+import os, shutil, signal, sys, time
+from pathlib import Path
+from cytepool.cli import run
+
+removed = shutil.rmtree
+stop = signal.SIGKILL if sys.argv[1] == "kill" else signal.SIGTERM
+OLD = None
+
+def olds(path):
+    path = Path(path)
+    return [p for p in [path, *path.rglob("*")] if p.is_file() and p.read_bytes() == OLD]
+
+def stopped_while_removing(path, *args, **kwargs):  # what OUTPUT held is being removed:
+    found = olds(path)  # stopped once its first file is gone
+    if found and not getattr(stopped_while_removing, "done", False):
+        stopped_while_removing.done = True
+        found[0].unlink()
+        os.kill(os.getpid(), stop)
+        time.sleep(30)  # SIGTERM's handler raises here
+    return removed(path, *args, **kwargs)
+
+shutil.rmtree = stopped_while_removing
+sys.argv = ["cytepool", *sys.argv[2:]]
+run()
+""".replace("OLD = None", f"OLD = {_OLD!r}")
+
+
+def _old_output(path: Path, kind: str) -> dict[str, bytes]:
+    """Make what an earlier write left at ``path``: a Zarr store or a file; its files."""
+    if kind == "file":
+        path.write_bytes(_OLD)
+        return {"": _OLD}
+    path.mkdir()
+    (path / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group"}')
+    for name in ("a", "b/c", "b/d"):
+        (path / name).parent.mkdir(exist_ok=True)
+        (path / name).write_bytes(_OLD)
+    return _files(path)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    if path.is_file():
+        return {"": path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def _assert_old_or_new(path: Path, old: dict[str, bytes], n_obs: int) -> str:
+    """OUTPUT holds the old output whole, or the new AnnData whole; which one."""
+    if _files(path) == old:
+        return "old"
+    new = ad.read_h5ad(path) if path.suffix == ".h5ad" else ad.read_zarr(path)
+    assert new.n_obs == n_obs
+    return "new"
+
+
+@pytest.fixture
+def exported_cube(tmp_path: Path, h5ad: Path) -> Path:
+    """A directory holding a cube file, ``c.cube.zarr``, to export."""
+    from cytepool.io import write_cube
+
+    directory = tmp_path / "work"
+    directory.mkdir()
+    write_cube(
+        from_anndata(str(h5ad), sample_key="donor", group_key="cell_type"),
+        directory / "c.cube.zarr",
+    )
+    return directory
+
+
+REPLACED = [
+    ("store", "out.zarr"),
+    ("file", "out.h5ad"),
+    ("store", "out.h5ad"),
+    ("file", "out.zarr"),
+]
+
+
+@pytest.mark.parametrize(
+    ("how", "kind", "name"),
+    [*(("kill", kind, name) for kind, name in REPLACED), ("term", "store", "out.zarr")],
+)
+def test_export_stopped_while_replacing_loses_nothing(
+    exported_cube: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    kind: str,
+    name: str,
+) -> None:
+    """export --overwrite removed the old output (rmtree), then moved the new one in: SIGKILL
+    or SIGTERM while it was removed left neither. Now the old output is removed only once the
+    new one is in place; what is left beside it, the next write removes."""
+    out = exported_cube / name
+    old = _old_output(out, kind)
+    script = exported_cube.parent / "stopped.py"
+    script.write_text(_STOPPED_REPLACING)
+    args = [sys.executable, str(script), how, "export", "c.cube.zarr", name, "--overwrite"]
+    result = cytepool(args, exported_cube)
+    assert result.returncode == (-signal.SIGKILL if how == "kill" else 143), result.stderr
+    assert _assert_old_or_new(out, old, n_obs=9) == "new"
+    monkeypatch.chdir(exported_cube)
+    assert run(["export", "c.cube.zarr", name, "--overwrite"], capsys)[0] == 0
+    assert sorted(p.name for p in exported_cube.iterdir()) == ["c.cube.zarr", name]
+
+
+class _OsReplaceInterrupted:
+    """The module os, but for os.replace, interrupted (os itself is left alone: threads of
+    zarr use it)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def replace(self, *_: Any, **__: Any) -> None:
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(("kind", "name"), REPLACED)
+@pytest.mark.parametrize("exchange", [True, False])
+def test_export_interrupted_before_the_new_output_is_in_place(
+    exported_cube: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    name: str,
+    exchange: bool,
+) -> None:
+    """Ctrl-C as the new output is moved in (by an exchange, or where there is none by two
+    renames): the old output is left whole, and nothing beside it."""
+    from cytepool.io import _atomic
+
+    monkeypatch.chdir(exported_cube)
+    out = exported_cube / name
+    old = _old_output(out, kind)
+    if not exchange:
+        monkeypatch.setattr(_atomic, "_renameat2", lambda source, destination, flags: False)
+
+    def interrupted(*_: Any, **__: Any) -> None:
+        raise KeyboardInterrupt
+
+    for step in ("_exchange", "_rename_noreplace"):
+        monkeypatch.setattr(_atomic, step, interrupted)
+    monkeypatch.setattr(_atomic, "os", _OsReplaceInterrupted())  # a file by a file
+    code, _, err = run(["export", "c.cube.zarr", name, "--overwrite"], capsys)
+    assert (code, err) == (130, "cytepool: interrupted\n")
+    assert _files(out) == old
+    assert sorted(p.name for p in exported_cube.iterdir()) == ["c.cube.zarr", name]
+
+
+@pytest.mark.parametrize(("kind", "name"), REPLACED)
+def test_export_puts_back_an_output_left_aside(
+    exported_cube: Path, capsys: pytest.CaptureFixture[str], kind: str, name: str
+) -> None:
+    """Where there is no exchange, a write killed between its two renames leaves the old
+    output aside (a hidden -old- sibling, a file or a directory): the next write puts it back
+    first, and without --overwrite does not replace it."""
+    from cytepool.io import _atomic
+
+    aside = exported_cube / f".{name}.cytepool-old-{'0' * 16}"
+    old = _old_output(aside, kind)
+    code, _, err = run(
+        ["export", str(exported_cube / "c.cube.zarr"), str(exported_cube / name)], capsys
+    )
+    assert_one_line_error(code, err, "exists; pass --overwrite to replace it")
+    assert _files(exported_cube / name) == old
+    assert sorted(p.name for p in exported_cube.iterdir()) == ["c.cube.zarr", name]
+    assert _atomic._sibling_pattern(exported_cube / name).fullmatch(aside.name)
 
 
 _STOPPED_BEFORE = """
@@ -932,7 +1104,7 @@ def test_an_anndata_not_written_is_named_as_given(
     adata = ad.AnnData(np.ones((2, 3), dtype=np.float32))
     output = unwritable_directory / "x.h5ad"
     with pytest.raises(PermissionError, match=rf"{re.escape(str(output))} could not be written: "):
-        write_anndata(adata, output)
+        write_anndata(adata, output, overwrite=False)
 
     def full(self: Any, path: Path, *_: Any, **__: Any) -> None:
         raise OSError(errno.ENOSPC, f"No space left on device: {path}")
@@ -940,7 +1112,7 @@ def test_an_anndata_not_written_is_named_as_given(
     monkeypatch.setattr(ad.AnnData, "write_h5ad", full)
     output = tmp_path / "y.h5ad"
     with pytest.raises(OSError, match=r"y\.h5ad could not be written: No space") as info:
-        write_anndata(adata, output)
+        write_anndata(adata, output, overwrite=False)
     assert str(info.value).endswith(f"No space left on device: {output}")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

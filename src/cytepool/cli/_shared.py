@@ -12,7 +12,6 @@ import contextlib
 import copy
 import os
 import re
-import shutil
 import tempfile
 import textwrap
 import warnings
@@ -236,8 +235,7 @@ def _check_replaceable(typed: str, *, cube: bool) -> None:
         found = refusal(path, is_cube_file)
     else:
         what = "a file or a Zarr store"
-        is_file = path.is_file() and not path.is_symlink()
-        found = None if is_file else refusal(path, _is_store)
+        found = refusal(path, _is_anndata_output)
     if found == "symbolic link":
         msg = f"{typed} is a symbolic link; --overwrite replaces only {what}: name its target"
     elif found == "working directory":
@@ -298,38 +296,57 @@ def _is_store(path: Path) -> bool:
     return any((path / name).is_file() for name in (_ZARR_JSON, ".zgroup"))
 
 
-def write_anndata(adata: anndata.AnnData, output: Path) -> None:
-    """Write .h5ad or .zarr (Zarr v3) next to ``output``, then move it into place; an
-    OSError names ``output``, not the temporary directory it is built in."""
+def _is_anndata_output(path: Path) -> bool:
+    """Whether ``--overwrite`` replaces ``path`` (not a symbolic link) with an AnnData: a
+    regular file or a Zarr store (an empty directory too, by the rules of the writes)."""
+    return path.is_file() or _is_store(path)
+
+
+def write_anndata(adata: anndata.AnnData, output: Path, *, overwrite: bool) -> None:
+    """Write .h5ad or .zarr (Zarr v3) beside ``output``, then move it into place in one step
+    (:func:`cytepool.io._atomic.replace_path`): what ``output`` held is removed only once the
+    new one is there, so a write stopped at any point leaves one of them whole. An OSError
+    names ``output``, not the temporary directory it is built in. With ``overwrite`` False,
+    an ``output`` that appeared meanwhile is left as it is (a FileExistsError)."""
+    from cytepool.io._atomic import replace_path
+
+    built: list[Path] = []
+
+    def build(path: Path) -> None:
+        built.append(path)
+        _write_anndata_at(adata, path, h5ad=output.suffix == ".h5ad")
+
+    try:
+        replace_path(
+            output,
+            build,
+            overwrite=overwrite,  # check_output has refused what may not be replaced
+            replaceable=_is_anndata_output,
+            what="a file or a Zarr store",
+            hint="pass --overwrite to replace it",
+        )
+    except OSError as error:
+        raise _not_written(error, output, built[0] if built else None) from error
+
+
+def _write_anndata_at(adata: anndata.AnnData, path: Path, *, h5ad: bool) -> None:
     import anndata as ad
 
-    try:
-        prefix = f".{output.name[:32]}."  # a name of up to 255 bytes leaves room for more
-        temporary = Path(tempfile.mkdtemp(prefix=prefix, dir=output.parent))
-    except OSError as error:
-        raise _not_written(error, output, "") from error
-    try:
-        built = temporary / output.name
-        if output.suffix == ".h5ad":
-            adata.write_h5ad(built)
-        else:
-            with _zarr_v3(ad), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*zarr v3.*", category=UserWarning)
-                warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-                adata.write_zarr(built)
-        _replace(built, output)
-    except OSError as error:
-        raise _not_written(error, output, str(temporary)) from error
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+    if h5ad:
+        adata.write_h5ad(path)
+        return
+    with _zarr_v3(ad), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*zarr v3.*", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        adata.write_zarr(path)
 
 
-def _not_written(error: OSError, output: Path, temporary: str) -> OSError:
-    """``error`` as the failure to write ``output``, without the ``temporary`` path in it."""
+def _not_written(error: OSError, output: Path, built: Path | None) -> OSError:
+    """``error`` as the failure to write ``output``, without the path it was ``built`` at."""
     reason = error.strerror or str(error) or type(error).__name__
-    if temporary:
-        reason = reason.replace(os.path.join(temporary, output.name), str(output))
-        reason = reason.replace(temporary, str(output.parent))
+    if built is not None:
+        reason = reason.replace(str(built), str(output))
+        reason = reason.replace(str(built.parent), str(output.parent))
     message = f"{output} could not be written: {reason}"
     return OSError(message) if error.errno is None else OSError(error.errno, message)
 
@@ -342,11 +359,3 @@ def _zarr_v3(ad: Any) -> contextlib.AbstractContextManager[Any]:
     if (major, minor) >= (0, 13):
         return contextlib.nullcontext()
     return ad.settings.override(zarr_write_format=3)
-
-
-def _replace(built: Path, output: Path) -> None:
-    if output.is_dir() and not output.is_symlink():
-        shutil.rmtree(output)
-    elif output.exists() and built.is_dir():
-        output.unlink()
-    os.replace(built, output)

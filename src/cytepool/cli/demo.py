@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> None:
     print(f"cytepool demo -> {directory}/")
     with _step() as took:
         cells = simulate_cells(args.cells, seed=_DEMO_SEED)
-        write_anndata(cells, cells_path)  # each output replaces the earlier demo's, whole
+        # each output replaces the earlier demo's, whole
+        write_anndata(cells, cells_path, overwrite=True)
     matrix: Any = cells.X  # a CSR matrix here
     nonzero = matrix.nnz / (cells.n_obs * cells.n_vars)
     print(
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> None:
     with _step() as took:
         selected = lazy.select(groups=[_DEMO_GROUP])
         pseudobulk = to_anndata(selected)
-        write_anndata(pseudobulk, export_path)
+        write_anndata(pseudobulk, export_path, overwrite=True)
     print(
         f"5. selected {_DEMO_GROUP!r} ({int(np.sum(selected.cells)):,} cells) and exported "
         f"{pseudobulk.n_obs} profiles x {pseudobulk.n_vars:,} genes with to_anndata -> "

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> None:
             raise UnknownIdError(msg, unknown=unknown[0], known=known)
         cube = cube.select(groups=args.group)
     adata = to_anndata(cube, layer=args.layer)
-    write_anndata(adata, output)
+    write_anndata(adata, output, overwrite=args.overwrite)
     print(f"exported {adata.n_obs} profiles x {adata.n_vars:,} features -> {args.output}")
 
 

@@ -25,6 +25,12 @@ Where directories cannot be exchanged in one step (macOS, Windows, older kernels
 file systems), replacing takes two renames: the old directory moves aside to an ``-old-``
 sibling, then the new one to the path. Where there is no ``fcntl`` (Windows), there are no
 locks, and two processes should not write the same path at once.
+
+:func:`replace_path` does the same for a file or a directory that replaces a file or a
+directory (the ``cytepool`` command's AnnData outputs, ``.h5ad`` files or Zarr stores): it is
+built at ``<name>`` inside the locked ``-tmp-`` sibling, so an exchange leaves what it replaced
+in there, removed with the sibling. A file that replaces a file takes one rename where
+directories cannot be exchanged.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Refusal", "refusal", "replace_directory"]
+__all__ = ["Refusal", "refusal", "replace_directory", "replace_path"]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -101,6 +107,64 @@ def replace_directory(
         _install(temporary, target, overwrite=overwrite, replaceable=replaceable, what=what)
     finally:
         # After an exchange the temporary name holds what the path held.
+        if os.path.lexists(temporary):
+            shutil.rmtree(temporary, ignore_errors=True)
+        lock.close()
+
+
+def replace_path(
+    target: Path,
+    build: Callable[[Path], None],
+    *,
+    overwrite: bool,
+    replaceable: Callable[[Path], bool],
+    what: str,
+    hint: str = "",
+) -> None:
+    """Build a file or a directory with ``build(path)`` and move it to ``target`` atomically.
+
+    As :func:`replace_directory`, but what is built, and what is replaced, may be a file: the
+    path holds what it held or the complete new file or directory, never a part, and nothing
+    it held is removed before the new one is in place.
+
+    Parameters
+    ----------
+    target
+        The path; its parent must exist.
+    build
+        Makes the file or directory at the path it is given (which does not exist yet), inside
+        a new, locked, hidden sibling of ``target``.
+    overwrite
+        Whether to replace what is at ``target``: an empty directory, or a regular file or a
+        directory for which ``replaceable`` is true; never a symbolic link, or the working
+        directory or a directory that holds it.
+    replaceable
+        Whether a regular file or a directory may be replaced (besides an empty directory).
+    what
+        What is written, for messages (``"an AnnData"``).
+    hint
+        What to do when ``target`` exists and ``overwrite`` is False, for the message.
+
+    Raises
+    ------
+    FileExistsError
+        As :func:`replace_directory`.
+    OSError
+        If the temporary sibling cannot be made or ``build`` fails: the error of the system,
+        naming ``target`` (as :func:`replace_directory`).
+    """
+    target = Path(os.path.realpath(target.parent)) / target.name
+    _recover_and_clean(target, replaceable)
+    _check_replaceable(target, overwrite=overwrite, replaceable=replaceable, what=what, hint=hint)
+    with _naming_target(target):
+        temporary, lock = _make_sibling(target, "tmp")
+    try:
+        built = temporary / target.name
+        with _naming_target(target):
+            build(built)
+        _install(built, target, overwrite=overwrite, replaceable=replaceable, what=what)
+    finally:
+        # After an exchange, what the path held is inside the temporary directory.
         if os.path.lexists(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
         lock.close()
@@ -214,7 +278,7 @@ def _lock(directory: Path, *, exclusive: bool = True, wait: bool = True) -> _Loc
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return _Lock(None)
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)  # a file too (an -old- file)
     try:
         descriptor = os.open(directory, flags)
     except OSError:
@@ -273,13 +337,18 @@ def _make_sibling(target: Path, kind: str) -> tuple[Path, _Lock]:
 
 
 def _leftovers(target: Path) -> list[tuple[str, Path]]:
-    """The leftover temporary directories of earlier writes to ``target``, as (kind, path)."""
+    """The leftover temporary directories (and files moved aside) of earlier writes to
+    ``target``, as (kind, path)."""
     pattern = _sibling_pattern(target)
     found = []
     with os.scandir(target.parent) as entries:
         for entry in entries:
             match = pattern.fullmatch(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
+            if match is None:
+                continue
+            # A file is a leftover only as what replace_path moved aside (-old-).
+            old_file = match.group(1) == "old" and entry.is_file(follow_symlinks=False)
+            if entry.is_dir(follow_symlinks=False) or old_file:
                 found.append((match.group(1), Path(entry.path)))
     return sorted(found, key=lambda item: item[1].name)
 
@@ -303,8 +372,7 @@ def _recover_and_clean(target: Path, replaceable: Callable[[Path], bool]) -> Non
                 if lock is not None:
                     claimed.append((leftover, lock))
         for leftover, _ in claimed:  # locked by this clean-up, so no other one removes it
-            if os.path.lexists(leftover):
-                shutil.rmtree(leftover, ignore_errors=True)
+            _remove(leftover)
     finally:
         for _, lock in claimed:
             lock.close()
@@ -320,6 +388,15 @@ def _put_back(
                     with contextlib.suppress(OSError):
                         _rename_noreplace(leftover, target)
             return
+
+
+def _remove(path: Path) -> None:
+    """Remove a file or a directory tree, if it is there, as far as it can be removed."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+            os.unlink(path)
 
 
 @contextlib.contextmanager
@@ -348,7 +425,10 @@ def _rename_in_message(error: Exception, target: Path) -> None:
     if not isinstance(message, str):
         return
     sibling = re.escape(os.fspath(target.with_name(f".{_stem(target.name)}.cytepool-")))
-    renamed = re.sub(rf"{sibling}(?:tmp|old)-[0-9a-f]{{16}}", os.fspath(target), message)
+    inside = re.escape(os.sep + target.name)  # what replace_path builds in the sibling
+    renamed = re.sub(
+        rf"{sibling}(?:tmp|old)-[0-9a-f]{{16}}(?:{inside})?", os.fspath(target), message
+    )
     if renamed != message:
         error.args = (renamed, *error.args[1:])
 
@@ -385,20 +465,23 @@ def refusal(path: Path, replaceable: Callable[[Path], bool]) -> Refusal | None:
     path
         What is there; only its last component is looked at (a symbolic link is not followed).
     replaceable
-        Whether a directory may be replaced (besides an empty one).
+        Whether a directory may be replaced (besides an empty one); for
+        :func:`replace_path`, also whether a regular file may be.
 
     Returns
     -------
     str or None
-        ``"symbolic link"`` (never replaced), ``"not a directory"``, ``"working directory"``
-        (the working directory or one that holds it), ``"not replaceable"`` (neither an
-        empty directory nor one ``replaceable`` accepts), or None.
+        ``"symbolic link"`` (never replaced), ``"not a directory"`` (neither a directory nor
+        a regular file ``replaceable`` accepts), ``"working directory"`` (the working
+        directory or one that holds it), ``"not replaceable"`` (neither an empty directory
+        nor one ``replaceable`` accepts), or None.
     """
     status = os.lstat(path)
     if stat.S_ISLNK(status.st_mode):
         return "symbolic link"
     if not stat.S_ISDIR(status.st_mode):
-        return "not a directory"
+        accepted = stat.S_ISREG(status.st_mode) and replaceable(path)
+        return None if accepted else "not a directory"
     if _holds_working_directory(path):
         return "working directory"
     if not (replaceable(path) or _is_empty_directory(path)):
@@ -483,6 +566,9 @@ def _replace(temporary: Path, target: Path, replaceable: Callable[[Path], bool],
     except FileNotFoundError:
         return False
     if not exchanged:
+        if not (os.path.isdir(temporary) or os.path.isdir(target)):
+            os.replace(temporary, target)  # a file by a file: one step everywhere
+            return True
         return _replace_in_two_steps(temporary, target, replaceable, what)
     try:
         swapped_out = _why_not_replaceable(temporary, replaceable, what)
@@ -515,5 +601,5 @@ def _replace_in_two_steps(
     except BaseException:
         os.rename(aside, target)
         raise
-    shutil.rmtree(aside, ignore_errors=True)  # replaced, or (not renamed) replaced by another
+    _remove(aside)  # replaced, or (not renamed) replaced by another
     return renamed
