@@ -103,6 +103,52 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         assert (code, err) == (2, f"{expected}(see cytepool {command} --help)\n")
 
 
+_POOL_OPTIONS = ["--sample-key", "donor", "--group-key", "cell_type", "--no-progress"]
+_ORDERS = {  # where the options go among the positionals (INPUT... OUTPUT)
+    "before": lambda positionals, options: [*options, *positionals],
+    "between": lambda positionals, options: [*positionals[:-1], *options, positionals[-1]],
+    "after": lambda positionals, options: [*positionals, *options],
+    "split": lambda positionals, options: [
+        positionals[0],
+        *options[:2],
+        *positionals[1:],
+        *options[2:],
+    ],
+}
+
+
+@pytest.mark.parametrize("inputs", [["a.h5ad"], ["a.h5ad", "b.h5ad"], ["a.h5ad", "b", "c"]])
+@pytest.mark.parametrize("order", list(_ORDERS))
+def test_options_go_anywhere_among_the_positionals(
+    inputs: list[str],
+    order: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pool IN1 IN2 --sample-key K --group-key G OUT` said "unrecognized arguments: OUT"
+    (IN2 was taken for OUTPUT), while one INPUT, or OUTPUT before the options, worked."""
+    import cytepool.cli.export
+    import cytepool.cli.pool
+
+    parsed: list[Any] = []
+    monkeypatch.setattr(cytepool.cli.pool, "run", parsed.append)
+    monkeypatch.setattr(cytepool.cli.export, "run", parsed.append)
+    argv = _ORDERS[order]([*inputs, "out.cube.zarr"], _POOL_OPTIONS)
+    assert run(["pool", *argv], capsys) == (0, "", "")
+    args = parsed.pop()
+    assert (args.input, args.output) == (inputs, "out.cube.zarr")
+    assert (args.sample_key, args.group_key, args.no_progress) == ("donor", "cell_type", True)
+    argv = _ORDERS[order](["c.cube.zarr", "out.h5ad"], ["--layer", "detected", "--overwrite"])
+    assert run(["export", *argv], capsys) == (0, "", "")
+    args = parsed.pop()
+    assert (args.cube, args.output, args.layer, args.overwrite) == (
+        "c.cube.zarr",
+        "out.h5ad",
+        "detected",
+        True,
+    )
+
+
 def pool(h5ad: Path, out: Path, *extra: str) -> list[str]:
     keys = ["--sample-key", "donor", "--group-key", "cell_type", "--no-progress"]
     return ["pool", str(h5ad), str(out), *keys, *extra]

@@ -31,7 +31,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cytepool.cli import demo, export, info, pool
-from cytepool.cli._shared import Formatter, Parser, UsageError, Version, as_typed, one_line
+from cytepool.cli._shared import (
+    CommandParser,
+    Formatter,
+    Parser,
+    UsageError,
+    Version,
+    as_typed,
+    one_line,
+)
 
 __all__ = ["main", "run"]
 
@@ -124,7 +132,7 @@ def _terminate(signum: int, frame: Any) -> None:
     raise _Terminated  # a process group gets one each) would cut the clean-up short
 
 
-def _parser() -> tuple[Parser, dict[str, Parser]]:
+def _parser() -> tuple[Parser, dict[str, CommandParser]]:
     """The program's parser and each command's, by name."""
     parser = Parser(
         prog="cytepool",
@@ -133,7 +141,9 @@ def _parser() -> tuple[Parser, dict[str, Parser]]:
         formatter_class=Formatter,
     )
     parser.add_argument("--version", action=Version, nargs=0, help="show the version and exit")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
+    )
     for command in (pool, info, export, demo):
         command.add(commands)
     return parser, commands.choices

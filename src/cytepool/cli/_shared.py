@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cytepool.cube import Cube
 
 __all__ = [
+    "CommandParser",
     "Formatter",
     "Parser",
     "UsageError",
@@ -79,6 +80,25 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class CommandParser(Parser):
+    """A command's parser: its options may come before, between or after its positionals, as
+    its usage line says (``pool IN1 IN2 --sample-key K --group-key G OUT``), whatever their
+    number; argparse's own parsing took IN2 for OUTPUT there, OUT for an extra argument."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        if self._intermixing:  # a pass of parse_known_intermixed_args
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 class Formatter(argparse.HelpFormatter):
