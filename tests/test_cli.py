@@ -631,6 +631,22 @@ def test_export_puts_back_an_output_left_aside(
     assert _atomic._sibling_pattern(exported_cube / name).fullmatch(aside.name)
 
 
+def test_a_fifo_under_a_leftover_name_never_blocks_a_write(tmp_path: Path) -> None:
+    """A lock opens what it locks without blocking: a FIFO that took a leftover's name
+    (between the listing and the lock) is refused, not waited on for a writer forever."""
+    import threading
+
+    from cytepool.io import _atomic
+
+    fifo = tmp_path / f".out.h5ad.cytepool-old-{'0' * 16}"
+    os.mkfifo(fifo)
+    found: list[object] = []
+    locking = threading.Thread(target=lambda: found.append(_atomic._lock(fifo)), daemon=True)
+    locking.start()
+    locking.join(30)
+    assert found == [None]
+
+
 _STOPPED_BEFORE = """
 import os, signal, sys, time
 import cytepool.cli as cli

@@ -268,6 +268,12 @@ class _Lock:
             self.descriptor = None
 
 
+def _lockable(descriptor: int) -> bool:
+    """Whether an open descriptor is a directory or a regular file (what the locks lock)."""
+    mode = os.fstat(descriptor).st_mode
+    return stat.S_ISDIR(mode) or stat.S_ISREG(mode)
+
+
 def _lock(directory: Path, *, exclusive: bool = True, wait: bool = True) -> _Lock | None:
     """Lock a directory; None if it is locked (``wait=False``) or cannot be opened.
 
@@ -278,10 +284,14 @@ def _lock(directory: Path, *, exclusive: bool = True, wait: bool = True) -> _Loc
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return _Lock(None)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)  # a file too (an -old- file)
+    # a file too (an -old- file); never blocking, should a FIFO have taken the name since
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         descriptor = os.open(directory, flags)
     except OSError:
+        return None
+    if not _lockable(descriptor):
+        os.close(descriptor)
         return None
     operation = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
     try:
