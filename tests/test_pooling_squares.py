@@ -190,3 +190,70 @@ def test_squares_overflow_across_small_blocks(cells_per_block: int) -> None:
         layers=("squares",),
     )
     assert two.to_numpy("squares")[0, 0, 0] == 2 * BIG**2
+
+
+# The position of the one cell that holds 2**31 (no whole number below 2**31) among three
+# cells of BIG in feature 1, whose int64 squares overflow once summed.
+ORDERS = {"large-first": [3, 0, 1, 2], "large-middle": [0, 1, 3, 2], "large-last": [0, 1, 2, 3]}
+
+
+def _big_cells(order: list[int], large: float) -> np.ndarray:
+    x = np.zeros((4, 2), dtype=np.float64)
+    x[:3, 1] = BIG
+    x[3, 0] = large
+    return x[order]
+
+
+@pytest.mark.parametrize("order", ORDERS.values(), ids=list(ORDERS))
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks", "dask"])
+def test_an_int64_overflow_before_the_float64_switch_is_no_error(
+    kind: str, order: list[int]
+) -> None:
+    """The layers end float64 (a value of 2**31), so their sums are those of a float64 pass
+    over the cells, finite: whatever the cells' order or the storage, the same cube."""
+    x, labels = _big_cells(order, 2.0**31), {"sample_labels": ["a"] * 4, "group_labels": ["g"] * 4}
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        counts: Any = da.from_array(x, chunks=(1, 2))
+    else:
+        counts = INPUTS[kind](x)
+    cube = from_cells(counts, **labels, layers=ALL, allow_float=True)
+    assert cube.layers["counts"].dtype == cube.layers["squares"].dtype == np.float64
+    np.testing.assert_array_equal(cube.to_numpy("squares"), [[[2.0**62, 3 * float(BIG) ** 2]]])
+    np.testing.assert_array_equal(cube.to_numpy("counts"), [[[2.0**31, 3.0 * BIG]]])
+    np.testing.assert_array_equal(cube.to_numpy("detected"), [[[1, 3]]])
+
+
+@pytest.mark.parametrize("order", ORDERS.values(), ids=list(ORDERS))
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks", "dask"])
+def test_an_int64_overflow_of_whole_numbers_raises_whatever_the_order(
+    kind: str, order: list[int]
+) -> None:
+    x, labels = _big_cells(order, BIG), {"sample_labels": ["a"] * 4, "group_labels": ["g"] * 4}
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        counts: Any = da.from_array(x, chunks=(1, 2))
+    else:
+        counts = INPUTS[kind](x)
+    message = r"layer 'squares': a sum of squares of group 'g' in sample 'a' does not fit"
+    with pytest.raises(SumOverflowError, match=message):
+        from_cells(counts, **labels, layers=ALL)
+
+
+@pytest.mark.parametrize("at", [0, 21, 39])
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks"])
+def test_float64_sums_are_a_float64_pass_over_the_cells(kind: str, at: int) -> None:
+    """Sums of squares past 2**53 before the first fraction are not carried over from int64
+    (rounded once) but summed in float64 from the first cell, as by a float64 pass in the
+    order of the cells, whatever the storage and wherever the fraction is."""
+    x = np.zeros((40, 3), dtype=np.float64)
+    x[:, 1] = 2**28 + 1 + np.arange(40) * 77  # squares ~2**56 + 2**29: rounded in float64
+    x[::3, 2] = 3
+    x[at, 0] = 0.5
+    labels = {"sample_labels": ["a"] * 40, "group_labels": ["g"] * 40}
+    cube = from_cells(INPUTS[kind](x), **labels, layers=ALL, allow_float=True)
+    passed = np.zeros((2, 3))
+    for row in x:  # a float64 pass in the order of the cells
+        passed += (row, row * row)
+    np.testing.assert_array_equal(cube.to_numpy("counts")[0, 0], passed[0])
+    np.testing.assert_array_equal(cube.to_numpy("squares")[0, 0], passed[1])

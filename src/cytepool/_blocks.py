@@ -7,7 +7,7 @@ makes them from the files it reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["ColumnBlocks", "RowBlocks"]
@@ -26,11 +26,20 @@ class RowBlocks:
         Row blocks in order (numpy arrays or scipy.sparse CSR/CSC matrices).
     values
         The stored values of the whole matrix, if known.
+    again
+        Hands over the same matrix anew, for a second pass (see
+        :func:`cytepool.from_cells` on float64 sums); None if it cannot be read again.
     """
 
-    def __init__(self, blocks: Iterable[Any], values: int | None = None):
+    def __init__(
+        self,
+        blocks: Iterable[Any],
+        values: int | None = None,
+        again: Callable[[], RowBlocks] | None = None,
+    ):
         self.blocks = blocks
         self.values = values
+        self.again = again
 
 
 class ColumnBlocks:
@@ -47,6 +56,9 @@ class ColumnBlocks:
     values
         The stored values of the whole matrix, if known (it chooses numpy or numba for the
         blocks as for a whole matrix; see :func:`cytepool._pool_sums.small_values`).
+    again
+        Hands over the same matrix anew, for a second pass (see
+        :func:`cytepool.from_cells` on float64 sums); None if it cannot be read again.
     """
 
     def __init__(
@@ -54,7 +66,9 @@ class ColumnBlocks:
         shape: tuple[int, int],
         blocks: Iterable[tuple[int, int, Any]],
         values: int | None = None,
+        again: Callable[[], ColumnBlocks] | None = None,
     ):
         self.shape = shape
         self.blocks = blocks
         self.values = values
+        self.again = again

@@ -31,6 +31,7 @@ import numpy as np
 from cytepool.errors import InputError, SumOverflowError
 
 __all__ = [
+    "EXACT_FLOAT",
     "FIRST_VALUES",
     "INTEGER_BOUND",
     "INVALID",
@@ -39,12 +40,14 @@ __all__ = [
     "PIECE_VALUES",
     "SMALL_VALUES",
     "SQUARES_LIMIT",
+    "Inexact",
     "Overflow",
     "check_finite",
     "check_indptr",
     "check_wrap",
     "distinct_lines",
     "first_fraction",
+    "fraction_in",
     "overflow_error",
     "piece",
     "pieces",
@@ -68,6 +71,9 @@ INVALID = 2
 # Whole numbers below this bound pool to int64 exactly (here and in the kernels): even 2**32
 # cells of such values cannot overflow an int64 sum.
 INTEGER_BOUND = 2**31
+# Whole-number sums up to this bound are the same in float64, however they were added: int64
+# sums carried over into float64 sums are what a float64 pass gives while none passes it.
+EXACT_FLOAT = 2**53
 
 
 def check_indptr(matrix: Any, fmt: str, what: str) -> np.ndarray[Any, Any]:
@@ -216,6 +222,22 @@ def first_fraction(
     return row, column, float(values[k])
 
 
+def fraction_in(
+    block: tuple[Any, Any, Any], by_row: bool, at: tuple[int, int]
+) -> tuple[int, int, float] | None:
+    """The first value of a CSR (``by_row``) or CSC block, in the order stored, that is no
+    whole number below INTEGER_BOUND, with its row and column in the input (the block's first
+    cell is at ``at``); None if every value is one."""
+    data, indices, indptr = block
+    found = np.flatnonzero(_not_whole(data[: int(indptr[-1])]))
+    if not found.size:
+        return None
+    k = int(found[0])
+    line, i = int(np.searchsorted(indptr, k, side="right")) - 1, int(indices[k])
+    row, column = (at[0] + line, at[1] + i) if by_row else (at[0] + i, at[1] + line)
+    return row, column, float(data[k])
+
+
 def _not_whole(values: Any) -> Any:
     """Where a value (finite, >= 0) is no whole number below INTEGER_BOUND: a boolean array."""
     return (values >= INTEGER_BOUND) | (np.floor(values) != values)
@@ -265,6 +287,12 @@ class Overflow(Exception):
     def __init__(self, profile: int, layer: str = "squares") -> None:
         super().__init__(profile, layer)
         self.profile, self.layer = profile, layer
+
+
+class Inexact(Exception):
+    """Whole-number sums past EXACT_FLOAT were about to be carried over into float64 sums:
+    those would not be what a float64 pass over the cells gives, so the caller pools the
+    cells again in float64 (see :func:`cytepool.pooling.from_cells`)."""
 
 
 def overflow_error(

@@ -12,7 +12,6 @@ in a tree. Row blocks of counts alone add into narrow (uint32) sums while they f
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 import sys
@@ -30,7 +29,7 @@ from cytepool._blocks import ColumnBlocks, RowBlocks
 from cytepool._dask import dask_workers, is_dask_array, require_dask, tree
 from cytepool._kept_pools import KeptPools
 from cytepool._labels import factorize
-from cytepool._table import AxisTable, id_list
+from cytepool._pool_tables import axis_table, backend_of, feature_table
 from cytepool._waits import Waits
 from cytepool.cube import Cube
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
@@ -73,9 +72,17 @@ def from_cells(
     Each cell is added to the profile of its group and sample. Counts held as whole numbers
     (integers, or floats such as the float32 counts of most h5ad files) pool exactly into an
     int64 layer; as soon as a value is not a whole number below 2**31, the layer becomes
-    float64 (the sums so far carry over exactly, and X is not read again) and, unless
-    ``allow_float`` says such values are meant, a :class:`~cytepool.errors.NotCountsWarning`
-    names one of them and where it is. The layer is
+    float64 and, unless ``allow_float`` says such values are meant, a
+    :class:`~cytepool.errors.NotCountsWarning` names one of them and where it is. A float64
+    layer holds what a float64 pass over all the cells gives, each sum added in the order of
+    the cells, whatever their storage: the int64 sums so far carry over as they are when every
+    one is below 2**53 (exact in float64, as a float64 pass keeps them), and X is not read
+    again; when one is not, or a sum of squares no longer fit int64 before that value came, X
+    is pooled again in float64 from its first cell. So an int64 overflow is an error only if
+    the layer ends int64 (every value a whole number below 2**31): the same cells give the
+    same cube, or the same error, in any order. (An iterator of row blocks cannot be read
+    again: such an overflow raises as it comes, and such sums carry over rounded once; a dask
+    array's float64 sums are added in a tree, see "Pooling an atlas on dask".) The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
     it must not depend on the values, and cubes pooled from parts of the data must add up
     (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is
@@ -155,8 +162,8 @@ def from_cells(
         For a dask array when dask's array module cannot be imported (the message names
         the extra to install).
     OverflowError
-        When a sum of squares does not fit int64 (or is infinite in float64), or a float64
-        sum of counts is infinite (of finite values): a
+        When a sum of squares of an int64 layer does not fit int64, or a float64 sum of
+        squares or of counts is infinite (of finite values): a
         :class:`~cytepool.errors.SumOverflowError` naming the layer, group and sample.
     ValueError
         For a missing label (None, NaN, NA or null: the message counts them), labels that
@@ -230,26 +237,26 @@ def from_codes(
         )
         raise InputError(msg)
     n_groups, n_samples = len(group_ids), len(sample_ids)
-    backend = _backend(samples, groups, features)
+    backend = backend_of(samples, groups, features)
     tables = {
-        "samples": _table(samples, sample_ids, "samples", backend),
-        "groups": _table(groups, group_ids, "groups", backend),
+        "samples": axis_table(samples, sample_ids, "samples", backend),
+        "groups": axis_table(groups, group_ids, "groups", backend),
     }
     is_dask_array(counts)  # refuses dask's other collections now (a Delayed's shape is lazy)
     shape: tuple[Any, ...] = getattr(counts, "shape", ())
     if len(shape) == 2:  # else known once pooled (row blocks)
-        tables["features"] = _feature_table(features, shape[1], backend)
+        tables["features"] = feature_table(features, shape[1], backend)
     profiles = group_codes * n_samples + sample_codes
     extra = tuple(name for name in _EXTRA if name in wanted)
     try:
-        kind, sums, fraction = _pool(counts, profiles, n_groups, n_samples, extra)
+        kind, sums, fraction = _pool_exactly(counts, profiles, (n_groups, n_samples), extra)
         _pool_sums.check_finite(sums, wanted)
     except _pool_sums.Overflow as error:
         raise _pool_sums.overflow_error(error, group_ids, sample_ids) from None
     if fraction is not None and "counts" in wanted and not allow_float:
         _warn_not_counts(*fraction)
     if "features" not in tables:
-        tables["features"] = _feature_table(features, sums["counts"].shape[2], backend)
+        tables["features"] = feature_table(features, sums["counts"].shape[2], backend)
     record = provenance_record(
         "from_cells", {"layers": list(wanted), "cells": int(profiles.size), "input": kind}, ()
     )
@@ -262,6 +269,44 @@ def from_codes(
         provenance=(record,),
         digests=None,
     )
+
+
+def _pool_exactly(
+    counts: Any, profiles: Any, axes: tuple[int, int], extra: tuple[str, ...]
+) -> tuple[str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None]:
+    """:func:`_pool`, and again in float64 from the start when the int64 sums cannot give
+    the layers: a sum of squares that did not fit int64 (the layers may yet end float64), or
+    sums past 2**53 when a value that is no whole number below 2**31 came (carried over, they
+    would not be what a float64 pass gives). Then whole numbers alone raise Overflow: the
+    layers are int64, and a sum of squares does not fit. Counts that cannot be read again
+    (an iterator of row blocks) are pooled once: such an Overflow is raised as it comes, and
+    such sums are carried over.
+    """
+    again = _reader(counts)
+    try:
+        return _pool(counts, profiles, axes, extra, "once" if again is None else "first")
+    except (_pool_sums.Overflow, _pool_sums.Inexact) as error:
+        if again is None:
+            raise
+        first = error
+    kind, sums, fraction = _pool(again(), profiles, axes, extra, "float")
+    if fraction is None:  # whole numbers: int64 layers, and a sum of squares did not fit
+        squares = sums.get("squares", np.zeros((0, 0)))
+        over = (squares >= 2.0**63).any(axis=-1).reshape(-1)  # the first, whatever the order
+        profile = int(np.argmax(over)) if over.any() else getattr(first, "profile", 0)
+        raise _pool_sums.Overflow(profile) from None
+    return kind, sums, fraction
+
+
+def _reader(counts: Any) -> Callable[[], Any] | None:
+    """How to read ``counts`` again for a second pass, or None if it cannot be."""
+    if isinstance(counts, RowBlocks | ColumnBlocks):
+        return counts.again
+    if isinstance(counts, np.ndarray) or _sparse_format(counts) or is_dask_array(counts):
+        return lambda: counts
+    if isinstance(counts, Iterable) and not isinstance(counts, Iterator):  # a list of blocks
+        return lambda: counts
+    return None
 
 
 def _warn_not_counts(row: int, column: int, value: float) -> None:
@@ -285,80 +330,6 @@ def _check_layers(layers: Any) -> tuple[str, ...]:
         msg = f"layers: expected distinct names among {list(LAYERS)}, found {list(names)}"
         raise (InputTypeError if unknown else InputError)(msg)
     return names
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def _backend(*tables: Any) -> Any:
-    """The backend of id-only tables: that of the first table given, else pandas if installed
-    (not imported: the frames of id-only tables are made when first used)."""
-    if any(table is not None for table in tables):
-        import narwhals.stable.v2 as nw
-
-        for table in tables:
-            try:
-                return nw.from_native(table, eager_only=True).implementation
-            except TypeError:
-                continue
-    for name in ("pandas", "polars", "pyarrow"):
-        if importlib.util.find_spec(name) is not None:
-            return name
-    msg = "from_cells: building the tables needs pandas, polars or pyarrow; install one"
-    raise ImportError(msg)
-
-
-def _id_table(ids: list[str], axis: str, backend: Any) -> Any:
-    """A table of the (string) ids alone, its frame deferred."""
-    return AxisTable.of_ids(axis, ids, backend)
-
-
-def _table(table: Any, ids: list[str], axis: str, backend: Any) -> Any:
-    """The table's rows in the order of ``ids``; the ids alone when there is no table."""
-    if table is None:
-        return _id_table(ids, axis, backend)
-    given = AxisTable.from_user(table, axis)
-    position = given.position
-    missing = [i for i in ids if i not in position]
-    if missing:
-        msg = (
-            f"{axis}: the table has no row for {len(missing)} ids that label cells: "
-            f"{_some(missing)}; expected one row per id"
-        )
-        raise InputError(msg)
-    if len(given.ids) != len(ids):
-        known = set(ids)
-        extra = [i for i in given.ids if i not in known]
-        msg = (
-            f"{axis}: the table has rows for {len(extra)} ids that label no cell: "
-            f"{_some(extra)}; expected one row per id (select the rows of these cells first)"
-        )
-        raise InputError(msg)
-    return given.take(np.array([position[i] for i in ids], dtype=np.intp)).native()
-
-
-def _feature_table(features: Any, n_features: int, backend: Any) -> Any:
-    """A features table of ``n_features`` rows: the one given, or one of ids."""
-    import narwhals.stable.v2 as nw
-
-    if features is None:
-        return _id_table([str(j) for j in range(n_features)], "features", backend)
-    try:
-        n_rows, table = len(nw.from_native(features, eager_only=True)), features
-    except TypeError:  # not a table: ids
-        n_rows, table = -1, None
-    if table is None:
-        ids = id_list(features, "features")
-        n_rows, table = len(ids), _id_table(ids, "features", backend)
-    if n_rows != n_features:
-        msg = f"features: expected one row per column of counts ({n_features}), found {n_rows}"
-        raise InputError(msg)
-    return table
-
-
-def _some(ids: Sequence[str]) -> str:
-    more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
-    return f"{list(ids[:10])}{more}"
 
 
 # --------------------------------------------------------------------------- pooling
@@ -385,14 +356,15 @@ class _Sums:
         start: dict[str, np.ndarray[Any, Any]] | None = None,
         small_values: int | None = None,
         narrow: bool = False,
+        mode: str = "once",
     ):
         self.profiles = profiles
         self.offset = offset  # of these rows and columns in counts, for messages
         self.n_groups, self.n_samples, self.n_features = n_groups, n_samples, n_features
         n_profiles = n_groups * n_samples
-        narrow = narrow and start is None and not extra
+        narrow = narrow and start is None and not extra and mode != "float"
         if start is None:  # else go on adding into the sums of arrays()
-            dtype = np.uint32 if narrow else np.int64
+            dtype = np.float64 if mode == "float" else np.uint32 if narrow else np.int64
             start = {"counts": np.zeros((n_profiles, n_features), dtype=dtype)}
         self.totals = start["counts"]
         # while the sums are narrow, a bound on each profile's; else empty
@@ -408,6 +380,10 @@ class _Sums:
         # the most stored values of a block pooled with numpy (see _pool_sums.small_values)
         self.small_values = _pool_sums.SMALL_VALUES if small_values is None else small_values
         self.threads: int | None = None  # the kernel's threads (None: numba's count)
+        # how the sums are pooled (see _pool): "once" (the cells cannot be read again), "first"
+        # (int64 sums past EXACT_FLOAT are not carried over into float64: Inexact) or "float"
+        # (float64 from the start; each block is searched for the first fraction)
+        self.mode = mode
 
     def add(self, block: Block, first: int) -> None:
         """Add a CSR block of the cells from ``first``, one group per task."""
@@ -415,6 +391,7 @@ class _Sums:
             return
         indptr = block[2]
         profiles = self.profiles[first : first + len(indptr) - 1]
+        self._note_fraction(block, True, (self.offset[0] + first, self.offset[1]))
         if self._add_small(block, profiles, first, by_row=True):
             return
         from cytepool import _pool_kernels as kernels  # numba: only for large blocks
@@ -439,6 +416,8 @@ class _Sums:
         indptr = _pool_sums.check_indptr(matrix, "csc", what or _words.matrix())
         block = (_data(matrix.data, "counts"), matrix.indices, indptr)
         profiles = self.profiles[first : first + matrix.shape[0]]
+        at = (self.offset[0] + first, self.offset[1] + column0)
+        self._note_fraction(block, False, at)
         if self._add_small(block, profiles, first, column0=column0):
             return
         from cytepool import _pool_kernels as kernels  # numba: only for large blocks
@@ -538,9 +517,19 @@ class _Sums:
                 _raise_invalid(*where)
             self._to_float64(where)
 
+    def _note_fraction(self, block: Block, by_row: bool, at: tuple[int, int]) -> None:
+        """In a float64 pass, note the block's first value that is no whole number (at
+        ``at``: its first cell), until one is noted."""
+        if self.mode == "float" and self.fraction is None:
+            self.fraction = _pool_sums.fraction_in(block, by_row, at)
+
     def _to_float64(self, where: _Line) -> None:
         """Note the first value that is no whole number (at ``where``, if the first met) and
-        make the sums float64."""
+        make the sums float64; Inexact in a first pass if a sum so far is past EXACT_FLOAT."""
+        if self.mode == "first" and self.totals.dtype.kind in "iu":
+            largest = max(self.totals.max(initial=0), self.squares.max(initial=0))
+            if largest > _pool_sums.EXACT_FLOAT:
+                raise _pool_sums.Inexact
         self.fraction = self.fraction or _pool_sums.first_fraction(*where)
         self.totals = self.totals.astype(np.float64)
         self.squares = self.squares.astype(np.float64)
@@ -627,23 +616,32 @@ def _fraction_of(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[int, int, 
 
 
 def _pool(
-    counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
+    counts: Any,
+    profiles: Any,
+    axes: tuple[int, int],
+    extra: tuple[str, ...],
+    mode: str = "once",
 ) -> tuple[str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None]:
     """Pool ``counts`` (any supported input) into layers; also a name for its kind, and the
-    first value that is not a whole number below 2**31 with its row and column, if any."""
-    n_cells = profiles.size
+    first value that is not a whole number below 2**31 with its row and column, if any.
+
+    ``axes`` is ``(n_groups, n_samples)``; ``mode`` as :class:`_Sums` takes it.
+    """
+    n_cells, (n_groups, n_samples) = profiles.size, axes
     fmt = _sparse_format(counts)
     if is_dask_array(counts):
-        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra)
+        kind, arrays = "dask", _pool_dask(counts, profiles, n_groups, n_samples, extra, mode)
     elif isinstance(counts, ColumnBlocks):
-        kind, arrays = "csc", _pool_columns(counts, profiles, n_groups, n_samples, extra).arrays()
+        sums = _pool_columns(counts, profiles, n_groups, n_samples, extra, mode)
+        kind, arrays = "csc", sums.arrays()
     elif isinstance(counts, RowBlocks):
-        sums = _pool_blocks(counts.blocks, profiles, n_groups, n_samples, extra, counts.values)
-        kind, arrays = "row blocks", sums.arrays()
+        args = (profiles, n_groups, n_samples, extra, counts.values, mode)
+        kind, arrays = "row blocks", _pool_blocks(counts.blocks, *args).arrays()
     elif fmt is not None or isinstance(counts, np.ndarray):
         _check_rows(counts, n_cells)
         small = _pool_sums.small_values(counts.nnz if fmt else counts.size)
-        sums = _Sums(profiles, n_groups, n_samples, counts.shape[1], extra, small_values=small)
+        shape = (n_groups, n_samples, counts.shape[1])
+        sums = _Sums(profiles, *shape, extra, small_values=small, mode=mode)
         _add_block(sums, counts, 0, _words.matrix())
         kind, arrays = fmt or "dense", sums.arrays()
     elif hasattr(counts, "shape") or not isinstance(counts, Iterable) or isinstance(counts, str):
@@ -653,7 +651,7 @@ def _pool(
         )
         raise InputTypeError(msg)
     else:
-        sums = _pool_blocks(counts, profiles, n_groups, n_samples, extra)
+        sums = _pool_blocks(counts, profiles, n_groups, n_samples, extra, None, mode)
         kind, arrays = "row blocks", sums.arrays()
     fraction = _fraction_of(arrays)
     arrays.pop(_FRACTION, None)
@@ -668,6 +666,7 @@ def _pool_blocks(
     n_samples: int,
     extra: tuple[str, ...],
     values: int | None = None,
+    mode: str = "once",
 ) -> _Sums:
     """The sums of row blocks, of ``values`` stored values in all if known."""
     small = _pool_sums.small_values(values)
@@ -682,7 +681,7 @@ def _pool_blocks(
             raise InputTypeError(msg)
         if sums is None:
             shape = (n_groups, n_samples, block.shape[1])
-            sums = _Sums(profiles, *shape, extra, small_values=small, narrow=True)
+            sums = _Sums(profiles, *shape, extra, small_values=small, narrow=True, mode=mode)
         if block.shape[1] != sums.n_features:
             msg = f"{what}: expected {sums.n_features} columns like the first, found {block.shape}"
             raise InputError(msg)
@@ -705,7 +704,12 @@ def _pool_blocks(
 
 
 def _pool_columns(
-    counts: ColumnBlocks, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
+    counts: ColumnBlocks,
+    profiles: Any,
+    n_groups: int,
+    n_samples: int,
+    extra: tuple[str, ...],
+    mode: str = "once",
 ) -> _Sums:
     """The sums of a matrix given as blocks of its columns, each added into its columns."""
     n_cells, n_features = counts.shape
@@ -713,7 +717,7 @@ def _pool_columns(
         msg = f"counts: expected one row per label ({profiles.size}), found {n_cells} rows"
         raise InputError(msg)
     small = _pool_sums.small_values(counts.values)
-    sums = _Sums(profiles, n_groups, n_samples, n_features, extra, small_values=small)
+    sums = _Sums(profiles, n_groups, n_samples, n_features, extra, small_values=small, mode=mode)
     done = 0
     for start, stop, block in counts.blocks:
         expected = (n_cells, stop - start)
@@ -764,7 +768,12 @@ def _dense_csr(array: np.ndarray[Any, Any], what: str) -> Iterator[tuple[int, Bl
 
 
 def _pool_dask(
-    counts: Any, profiles: Any, n_groups: int, n_samples: int, extra: tuple[str, ...]
+    counts: Any,
+    profiles: Any,
+    n_groups: int,
+    n_samples: int,
+    extra: tuple[str, ...],
+    mode: str = "once",
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Pool a dask array: chains of blocks into partial sums, then a tree of additions.
 
@@ -796,7 +805,7 @@ def _pool_dask(
                 where = (rows[i], columns[j])
                 block_profiles = profiles[rows[i] : rows[i + 1]]
                 shape = (rows[i + 1] - rows[i], columns[j + 1] - columns[j])
-                args = (block_profiles, (n_groups, n_samples), extra, where, shape)
+                args = (block_profiles, (n_groups, n_samples), extra, where, shape, mode)
                 partial = pool(partial, blocks[i, j], *args)
             chains.append(partial)
         trees.append(tree(dask.delayed(_add_partials), chains))
@@ -815,6 +824,7 @@ def _pool_chunk(
     extra: tuple[str, ...],
     offset: tuple[int, int],
     shape: tuple[int, int],
+    mode: str = "once",
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Add one block of a dask array, of the declared ``shape``, to the partial sums of its
     chain (a dask task).
@@ -836,7 +846,7 @@ def _pool_chunk(
             "the chunks it makes (map_blocks(..., chunks=...))"
         )
         raise InputError(msg)
-    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra, offset, partial)
+    sums = _Sums(profiles, n_groups, n_samples, block.shape[1], extra, offset, partial, mode=mode)
     _add_block(sums, block, 0, "counts")
     return sums.arrays()
 

@@ -867,3 +867,30 @@ def test_prefetched_stops_its_reader_when_the_caller_stops() -> None:
     assert not any(
         t.name.startswith("cytepool-read") and t.is_alive() for t in threading.enumerate()
     )
+
+
+@pytest.mark.parametrize("at", [0, 2, 3])
+@pytest.mark.parametrize("layout", ["csr", "csc", "dense"])
+def test_an_int64_overflow_before_the_float64_switch_is_no_error_in_a_file(
+    tmp_path: Path, layout: str, at: int, pooling_path: str
+) -> None:
+    """uint32 counts: three cells of 2**31 - 1 (their int64 squares overflow once summed) and,
+    at row ``at``, one of 2**32 - 1 (no whole number below 2**31: the layers end float64).
+    Every layout pools, wherever that cell is, to the sums of a float64 pass, as in memory."""
+    matrix = np.zeros((4, 2), dtype=np.uint32)
+    matrix[[row for row in range(4) if row != at], 1] = 2**31 - 1
+    matrix[at, 0] = 2**32 - 1
+    obs = pd.DataFrame({"sample": ["a"] * 4, "cell_type": ["T"] * 4}, index=list("wxyz"))
+    stored = {"csr": sparse.csr_matrix, "csc": sparse.csc_matrix, "dense": np.asarray}
+    adata = ad.AnnData(stored[layout](matrix), obs=obs, var=pd.DataFrame(index=["g0", "g1"]))
+    path = write(adata, tmp_path / "cells.h5ad", "h5ad")
+    cubes = [
+        from_anndata(source, **KEYS, layers=LAYERS, allow_float=True) for source in (path, adata)
+    ]
+    values = matrix.astype(np.float64)
+    expected = {"counts": values.sum(axis=0), "squares": (values * values).sum(axis=0)}
+    for cube in cubes:
+        for name, sums in expected.items():
+            assert cube.layers[name].dtype == np.float64
+            np.testing.assert_array_equal(cube.to_numpy(name)[0, 0], sums, err_msg=name)
+    assert cubes[0].fingerprint == cubes[1].fingerprint

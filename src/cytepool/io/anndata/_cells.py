@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -601,30 +601,43 @@ def _pool_with_tables(
     names["features"] = feature_table.index
     if source.path:  # indices out of range are damage to the file's array
         names["indices"] = _indices_array(matrix, source.owner)
-    alone = options.get("alone", True)
     with _words.speaking(**names), contextlib.ExitStack() as stack:
-        if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
-            blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
-            total = _stored_values(matrix) if alone else None
-            if isinstance(matrix, SparseMatrix) and matrix.format == "csc":
-                counts: Any = _columns(blocks, matrix.shape, total, options["progress"])
-            else:
-                rows = (block for _, _, block in blocks)
-                counts = RowBlocks(shown(rows, matrix.shape[0], options["progress"]), total)
-        elif is_sparse_dataset(matrix) and matrix.format == "csc":
-            indptr = matrix.group["indptr"]
-            bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
-            column_blocks: Iterable[tuple[int, int, Any]]
-            column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
-            if source.path:
-                column_blocks = read_damaged(column_blocks, source.owner)
-            values = int(matrix.group["data"].shape[0]) if alone else None
-            counts = _columns(column_blocks, matrix.shape, values, options["progress"])
-        else:
-            counts = cell_rows(matrix, options["progress"])
-            if source.path and not isinstance(counts, np.ndarray) and not hasattr(counts, "nnz"):
-                counts = read_damaged(counts, source.owner)
+        counts = _counts(matrix, source, options, stack)
         return pool(counts, feature_table, options["allow_float"])
+
+
+def _counts(
+    matrix: Any, source: Source, options: Mapping[str, Any], stack: contextlib.ExitStack[Any]
+) -> Any:
+    """What :func:`cytepool.pooling.from_codes` pools of ``matrix``: the matrix in memory,
+    or its blocks (each read in ``stack``), which can be read again for a second pass."""
+    alone = options.get("alone", True)
+
+    def again() -> Any:
+        return _counts(matrix, source, options, stack)
+
+    if isinstance(matrix, SparseMatrix | DenseMatrix):  # read by cytepool, blocks ahead
+        blocks = stack.enter_context(contextlib.closing(matrix.blocks()))
+        total = _stored_values(matrix) if alone else None
+        if isinstance(matrix, SparseMatrix) and matrix.format == "csc":
+            return _columns(blocks, matrix.shape, total, options["progress"], again)
+        rows = (block for _, _, block in blocks)
+        return RowBlocks(shown(rows, matrix.shape[0], options["progress"]), total, again)
+    if is_sparse_dataset(matrix) and matrix.format == "csc":
+        indptr = matrix.group["indptr"]
+        bounds = _readers.nonzero_bounds(indptr, matrix.shape[1])
+        column_blocks: Iterable[tuple[int, int, Any]]
+        column_blocks = ((a, b, matrix[:, a:b]) for a, b in bounds)
+        if source.path:
+            column_blocks = read_damaged(column_blocks, source.owner)
+        values = int(matrix.group["data"].shape[0]) if alone else None
+        return _columns(column_blocks, matrix.shape, values, options["progress"], again)
+    counts = cell_rows(matrix, options["progress"])
+    if isinstance(counts, np.ndarray) or hasattr(counts, "nnz"):
+        return counts
+    if source.path:
+        counts = read_damaged(counts, source.owner)
+    return RowBlocks(counts, None, again)
 
 
 def _indices_array(matrix: Any, owner: str) -> str:
@@ -662,6 +675,7 @@ def _columns(
     shape: tuple[int, int],
     values: int | None,
     progress: Any,
+    again: Callable[[], Any] | None = None,
 ) -> ColumnBlocks:
     """A CSC matrix on disk as blocks of its columns, ``(start, stop, block)``, which the
     pooling adds straight into their columns of the sums (no cube per block, no join); with
@@ -677,4 +691,4 @@ def _columns(
         finally:
             bar.close()
 
-    return ColumnBlocks(shape, shown_columns(), values)
+    return ColumnBlocks(shape, shown_columns(), values, again)
