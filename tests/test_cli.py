@@ -149,6 +149,37 @@ def test_options_go_anywhere_among_the_positionals(
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["info", "--", "-c.cube.zarr"], {"cube": "-c.cube.zarr"}),
+        (["export", "--overwrite", "--", "-c.cube.zarr", "-x.h5ad"], {"output": "-x.h5ad"}),
+        (
+            ["pool", *_POOL_OPTIONS, "--", "-a.h5ad", "b.h5ad", "-out.cube.zarr"],
+            {"input": ["-a.h5ad", "b.h5ad"], "output": "-out.cube.zarr"},
+        ),
+    ],
+)
+def test_names_after_a_double_dash_are_positionals(
+    argv: list[str],
+    expected: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--` ends the options, so a name starting with `-` can follow it (intermixed parsing
+    dropped the `--` and took `-c.cube.zarr` for an option)."""
+    import cytepool.cli.export
+    import cytepool.cli.info
+    import cytepool.cli.pool
+
+    parsed: list[Any] = []
+    for module in (cytepool.cli.pool, cytepool.cli.export, cytepool.cli.info):
+        monkeypatch.setattr(module, "run", parsed.append)
+    assert run(argv, capsys) == (0, "", "")
+    args = parsed.pop()
+    assert {name: getattr(args, name) for name in expected} == expected
+
+
 def pool(h5ad: Path, out: Path, *extra: str) -> list[str]:
     keys = ["--sample-key", "donor", "--group-key", "cell_type", "--no-progress"]
     return ["pool", str(h5ad), str(out), *keys, *extra]
@@ -645,6 +676,30 @@ def test_a_fifo_under_a_leftover_name_never_blocks_a_write(tmp_path: Path) -> No
     locking.start()
     locking.join(30)
     assert found == [None]
+
+
+def test_a_leftover_file_its_owner_may_not_read_is_locked_for_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An -old- leftover that was an .h5ad of mode 0200 cannot be opened for reading: locked
+    through a descriptor for writing, it is put back by the next write, not taken for one a
+    live writer holds (as root, which reads every file, the refusal is played here)."""
+    from cytepool.io import _atomic
+
+    leftover = tmp_path / f".out.h5ad.cytepool-old-{'0' * 16}"
+    leftover.write_text("OLD")
+    real = os.open
+
+    def refuse_reading(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(path) == leftover and flags & os.O_ACCMODE == os.O_RDONLY:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_reading)
+    lock = _atomic._lock(leftover)
+    assert lock is not None
+    assert _atomic._lock(leftover, wait=False) is None  # held: another cannot take it
+    lock.close()
 
 
 _STOPPED_BEFORE = """

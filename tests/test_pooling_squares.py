@@ -240,6 +240,47 @@ def test_an_int64_overflow_of_whole_numbers_raises_whatever_the_order(
         from_cells(counts, **labels, layers=ALL)
 
 
+def test_a_second_pass_closes_the_blocks_the_first_stopped_in() -> None:
+    """The first pass stops at the overflow: its blocks (a file's reader, its progress bar)
+    are closed before the cells are read again, not when the garbage collector gets to them."""
+    from cytepool._blocks import RowBlocks
+
+    x, events = _big_cells(ORDERS["large-last"], 2.0**31), []
+
+    def blocks() -> Any:
+        try:
+            yield x[:3]  # the int64 squares overflow here
+            yield x[3:]
+        finally:
+            events.append("closed")
+
+    def again() -> RowBlocks:
+        events.append("again")
+        return RowBlocks([x[:3], x[3:]])
+
+    labels = {"sample_labels": ["a"] * 4, "group_labels": ["g"] * 4}
+    cube = from_cells(RowBlocks(blocks(), None, again), **labels, layers=ALL, allow_float=True)
+    assert events == ["closed", "again"]
+    np.testing.assert_array_equal(cube.to_numpy("squares"), [[[2.0**62, 3 * float(BIG) ** 2]]])
+
+
+@pytest.mark.parametrize("last", ["A", "B"])
+@pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks"])
+def test_the_overflow_named_is_one_that_did_not_fit(kind: str, last: str) -> None:
+    """Group A's squares sum to 2**63 - 1 exactly (they fit int64; in float64 they round to
+    2**63), group B's do not fit: whatever the order, the error names B, the sum the int64
+    pass found past the bound, not A, whose float64 sum only looks as large."""
+    a = [BIG, BIG, 92681, 408, 19, 1, 1, 1]
+    assert sum(v * v for v in a) == 2**63 - 1
+    cells = {"A": a, "B": [BIG] * 3}
+    order = ["A", "B"] if last == "B" else ["B", "A"]
+    x = np.array([[v] for g in order for v in cells[g]], dtype=np.float64)
+    groups = [g for g in order for _ in cells[g]]
+    message = r"a sum of squares of group 'B' in sample 'a' does not fit"
+    with pytest.raises(SumOverflowError, match=message):
+        from_cells(INPUTS[kind](x), sample_labels=["a"] * len(x), group_labels=groups, layers=ALL)
+
+
 @pytest.mark.parametrize("at", [0, 21, 39])
 @pytest.mark.parametrize("kind", ["dense", "csr", "csc", "row-blocks"])
 def test_float64_sums_are_a_float64_pass_over_the_cells(kind: str, at: int) -> None:

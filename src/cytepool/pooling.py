@@ -79,8 +79,9 @@ def from_cells(
     one is below 2**53 (exact in float64, as a float64 pass keeps them), and X is not read
     again; when one is not, or a sum of squares no longer fit int64 before that value came, X
     is pooled again in float64 from its first cell. So an int64 overflow is an error only if
-    the layer ends int64 (every value a whole number below 2**31): the same cells give the
-    same cube, or the same error, in any order. (An iterator of row blocks cannot be read
+    the layer ends int64 (every value a whole number below 2**31): whether the same cells give
+    a cube or an error does not depend on their order or storage (the float64 sums
+    themselves are added in the order of the cells). (An iterator of row blocks cannot be read
     again: such an overflow raises as it comes, and such sums carry over rounded once; a dask
     array's float64 sums are added in a tree, see "Pooling an atlas on dask".) The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
@@ -289,13 +290,19 @@ def _pool_exactly(
         if again is None:
             raise
         first = error
+    _close_blocks(counts)  # the first pass's progress bar ends before the second's starts
     kind, sums, fraction = _pool(again(), profiles, axes, extra, "float")
-    if fraction is None:  # whole numbers: int64 layers, and a sum of squares did not fit
-        squares = sums.get("squares", np.zeros((0, 0)))
-        over = (squares >= 2.0**63).any(axis=-1).reshape(-1)  # the first, whatever the order
-        profile = int(np.argmax(over)) if over.any() else getattr(first, "profile", 0)
-        raise _pool_sums.Overflow(profile) from None
+    if fraction is None:  # whole numbers: int64 layers, and the sum the first pass found
+        raise first  # did not fit (a float64 sum near 2**63 could not tell which one)
     return kind, sums, fraction
+
+
+def _close_blocks(counts: Any) -> None:
+    """Close the generator of row or column blocks a pass stopped in (its ``finally``
+    clauses run now: a progress bar ends), if ``counts`` are such blocks."""
+    close = getattr(getattr(counts, "blocks", None), "close", None)
+    if callable(close):
+        close()
 
 
 def _reader(counts: Any) -> Callable[[], Any] | None:

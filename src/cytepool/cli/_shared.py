@@ -12,6 +12,7 @@ import contextlib
 import copy
 import os
 import re
+import sys
 import tempfile
 import textwrap
 import warnings
@@ -85,14 +86,18 @@ class Parser(argparse.ArgumentParser):
 class CommandParser(Parser):
     """A command's parser: its options may come before, between or after its positionals, as
     its usage line says (``pool IN1 IN2 --sample-key K --group-key G OUT``), whatever their
-    number; argparse's own parsing took IN2 for OUTPUT there, OUT for an extra argument."""
+    number; argparse's own parsing took IN2 for OUTPUT there, OUT for an extra argument.
+    Arguments with ``--`` among them are parsed as argparse parses them: intermixed parsing
+    drops the ``--`` in its first pass, and would then take a name after it that starts with
+    ``-`` (``cytepool info -- -c.cube.zarr``) for an option."""
 
     _intermixing = False
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> tuple[Any, list[str]]:
-        if self._intermixing:  # a pass of parse_known_intermixed_args
+        given = sys.argv[1:] if args is None else args
+        if self._intermixing or "--" in given:  # a pass of parse_known_intermixed_args
             return super().parse_known_args(args, namespace)
         self._intermixing = True
         try:

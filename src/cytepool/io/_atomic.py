@@ -268,6 +268,23 @@ class _Lock:
             self.descriptor = None
 
 
+def _open_to_lock(path: Path) -> int | None:
+    """A descriptor of ``path`` to lock, a directory or a file (an -old- file), opened for
+    reading, or for writing a file its owner may not read (mode 0200); never blocking, should
+    a FIFO have taken the name since; None if it cannot be opened."""
+    flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        return os.open(path, os.O_RDONLY | flags)
+    except PermissionError:
+        pass
+    except OSError:
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | flags)
+    except OSError:
+        return None
+
+
 def _lockable(descriptor: int) -> bool:
     """Whether an open descriptor is a directory or a regular file (what the locks lock)."""
     mode = os.fstat(descriptor).st_mode
@@ -284,11 +301,8 @@ def _lock(directory: Path, *, exclusive: bool = True, wait: bool = True) -> _Loc
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return _Lock(None)
-    # a file too (an -old- file); never blocking, should a FIFO have taken the name since
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        descriptor = os.open(directory, flags)
-    except OSError:
+    descriptor = _open_to_lock(directory)
+    if descriptor is None:
         return None
     if not _lockable(descriptor):
         os.close(descriptor)
