@@ -3,7 +3,6 @@ as ``read_cube`` gives them, empty or not."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,10 @@ import pytest
 pd = pytest.importorskip("pandas")
 ad = pytest.importorskip("anndata")
 
+from test_anndata_record import round_trip  # noqa: E402
+
 import cytepool  # noqa: E402
 from cytepool.io import read_cube, write_cube  # noqa: E402
-from cytepool.io.anndata import from_mudata, from_pseudobulk, to_anndata, to_mudata  # noqa: E402
-from cytepool.io.anndata._pseudobulk import mudata_defaults  # noqa: E402
 
 TEXTS = pd.Index(["a"]).dtype  # pandas' default for texts: str (pandas 3) or object
 
@@ -46,28 +45,6 @@ def empty_cube(kind: str) -> Any:
         group_labels=nothing,
         features=pd.DataFrame({"feature_id": ["f1", "f2"]}),
     )
-
-
-def round_trip(cube: Any, tmp_path: Path, where: str) -> Any:
-    if where.startswith("MuData") or where == "h5mu":
-        md = pytest.importorskip("mudata")
-        mdata = to_mudata(cube)
-        if where == "h5mu":
-            with mudata_defaults(md), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                mdata.write(tmp_path / "cube.h5mu")
-                mdata = md.read_h5mu(tmp_path / "cube.h5mu")
-        return from_mudata(mdata)
-    adata = to_anndata(cube)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if where == "h5ad":
-            adata.write_h5ad(tmp_path / "pb.h5ad")
-            adata = ad.read_h5ad(tmp_path / "pb.h5ad")
-        elif where == "zarr":
-            adata.write_zarr(tmp_path / "pb.zarr")
-            adata = ad.read_zarr(tmp_path / "pb.zarr")
-    return from_pseudobulk(adata)
 
 
 @pytest.mark.interop

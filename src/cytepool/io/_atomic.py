@@ -96,20 +96,7 @@ def replace_directory(
         disk is full): the error of the system, naming ``target`` (not the temporary
         directory, a name nobody typed).
     """
-    target = Path(os.path.realpath(target.parent)) / target.name
-    _recover_and_clean(target, replaceable)
-    _check_replaceable(target, overwrite=overwrite, replaceable=replaceable, what=what, hint=hint)
-    with _naming_target(target):
-        temporary, lock = _make_sibling(target, "tmp")
-    try:
-        with _naming_target(target):
-            build(temporary)
-        _install(temporary, target, overwrite=overwrite, replaceable=replaceable, what=what)
-    finally:
-        # After an exchange the temporary name holds what the path held.
-        if os.path.lexists(temporary):
-            shutil.rmtree(temporary, ignore_errors=True)
-        lock.close()
+    _build_and_replace(target, build, False, overwrite, replaceable, what, hint)
 
 
 def replace_path(
@@ -153,18 +140,32 @@ def replace_path(
         If the temporary sibling cannot be made or ``build`` fails: the error of the system,
         naming ``target`` (as :func:`replace_directory`).
     """
+    _build_and_replace(target, build, True, overwrite, replaceable, what, hint)
+
+
+def _build_and_replace(
+    target: Path,
+    build: Callable[[Path], None],
+    inside: bool,
+    overwrite: bool,
+    replaceable: Callable[[Path], bool],
+    what: str,
+    hint: str,
+) -> None:
+    """:func:`replace_directory` (``inside`` False: ``build`` fills the locked sibling) and
+    :func:`replace_path` (True: ``build`` makes ``<name>`` inside it)."""
     target = Path(os.path.realpath(target.parent)) / target.name
     _recover_and_clean(target, replaceable)
     _check_replaceable(target, overwrite=overwrite, replaceable=replaceable, what=what, hint=hint)
     with _naming_target(target):
         temporary, lock = _make_sibling(target, "tmp")
     try:
-        built = temporary / target.name
+        built = temporary / target.name if inside else temporary
         with _naming_target(target):
             build(built)
         _install(built, target, overwrite=overwrite, replaceable=replaceable, what=what)
     finally:
-        # After an exchange, what the path held is inside the temporary directory.
+        # After an exchange the sibling holds what the path held (at <name> when inside).
         if os.path.lexists(temporary):
             shutil.rmtree(temporary, ignore_errors=True)
         lock.close()
