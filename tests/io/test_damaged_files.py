@@ -825,12 +825,12 @@ def test_the_heap_check_reads_the_file_as_bytes_would_give_it(
     piece: int,
 ) -> None:
     # the global-heap check reads the file with os.pread, in pieces, not through a map
-    from cytepool.io.anndata._hdf5_heap import _FileBytes
+    from cytepool.io.anndata._hdf5_chunk_tree import FileBytes
 
     path = tmp_path_factory.mktemp("bytes") / "f.bin"
     path.write_bytes(data)
     with path.open("rb") as handle:
-        view = _FileBytes(handle.fileno(), len(data), path)
+        view = FileBytes(handle.fileno(), len(data), path)
         view.PIECE = piece
         stop = min(stop, len(data))
         assert view.find(sub, start, stop) == data.find(sub, start, stop)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cytepool.errors import FormatError, InputError, InputIndexError
-from cytepool.io.anndata._hdf5_chunk_tree import check_chunk_tree
+from cytepool.io.anndata._hdf5_chunk_tree import FileBytes, check_chunk_tree
 from cytepool.io.anndata._hdf5_filters import Pipeline, filter_name
 from cytepool.io.zarr._fast import fast_inflate
 from cytepool.io.zarr._threads import for_each
@@ -670,12 +670,14 @@ def _contiguous(
     return _Layout(shape, stored, fill, None, Pipeline((), stored.itemsize), empty, offset)
 
 
-def stored_chunks(dataset: h5py.Dataset, where: str) -> list[tuple[Any, ...]]:
+def stored_chunks(
+    dataset: h5py.Dataset, where: str, view: FileBytes | None = None
+) -> list[tuple[Any, ...]]:
     """``(element offset, filter mask, byte offset, size)`` of each stored chunk; the chunk
     index is checked first (:func:`~cytepool.io.anndata._hdf5_chunk_tree.check_chunk_tree`,
-    ``where`` naming the dataset in its messages), as libhdf5 crashes or loops on a damaged
-    one."""
-    check_chunk_tree(dataset, where)
+    ``where`` naming the dataset in its messages, through the file's bytes ``view`` if the
+    caller has them open), as libhdf5 crashes or loops on a damaged one."""
+    check_chunk_tree(dataset, where, view)
     found: list[tuple[Any, ...]] = []
 
     def visit(info: Any) -> None:

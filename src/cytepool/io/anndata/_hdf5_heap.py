@@ -50,7 +50,7 @@ import numpy as np
 from cytepool._pool_sums import KERNELS
 from cytepool.errors import FormatError
 from cytepool.io.anndata._hdf5 import check_regular, stored_chunks, system_error
-from cytepool.io.anndata._hdf5_chunk_tree import object_address, objects
+from cytepool.io.anndata._hdf5_chunk_tree import FileBytes, object_address, objects
 from cytepool.io.anndata._hdf5_filters import Pipeline
 from cytepool.io.anndata._hdf5_headers import string_attributes
 
@@ -90,12 +90,12 @@ def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
     addresses, lengths = plist.get_sizes()
     base = plist.get_userblock()  # addresses in the file count from its end
     addressing = (addresses, lengths, base)
-    datasets = _datasets(file, path)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
             return
-        view = _FileBytes(handle.fileno(), size, path)
+        view = FileBytes(handle.fileno(), size, path)
+        datasets = _datasets(file, path, view)
         gaps = _gaps(datasets.stored, size)
         heaps = _collections(view, gaps, lengths, path)
         for dataset in datasets.strings:
@@ -108,50 +108,7 @@ def check_global_heaps(file: h5py.File, path: str | os.PathLike[str]) -> None:
         _check_attribute_strings(strings, view, heaps, addressing, path)
 
 
-class _FileBytes:
-    """The bytes of an open file as :func:`check_global_heaps` reads them: ``len``, a byte, a
-    slice (bytes) and ``find``, each read with ``os.pread`` when asked.
-
-    Not a memory map: the pages of a mapped file count in the process's resident memory
-    (each touch maps the pages read ahead around it: 77 MiB for the 10 MiB searched in a
-    1.5 GiB ``.h5ad``), and a file cut short while mapped kills the process (SIGBUS) where a
-    read comes back short.
-    """
-
-    PIECE = 1 << 20  # bytes searched per read
-
-    def __init__(self, fd: int, size: int, path: Path) -> None:
-        self.fd, self.size, self.path = fd, size, path
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, key: int | slice) -> Any:
-        if isinstance(key, slice):
-            start, stop, _ = key.indices(self.size)
-            return self._read(start, stop)
-        return self._read(key, key + 1)[0]
-
-    def find(self, sub: bytes, start: int, stop: int) -> int:
-        """The first position of ``sub`` wholly in ``[start, stop)``, or -1."""
-        for position in range(start, stop, self.PIECE):
-            end = min(position + self.PIECE + len(sub) - 1, stop)
-            at = self._read(position, end).find(sub)
-            if at >= 0:
-                return position + at
-        return -1
-
-    def _read(self, start: int, stop: int) -> bytes:
-        if stop <= start:
-            return b""
-        data = os.pread(self.fd, stop - start, start)
-        if len(data) != stop - start:
-            msg = f"{self.path} was cut short while read: bytes {start} to {stop} are gone"
-            raise FormatError(msg)
-        return data
-
-
-def _datasets(file: h5py.File, path: Path) -> _Datasets:
+def _datasets(file: h5py.File, path: Path, view: FileBytes) -> _Datasets:
     """The ranges of the stored values of the datasets of ``file`` (no heap collection lies
     there, but any bytes may, ``GCOL`` among them), its string datasets, and the objects whose
     attributes cytepool reads. Walked with :func:`objects`, not ``visititems``, which would
@@ -168,12 +125,12 @@ def _datasets(file: h5py.File, path: Path) -> _Datasets:
             continue
         if h5py.check_vlen_dtype(node.dtype) is not None:
             strings.append(node)
-        stored.extend(_stored_ranges(node, f"{path}: dataset {node.name!r}"))
+        stored.extend(_stored_ranges(node, f"{path}: dataset {node.name!r}", view))
     return _Datasets(stored, strings, attributed)
 
 
 def _attributes(
-    node: Any, view: _FileBytes, addressing: tuple[int, int, int], path: Path
+    node: Any, view: FileBytes, addressing: tuple[int, int, int], path: Path
 ) -> list[tuple[str, bytes]]:
     """Check that the attributes of ``node`` (an h5py group or dataset) open and are of kinds
     h5py reads safely; the stored descriptors of its string attributes, each with how
@@ -208,7 +165,7 @@ def _attributes(
 
 def _check_attribute_strings(
     strings: list[tuple[str, bytes]],
-    view: _FileBytes,
+    view: FileBytes,
     heaps: dict[int, np.ndarray[Any, Any]],
     addressing: tuple[int, int, int],
     path: Path,
@@ -231,7 +188,7 @@ def _check_attribute_strings(
         raise
 
 
-def _stored_ranges(dataset: h5py.Dataset, where: str) -> list[tuple[int, int]]:
+def _stored_ranges(dataset: h5py.Dataset, where: str, view: FileBytes) -> list[tuple[int, int]]:
     """``(byte offset, size)`` of the stored values of a contiguous or chunked dataset (its
     chunk index checked first; ``where`` names it in messages)."""
     offset = dataset.id.get_offset()
@@ -239,7 +196,7 @@ def _stored_ranges(dataset: h5py.Dataset, where: str) -> list[tuple[int, int]]:
         return [(int(offset), int(dataset.id.get_storage_size()))]
     if dataset.chunks is None:
         return []
-    return [(offset, size) for _, _, offset, size in stored_chunks(dataset, where)]
+    return [(offset, size) for _, _, offset, size in stored_chunks(dataset, where, view)]
 
 
 def _gaps(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
@@ -255,7 +212,7 @@ def _gaps(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
 
 
 def _collections(
-    view: _FileBytes, gaps: list[tuple[int, int]], lengths: int, path: Path
+    view: FileBytes, gaps: list[tuple[int, int]], lengths: int, path: Path
 ) -> dict[int, np.ndarray[Any, Any]]:
     """The collections found in ``gaps``: address to the sizes of their objects by index
     (-1 where there is none), walked in Python or by a numba kernel (see :func:`walker`)."""
@@ -274,7 +231,7 @@ def _collections(
 
 def _add_named(
     descriptors: np.ndarray[Any, Any],
-    view: _FileBytes,
+    view: FileBytes,
     heaps: dict[int, np.ndarray[Any, Any]],
     sizes: tuple[int, int],
     path: Path,
@@ -296,7 +253,7 @@ def _add_named(
 
 
 def _walked(
-    view: _FileBytes, found: list[tuple[int, int]], lengths: int, path: Path
+    view: FileBytes, found: list[tuple[int, int]], lengths: int, path: Path
 ) -> dict[int, np.ndarray[Any, Any]]:
     """The collections ``found`` (byte offset, size), walked in Python or by a numba kernel
     (see :func:`walker`): address to the sizes of their objects by index (-1 where there is
@@ -345,7 +302,7 @@ def heap_objects_walked(
     return count, -1
 
 
-def _collection_size(view: _FileBytes, at: int, lengths: int) -> int | None:
+def _collection_size(view: FileBytes, at: int, lengths: int) -> int | None:
     """The size of the collection at ``at``, or None if libhdf5 would refuse to read it
     (no signature, as at an address a damaged descriptor names; another version; a size
     past the file's end)."""
@@ -359,7 +316,7 @@ def _collection_size(view: _FileBytes, at: int, lengths: int) -> int | None:
 
 
 def _objects(
-    view: _FileBytes, at: int, size: int, lengths: int, path: Path, walk: Any
+    view: FileBytes, at: int, size: int, lengths: int, path: Path, walk: Any
 ) -> np.ndarray[Any, Any]:
     """Walk the objects of the collection at ``at`` as libhdf5 does (with ``walk``,
     :func:`heap_objects_walked` or its numba kernel); the sizes of its objects by index (-1
@@ -386,7 +343,7 @@ def _objects(
 
 def _check_descriptors(
     dataset: h5py.Dataset,
-    view: _FileBytes,
+    view: FileBytes,
     heaps: dict[int, np.ndarray[Any, Any]],
     addressing: tuple[int, int, int],
     path: Path,
@@ -473,7 +430,7 @@ def _objects_named(
 
 
 def _stored_descriptors(
-    dataset: h5py.Dataset, view: _FileBytes, itemsize: int, where: str
+    dataset: h5py.Dataset, view: FileBytes, itemsize: int, where: str
 ) -> list[bytes]:
     """The descriptors of a variable-length dataset, as stored (chunk by chunk); none when
     they are stored in a way cytepool does not read (compact, a filter it does not decode)."""
@@ -496,7 +453,7 @@ def _stored_descriptors(
         return []
     nbytes = math.prod(dataset.chunks or ()) * itemsize
     found = []
-    for _, mask, offset, size in stored_chunks(dataset, where):
+    for _, mask, offset, size in stored_chunks(dataset, where, view):
         if offset + size > len(view):
             msg = f"{where}: a chunk at byte {offset} goes past the end of the file"
             raise FormatError(msg)
