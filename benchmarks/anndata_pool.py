@@ -161,6 +161,8 @@ def main() -> None:
         "--skip-scanpy", action="store_true", help="only from_anndata (for sizes scanpy cannot do)"
     )
     args = parser.parse_args()
+    if args.dir is not None:  # made if it is not there yet
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.dir or Path(tmp)
         path = directory / f"cells-{args.cells}.h5ad"

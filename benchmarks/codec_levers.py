@@ -390,6 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     chunk_bytes = samples * 4096 * 4
     load = [os.getloadavg()[0]]
     rows: list[tuple[str, str, dict[str, float]]] = []
+    if args.dir is not None:  # made if it is not there yet
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="codec-levers-", dir=args.dir) as name:
         root = Path(name)
         for codec, decoders in (("gzip 4", gzip_decoders()), ("zstd 3", zstd_decoders())):

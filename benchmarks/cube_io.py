@@ -569,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     selection_rows: list[dict[str, Any]] = []
     loads = [load_average()]
+    if args.dir is not None:  # made if it is not there yet
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         base = Path(directory)
         for compression, level in CODECS:

@@ -281,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be positive")
     loads = [os.getloadavg()[0]]
+    if args.dir is not None:  # made if it is not there yet
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="startup-bench-", dir=args.dir) as name:
         root = Path(name)
         cube = root / "SMALL.cube.zarr"

@@ -394,6 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     loads = [load_average()]
     rows: list[dict[str, Any]] = []
+    if args.dir is not None:  # made if it is not there yet
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="zarr-io-bench-", dir=args.dir) as name:
         for codec, level in CODECS:
             rows += bench_codec(args, Path(name), data, codec, level, picked)
