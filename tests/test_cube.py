@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -403,6 +404,19 @@ def test_metadata() -> None:
         pbmc_cube(metadata={"a": {1, 2}})
     with pytest.raises(ValueError, match="metadata: expected JSON-serialisable"):
         pbmc_cube(metadata={"a": float("nan")})
+
+
+def test_metadata_nested_deeply() -> None:
+    """Python 3.11's JSON encoder cannot write metadata nested 3,000 deep: a bare
+    RecursionError, now InputError; later Pythons keep it whole."""
+    deep: list[Any] = []
+    for _ in range(3000):
+        deep = [deep]
+    if sys.version_info < (3, 12):
+        with pytest.raises(InputError, match="metadata: nested too deeply to be written as JSON"):
+            pbmc_cube(metadata={"a": deep})
+        return
+    assert pbmc_cube(metadata={"a": deep}).metadata == {"a": deep}
 
 
 # --------------------------------------------------------------------------- reading

@@ -125,6 +125,9 @@ def json_copy(value: Any, what: str) -> Any:
     check_string_keys(value, what, f"{what}: keys")  # JSON would make other keys strings
     try:
         return json.loads(json.dumps(value, allow_nan=False))
+    except RecursionError as err:  # Python's JSON encoder or decoder recurses per level
+        msg = f"{what}: nested too deeply to be written as JSON ({err}); flatten it"
+        raise InputError(msg) from None
     except (TypeError, ValueError) as err:
         msg = f"{what}: expected JSON-serialisable values (no NaN or infinity): {err}"
         raise (InputTypeError if isinstance(err, TypeError) else InputError)(msg) from err

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import struct
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -663,6 +664,47 @@ def test_attributes_with_a_lone_surrogate_are_refused(
     assert not any(tmp_path.iterdir())
     write_array(tmp_path / "ok", np.arange(3), chunks=(3,), attributes={"🧬": "🧬"})
     assert open_array(tmp_path / "ok").attributes == {"🧬": "🧬"}
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_attributes_nested_past_the_recursion_limit_read_back(tmp_path: Path) -> None:
+    """A zarr.json whose attributes nest deeper than a recursive copy can go (JSON the parser
+    takes: past the recursion limit, or 3/4 of it under Python 3.11, whose parser counts its
+    levels against it and whose copy spends two frames a level) gave a bare RecursionError from
+    ``attributes``; they read back whole."""
+    limit = sys.getrecursionlimit()
+    depth = 3 * limit // 4 if sys.version_info < (3, 12) else limit + 200
+    write_array(tmp_path / "a", np.arange(3), chunks=(2,))
+    path = tmp_path / "a" / METADATA_FILE
+    document = json.loads(path.read_text())
+    text = json.dumps({**document, "attributes": {"x": "@"}})
+    path.write_text(text.replace('"@"', "[" * depth + "]" * depth))
+    assert open_array(tmp_path / "a").attributes == {"x": _nested(depth - 1)}
+
+
+def test_attributes_too_deep_to_write_are_refused_or_read_back(tmp_path: Path) -> None:
+    """Attributes nested 3,000 deep: Python 3.11's JSON encoder cannot write them (a bare
+    RecursionError, now InputError); later Pythons write them, and they read back whole."""
+    attributes = {"x": _nested(3000)}
+    if sys.version_info < (3, 12):
+        for write in (
+            lambda: write_group(tmp_path / "g", attributes),
+            lambda: write_array(tmp_path / "a", np.arange(3), chunks=(2,), attributes=attributes),
+        ):
+            with pytest.raises(InputError, match="attributes nest too deeply to be written as"):
+                write()
+        assert not any(tmp_path.iterdir())
+        return
+    write_group(tmp_path / "g", attributes)
+    write_array(tmp_path / "a", np.arange(3), chunks=(2,), attributes=attributes)
+    assert read_group_attributes(tmp_path / "g") == attributes
+    assert open_array(tmp_path / "a").attributes == attributes
 
 
 def test_write_group_attribute_errors(tmp_path: Path) -> None:

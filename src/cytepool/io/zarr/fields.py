@@ -254,9 +254,49 @@ def check_config_keys(
 
 
 def json_copy(value: Any) -> Any:
-    """A copy of parsed JSON (dicts and lists copied, other values shared: they are immutable)."""
+    """A copy of parsed JSON (dicts and lists copied, other values shared: they are immutable),
+    however deep it nests: a document the parser took (a few thousand levels) is copied
+    without recursion when it nests deeper than Python's recursion limit allows.
+
+    Examples
+    --------
+    >>> deep = []
+    >>> for _ in range(5000):
+    ...     deep = [deep]
+    >>> copied = json_copy({"x": deep})
+    >>> copied["x"] is not deep and copied == {"x": deep}
+    True
+    """
+    try:
+        return _copied(value)
+    except RecursionError:
+        return _copied_deep(value)
+
+
+def _copied(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: json_copy(item) for key, item in value.items()}
+        return {key: _copied(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [json_copy(item) for item in value]
+        return [_copied(item) for item in value]
     return value
+
+
+def _copied_deep(value: Any) -> Any:
+    """:func:`json_copy` with a stack of its own instead of recursion."""
+    if not isinstance(value, dict | list):
+        return value
+    top: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any]] = [(value, top)]
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            if isinstance(item, dict | list):
+                child: Any = {} if isinstance(item, dict) else []
+                stack.append((item, child))  # filled later, already in its place
+                item = child
+            if isinstance(target, dict):
+                target[key] = item
+            else:
+                target.append(item)
+    return top

@@ -312,11 +312,16 @@ def check_attributes(attributes: Any) -> dict[str, Any]:
         msg = f"attributes must be a mapping, not {type(attributes).__name__}"
         raise InputTypeError(msg)
     check_string_keys(attributes, "attributes", "attribute names")  # at any depth
-    text = json.dumps(dict(attributes), allow_nan=False, ensure_ascii=False)
-    if not is_unicode(text):  # a lone surrogate: JSON that readers such as tensorstore refuse
-        msg = f"attributes: {_lone_surrogate(attributes, 'attributes')} holds a lone surrogate"
-        raise InputError(msg + " (not Unicode, which a Zarr document must be); remove it")
-    result: dict[str, Any] = json.loads(text)
+    try:
+        text = json.dumps(dict(attributes), allow_nan=False, ensure_ascii=False)
+        if not is_unicode(text):  # a lone surrogate: JSON that readers such as tensorstore refuse
+            found = _lone_surrogate(attributes, "attributes")
+            msg = f"attributes: {found} holds a lone surrogate"
+            raise InputError(msg + " (not Unicode, which a Zarr document must be); remove it")
+        result: dict[str, Any] = json.loads(text)
+    except RecursionError as error:  # Python's JSON encoder or decoder recurses per level
+        msg = f"attributes nest too deeply to be written as JSON ({error}); flatten them"
+        raise InputError(msg) from None
     return result
 
 
