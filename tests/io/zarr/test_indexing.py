@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cytepool.errors import InputError, InputTypeError
 from cytepool.io.zarr.indexing import (
@@ -238,3 +240,27 @@ def test_chunk_keys(coords: tuple[int, ...], encoding: str, separator: str, key:
 def test_grid_shape() -> None:
     assert grid_shape((), ()) == ()
     assert grid_shape((0, 7, 8), (1, 2, 8)) == (0, 4, 1)
+
+
+@given(
+    shape=st.lists(st.integers(0, 5), min_size=0, max_size=3),
+    extra=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    key=st.sampled_from([..., slice(None), slice(1, None), slice(None, None, 2), 0]),
+)
+def test_only_piece_is_the_one_piece_a_plan_gives(
+    shape: list[int], extra: list[int], key: Any
+) -> None:
+    """A whole read of an array of one chunk takes its piece without a plan: the same piece
+    the plan yields alone; None whenever the plan could give another number of pieces."""
+    chunks = [max(n, 1) + e for n, e in zip(shape, extra, strict=False)]
+    try:
+        selection = parse_selection(key, shape, orthogonal=False)
+    except IndexError:  # an integer on a 0-d or empty axis
+        return
+    only = selection.only_piece(chunks)
+    pieces = list(selection.pieces(chunks))
+    if only is not None:
+        assert pieces == [only]
+    else:
+        whole = shape and key in (..., slice(None)) and all(shape)
+        assert not whole or any(n > c for n, c in zip(shape, chunks, strict=True))

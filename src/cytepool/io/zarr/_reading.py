@@ -283,6 +283,10 @@ class Reader:
     ) -> None:
         """Decode the selected chunks into ``work``; with ``on_rows`` (a whole read only), call
         ``on_rows(start, stop)`` on a decoding thread as soon as rows ``start:stop`` are in."""
+        only = None if self.shard or on_rows else selection.only_piece(self.chunk_shape)
+        if only is not None:  # an array of one chunk, read whole: no plan, no pool
+            self._read_file_chunk(only, work)
+            return
         grid = self.chunk_shape if self.shard is None else self._shard_shape
         stored = self._stored(selection, grid)
         rows = None if on_rows is None else _RowsDone(self.meta.shape, grid, on_rows, stored)

@@ -281,6 +281,29 @@ class Selection:
         for index in _odometer([(0, len(plan)) for plan in plans]):
             yield _combine(pieces, index)
 
+    def only_piece(self, chunks: Sequence[int]) -> ChunkPiece | None:
+        """The piece of a selection of a whole array that one chunk (of shape ``chunks``)
+        holds, made without planning each axis (a small array read whole, a table's column):
+        what :meth:`pieces` yields alone; None for any other selection.
+
+        Examples
+        --------
+        >>> parse_selection(..., (3, 4), orthogonal=False).only_piece((4, 4)).chunk_sel
+        (slice(0, 3, 1), slice(0, 4, 1))
+        >>> parse_selection(..., (5,), orthogonal=False).only_piece((4,)) is None
+        True
+        """
+        if not self.axes:
+            return None
+        whole = []
+        for axis, chunk in zip(self.axes, chunks, strict=True):
+            if type(axis) is not SliceAxis or axis.start or axis.step != 1:
+                return None
+            if not 0 < axis.stop <= chunk:
+                return None
+            whole.append(slice(0, axis.stop, 1))
+        return ChunkPiece((0,) * len(whole), tuple(whole), tuple(whole))
+
     def count(self, chunks: Sequence[int]) -> int:
         """The number of chunks (of shape ``chunks``) the selection touches.
 
