@@ -22,6 +22,8 @@ that meets a fraction switches the sums to float64 and adds that piece again.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -35,6 +37,7 @@ __all__ = [
     "FIRST_VALUES",
     "INTEGER_BOUND",
     "INVALID",
+    "KEPT",
     "KERNELS",
     "NUMPY_BUDGET",
     "PIECE_VALUES",
@@ -49,6 +52,7 @@ __all__ = [
     "first_fraction",
     "fraction_in",
     "overflow_error",
+    "overflows_kept",
     "piece",
     "pieces",
     "scatter",
@@ -337,3 +341,27 @@ def check_wrap(total: Any, added: Any) -> None:
         wrapped = (total < added).any(axis=1)
         if wrapped.any():
             raise Overflow(int(np.argmax(wrapped)))
+
+
+KEPT: contextvars.ContextVar[list[OverflowError] | None] = contextvars.ContextVar(
+    "cytepool_overflows_kept", default=None
+)
+
+
+@contextlib.contextmanager
+def overflows_kept() -> Iterator[list[OverflowError]]:
+    """Within, a pooling of whole numbers whose int64 sum of squares does not fit gives its
+    layers in float64, pooled again from the first cell, and appends its
+    :class:`~cytepool.errors.SumOverflowError` to the list yielded instead of raising it.
+
+    For one file of several pooled into one cube: another file may yet make the layers
+    float64 (a value that is no whole number below 2**31), and then these float64 sums are
+    this file's part of them, as pooling the files concatenated gives; if none does, the
+    layers are int64 and the caller raises the error.
+    """
+    kept: list[OverflowError] = []
+    token = KEPT.set(kept)
+    try:
+        yield kept
+    finally:
+        KEPT.reset(token)

@@ -249,11 +249,16 @@ def from_codes(
         tables["features"] = feature_table(features, shape[1], backend)
     profiles = group_codes * n_samples + sample_codes
     extra = tuple(name for name in _EXTRA if name in wanted)
+    kept = _pool_sums.KEPT.get()
     try:
-        kind, sums, fraction = _pool_exactly(counts, profiles, (n_groups, n_samples), extra)
+        kind, sums, fraction, overflow = _pool_exactly(
+            counts, profiles, (n_groups, n_samples), extra, kept is not None
+        )
         _pool_sums.check_finite(sums, wanted)
     except _pool_sums.Overflow as error:
         raise _pool_sums.overflow_error(error, group_ids, sample_ids) from None
+    if overflow is not None and kept is not None:  # float64 sums of whole numbers, kept
+        kept.append(_pool_sums.overflow_error(overflow, group_ids, sample_ids))
     if fraction is not None and "counts" in wanted and not allow_float:
         _warn_not_counts(*fraction)
     if "features" not in tables:
@@ -273,28 +278,34 @@ def from_codes(
 
 
 def _pool_exactly(
-    counts: Any, profiles: Any, axes: tuple[int, int], extra: tuple[str, ...]
-) -> tuple[str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None]:
+    counts: Any, profiles: Any, axes: tuple[int, int], extra: tuple[str, ...], keep: bool
+) -> tuple[
+    str, dict[str, np.ndarray[Any, Any]], tuple[int, int, float] | None, _pool_sums.Overflow | None
+]:
     """:func:`_pool`, and again in float64 from the start when the int64 sums cannot give
     the layers: a sum of squares that did not fit int64 (the layers may yet end float64), or
     sums past 2**53 when a value that is no whole number below 2**31 came (carried over, they
     would not be what a float64 pass gives). Then whole numbers alone raise Overflow: the
-    layers are int64, and a sum of squares does not fit. Counts that cannot be read again
-    (an iterator of row blocks) are pooled once: such an Overflow is raised as it comes, and
-    such sums are carried over.
+    layers are int64, and a sum of squares does not fit; with ``keep``, that Overflow comes
+    back with the float64 sums, last of the four results (see
+    :func:`cytepool._pool_sums.overflows_kept`).
+    Counts that cannot be read again (an iterator of row blocks) are pooled once: such an
+    Overflow is raised as it comes, and such sums are carried over.
     """
     again = _reader(counts)
     try:
-        return _pool(counts, profiles, axes, extra, "once" if again is None else "first")
+        return (*_pool(counts, profiles, axes, extra, "once" if again is None else "first"), None)
     except (_pool_sums.Overflow, _pool_sums.Inexact) as error:
         if again is None:
             raise
         first = error
     _close_blocks(counts)  # the first pass's progress bar ends before the second's starts
     kind, sums, fraction = _pool(again(), profiles, axes, extra, "float")
-    if fraction is None:  # whole numbers: int64 layers, and the sum the first pass found
-        raise first  # did not fit (a float64 sum near 2**63 could not tell which one)
-    return kind, sums, fraction
+    if fraction is not None:  # the layers are float64
+        return kind, sums, fraction, None
+    if not keep or not isinstance(first, _pool_sums.Overflow):  # whole numbers: int64 layers,
+        raise first  # and the sum the first pass found did not fit (a float64 sum near 2**63
+    return kind, sums, fraction, first  # could not tell which one)
 
 
 def _close_blocks(counts: Any) -> None:

@@ -433,6 +433,55 @@ def test_an_overflow_of_the_files_sums_names_the_profile_and_the_file(
         from_anndata(paths, **KEYS, **HERE, layers=layers, allow_float=True, duplicates="add")
 
 
+def _overflow_files(tmp_path: Path, fraction: bool) -> list[str]:
+    """File ``b``: whole numbers whose int64 squares do not fit alone; file ``a``: one cell,
+    0.5 (a value that makes the layers float64) or 1."""
+    big = 2**31 - 1
+    paths = []
+    for name, rows, donor in (
+        ("a", [[0.5 if fraction else 1.0, 1.0]], "d1"),
+        ("b", [[big, 1.0]] * 3, "d2"),
+    ):
+        obs = pd.DataFrame(
+            {"donor": [donor] * len(rows), "cell_type": ["T"] * len(rows)},
+            index=[f"{name}{i}" for i in range(len(rows))],
+        )
+        adata = ad.AnnData(np.array(rows), obs=obs, var=pd.DataFrame(index=["g0", "g1"]))
+        paths.append(write(adata, tmp_path / f"{name}.h5ad"))
+    return paths
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_file_whose_squares_overflow_int64_pools_in_float64_when_another_is_float(
+    tmp_path: Path, jobs: int, order: int
+) -> None:
+    """File b alone is whole numbers whose int64 sums of squares do not fit; file a holds 0.5,
+    so the cells concatenated give float64 layers, and so do the files, in either order
+    (file b raised SumOverflowError before anything was added up)."""
+    paths = _overflow_files(tmp_path, fraction=True)[::order]
+    options = {**KEYS, "layers": ("counts", "detected", "squares"), "allow_float": True}
+    cube = from_anndata(paths, **options, jobs=jobs, progress=False)
+    same_cube(cube, expected(paths, **options))
+    assert cube.to_numpy("squares").dtype == np.float64
+    assert cube.to_numpy("squares")[0, :, 0].tolist() == [0.25, 3 * float(2**31 - 1) ** 2]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_whose_squares_overflow_int64_among_whole_numbers_is_an_error(
+    tmp_path: Path, jobs: int
+) -> None:
+    """Every file whole numbers: the layers are int64, and file b's sum of squares does not
+    fit, as for the cells concatenated; the error names the file, the group and the sample."""
+    paths = _overflow_files(tmp_path, fraction=False)
+    options = {**KEYS, "layers": ("counts", "squares")}
+    where = "layer 'squares': a sum of squares of group 'T' in sample 'd2' does not fit"
+    with pytest.raises(SumOverflowError, match=where):
+        expected(paths, **options)
+    with pytest.raises(SumOverflowError, match=rf"\S*b\.h5ad: {where}"):
+        from_anndata(paths, **options, jobs=jobs, progress=False)
+
+
 def test_one_sample_per_file(tmp_path: Path) -> None:
     adatas = [cells(i) for i in range(3)]
     paths = [write(a, tmp_path / f"p{i}.h5ad") for i, a in enumerate(adatas)]

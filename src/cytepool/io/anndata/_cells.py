@@ -304,7 +304,10 @@ def from_mudata_cells(
         :func:`from_anndata` reads a path. Labels and covariates are read from each
         modality's ``obs``, or, for a key a modality lacks, from the global ``mdata.obs``.
         A list of paths pools every file, as :func:`from_anndata` does, into one cube per
-        modality; the cubes share their samples and groups.
+        modality; the cubes share their samples and groups. One difference: a file of
+        whole numbers whose int64 sum of squares does not fit raises
+        :class:`~cytepool.errors.SumOverflowError` even when another file holds values that
+        make the layers float64 (the files concatenated would give float64 layers).
     sample_key, group_key, samples, groups, layers, allow_float, progress
         As in :func:`from_anndata`.
     features, sample_ids, duplicates, jobs, client

@@ -21,9 +21,9 @@ imports pointing one way. The steps:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ import numpy as np
 from cytepool import _progress, _words
 from cytepool._assemble import from_parts
 from cytepool._labels import check_one_to_one
+from cytepool._pool_sums import overflows_kept
 from cytepool._records import Provenance, stamp
 from cytepool.errors import InputError, InputTypeError, NotCountsWarning
 from cytepool.io.anndata._covariates import (
@@ -45,7 +46,7 @@ from cytepool.io.anndata._covariates import (
     unstorable,
 )
 from cytepool.io.anndata._readers import survey_cells, survey_modalities
-from cytepool.io.anndata._running import Runner, portable
+from cytepool.io.anndata._running import Runner, give_back_memory, naming_file, portable
 from cytepool.layers import Accumulator
 
 if TYPE_CHECKING:
@@ -115,6 +116,9 @@ class _Part:
     # the ids of each axis (sample, group) and a label of each, as in the file
     labels: tuple[tuple[list[str], list[Any]], ...]
     caught: list[tuple[type[Warning], str]] = field(default_factory=list)
+    # an AnnData file of whole numbers whose int64 sums of squares do not fit: its error,
+    # raised unless another file makes the layers float64 (its cube holds float64 sums)
+    overflow: Exception | None = None
 
 
 def pool_files(
@@ -269,7 +273,11 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
     with _words.speaking(command_line=task.flags), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            pooled, obs, obs_name = pool_file(task.path, task.sample, options, mudata=task.mudata)
+            with contextlib.ExitStack() as stack:  # MuData files raise it: a cube per modality
+                kept = [] if task.mudata else stack.enter_context(overflows_kept())
+                pooled, obs, obs_name = pool_file(
+                    task.path, task.sample, options, mudata=task.mudata
+                )
             cubes = pooled if task.mudata else {_ANNDATA: pooled}
             sample_key = options["sample_key"] if task.sample is None else task.sample[0]
             keys = (sample_key, options["group_key"])
@@ -292,26 +300,20 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
     columns = [str(name) for name in obs.columns if name not in keys]
     fingerprints = {name: cube.fingerprint for name, cube in cubes.items()}
     size = _file_bytes(task.path)
-    _give_back_memory()
+    give_back_memory()
+    overflow = portable(kept[0]) if kept else None
     return _Part(
-        cubes, cells, tables[0], tables[1], columns, size, fingerprints, tuple(labels), found
+        cubes,
+        cells,
+        tables[0],
+        tables[1],
+        columns,
+        size,
+        fingerprints,
+        tuple(labels),
+        found,
+        overflow,
     )
-
-
-def _give_back_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``), so that a
-    process that pools one file after another (this one, or a worker) starts each at the
-    memory of the first, not at its peak: the blocks of a file, freed, stay in the heaps of
-    the threads that decoded them otherwise. Elsewhere (no glibc), nothing."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # a C library without it (musl)
-        return
-    trim(0)
 
 
 def _warn_again(parts: Sequence[_Part]) -> None:
@@ -402,6 +404,7 @@ def _combine(
     """One cube per modality: the parts added up, with merged tables and provenance."""
     names = [task.path for task in tasks]
     _check_labels(tasks, parts, names)
+    _check_overflows(tasks, parts)
     every = [cube for part in parts for cube in part.cubes.values()]
     sample_ids = sorted({str(i) for cube in every for i in cube.samples.index})
     group_ids = sorted({str(i) for cube in every for i in cube.groups.index})
@@ -438,6 +441,24 @@ def _combine(
             provenance=records,
         )
     return cubes
+
+
+def _check_overflows(tasks: Sequence[_Task], parts: Sequence[_Part]) -> None:
+    """Raise the int64 overflow of the first file whose sums of squares did not fit, unless
+    another file's layers are float64: then the layers of all are, as pooling the files
+    concatenated gives, and each such file's float64 sums stand."""
+    errors = [(task.path, part.overflow) for task, part in zip(tasks, parts, strict=True)]
+    path, error = next(((path, error) for path, error in errors if error is not None), ("", None))
+    if error is not None and not any(p.overflow is None and _is_float(p) for p in parts):
+        with naming_file(path):
+            raise error
+
+
+def _is_float(part: _Part) -> bool:
+    """Whether the file's sums are float64 (of its one cube: an AnnData file's; ``detected``
+    is int64 whatever the values)."""
+    layers = [layer for cube in part.cubes.values() for layer in cube.layers.values()]
+    return any(layer.dtype.kind == "f" for layer in layers)
 
 
 def _check_labels(tasks: Sequence[_Task], parts: Sequence[_Part], names: Sequence[str]) -> None:

@@ -387,7 +387,7 @@ class Reader:
             raise _corrupt(self.handle.where(key), problem)
         else:
             if direct.dtype.kind == "b":
-                self._check_bools(direct, self.handle.where(key))
+                _check_bools(direct, self.handle.where(key))
             if not self.stored.isnative:
                 direct.byteswap(inplace=True)
         return True
@@ -444,7 +444,7 @@ class Reader:
             sink = _FlatSink(target)
         self._decode_bytes(source, sink)
         if target.dtype.kind == "b":
-            self._check_bools(target, source.where)
+            _check_bools(target, source.where)
         if direct is None:
             work[_index(piece.out_sel)] = target[_index(piece.chunk_sel)]
         elif not self.stored.isnative:
@@ -470,7 +470,7 @@ class Reader:
             raise _corrupt(source.where, f"it has {source.size} bytes, expected exactly {n}")
         chunk = np.frombuffer(source.data, dtype=self.stored).reshape(self.chunk_shape)
         if chunk.dtype.kind == "b":
-            self._check_bools(chunk, source.where)
+            _check_bools(chunk, source.where)
         work[_index(piece.out_sel)] = chunk[_index(piece.chunk_sel)]
 
     def _decode_bytes(self, source: _Source, sink: Any) -> None:
@@ -503,11 +503,6 @@ class Reader:
         if source.size > self.max_encoded:
             problem = f"it has {source.size} bytes, more than any valid encoding of the chunk"
             raise _corrupt(source.where, f"{problem} ({self.max_encoded})")
-
-    @staticmethod
-    def _check_bools(target: np.ndarray[Any, Any], where: str) -> None:
-        if np.max(target.view(np.uint8), initial=0) > 1:
-            raise _corrupt(where, "a bool chunk holds a byte other than 0 and 1")
 
     def _decode_strings(
         self, source: _Source, piece: ChunkPiece, work: np.ndarray[Any, Any]
@@ -591,6 +586,11 @@ class Reader:
         most = min(self.nbytes, max(_STATED_BYTES, _STATED_RATIO * source.size))
         buffer = bytearray if self.spaced else _thread_buffer  # spaced items are kept
         return self.chain.decode_stated(source.data, most, self.nbytes, buffer)
+
+
+def _check_bools(target: np.ndarray[Any, Any], where: str) -> None:
+    if np.max(target.view(np.uint8), initial=0) > 1:
+        raise _corrupt(where, "a bool chunk holds a byte other than 0 and 1")
 
 
 def _repeated(text: str, count: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
