@@ -81,7 +81,8 @@ def from_cells(
     is pooled again in float64 from its first cell. So an int64 overflow is an error only if
     the layer ends int64 (every value a whole number below 2**31): whether the same cells give
     a cube or an error does not depend on their order or storage (the float64 sums
-    themselves are added in the order of the cells). (An iterator of row blocks cannot be read
+    themselves are added in the order of the cells; a sparse matrix whose duplicate entries
+    store a cell in pieces is checked piece by piece, see ``counts``). (An iterator of row blocks cannot be read
     again: such an overflow raises as it comes, and such sums carry over rounded once; a dask
     array's float64 sums are added in a tree, see "Pooling an atlas on dask".) The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
@@ -101,7 +102,11 @@ def from_cells(
         in use (see "Pooling an atlas on dask"). Values must be finite and >= 0; data types
         bool, integers, float32 and float64. A sparse matrix that stores a cell's value in
         pieces (scipy's duplicate entries) holds their sum, as scipy reads it: that cell is
-        detected once and squared once.
+        detected once and squared once. Its pieces are checked one by one, though: each must
+        be >= 0, and a piece that is no whole number below 2**31 makes the layers float64
+        (it is the value a NotCountsWarning names) even where their sum is one, and pieces
+        that are, summing to 2**31 or more, do not; call the matrix's ``sum_duplicates()``
+        first to have the sums checked.
     sample_labels, group_labels
         One label per cell (any 1-D array-like: a pandas Categorical or Series, numpy array,
         pyarrow array, polars Series, list of strings or integers, ...). The ids are the
