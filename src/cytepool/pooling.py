@@ -82,9 +82,10 @@ def from_cells(
     the layer ends int64 (every value a whole number below 2**31): whether the same cells give
     a cube or an error does not depend on their order or storage (the float64 sums
     themselves are added in the order of the cells; a sparse matrix whose duplicate entries
-    store a cell in pieces is checked piece by piece, see ``counts``). (An iterator of row blocks cannot be read
-    again: such an overflow raises as it comes, and such sums carry over rounded once; a dask
-    array's float64 sums are added in a tree, see "Pooling an atlas on dask".) The layer is
+    store a cell in pieces is checked piece by piece, see ``counts``). (An iterator of row
+    blocks cannot be read again: such an overflow raises as it comes, and such sums carry
+    over rounded once; a dask array's float64 sums are added in a tree, see "Pooling an
+    atlas on dask".) The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
     it must not depend on the values, and cubes pooled from parts of the data must add up
     (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is

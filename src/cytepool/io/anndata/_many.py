@@ -302,18 +302,9 @@ def _pool_one(task: _Task, pool_file: Callable[..., Any]) -> _Part:
     size = _file_bytes(task.path)
     give_back_memory()
     overflow = portable(kept[0]) if kept else None
-    return _Part(
-        cubes,
-        cells,
-        tables[0],
-        tables[1],
-        columns,
-        size,
-        fingerprints,
-        tuple(labels),
-        found,
-        overflow,
-    )
+    samples, groups = tables
+    pairs = tuple(labels)
+    return _Part(cubes, cells, samples, groups, columns, size, fingerprints, pairs, found, overflow)
 
 
 def _warn_again(parts: Sequence[_Part]) -> None:
@@ -447,9 +438,10 @@ def _check_overflows(tasks: Sequence[_Task], parts: Sequence[_Part]) -> None:
     """Raise the int64 overflow of the first file whose sums of squares did not fit, unless
     another file's layers are float64: then the layers of all are, as pooling the files
     concatenated gives, and each such file's float64 sums stand."""
-    errors = [(task.path, part.overflow) for task, part in zip(tasks, parts, strict=True)]
-    path, error = next(((path, error) for path, error in errors if error is not None), ("", None))
-    if error is not None and not any(p.overflow is None and _is_float(p) for p in parts):
+    pairs = zip(tasks, parts, strict=True)
+    errors = [(task.path, part.overflow) for task, part in pairs if part.overflow is not None]
+    if errors and not any(part.overflow is None and _is_float(part) for part in parts):
+        path, error = errors[0]
         with naming_file(path):
             raise error
 
