@@ -1190,6 +1190,21 @@ def test_read_part_whose_folder_is_gone(stored: Path, part: str) -> None:
         read_cube(stored)
 
 
+@pytest.mark.parametrize("gone", ["layers/counts", "layers", "layers/detected/zarr.json"])
+def test_read_cube_whose_layer_folder_is_gone(stored: Path, gone: str) -> None:
+    """The root's copy of the metadata still describes the layer, whose chunks, all absent,
+    read as zeros: read_cube opened it, and a selection gave zeros without a word."""
+    target = stored / gone
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink()
+    layer = "detected" if "detected" in gone else "counts"
+    match = rf"is corrupt: the folder layers/{layer}/ \(layer '{layer}'\) or its zarr.json is"
+    with pytest.raises(FormatError, match=match):
+        read_cube(stored)
+
+
 def test_store_replaced_while_read(stored: Path, other: Cube, monkeypatch) -> None:
     original = cubes._read_cells
 

@@ -74,6 +74,7 @@ from cytepool.io.zarr.groups import read_node_document
 from cytepool.io.zarr.metadata import GroupMetadata
 from cytepool.io.zarr.names import node_name_problem
 from cytepool.io.zarr.store import (
+    LocalHandle,
     LocalStore,
     StoreHandle,
     StorePath,
@@ -832,6 +833,7 @@ def _read_parts(root: StorePath, backend: str, header: _Header) -> Cube:
         layers = {
             name: _open_layer(root, name, dtype, header) for name, dtype in header.layers.items()
         }
+        _check_layer_folders(root, list(layers))
     except FileNotFoundError as error:
         message = f"the cube file {root} is corrupt: a part is missing ({error})"
         raise FormatError(message) from error
@@ -847,6 +849,21 @@ _FOLDERS = {
     "features": "the feature table",
     "cells": "the cell numbers",
 }
+
+
+def _check_layer_folders(root: StorePath, names: list[str]) -> None:
+    """Raise FormatError if the zarr.json of a layer of a local cube file read through its
+    consolidated metadata is gone (its folder deleted, say): the copy in the root document
+    still describes the layer, whose chunks, all absent, would read as zeros; a read of a
+    whole group would find its digest differ, a selection would not. One ``stat`` a layer; a
+    remote store (a request a layer) is not asked."""
+    inner = getattr(root.handle, "inner", None)
+    if not isinstance(inner, LocalHandle):
+        return
+    for name in names:
+        if inner.version(join(root.key, f"layers/{name}/{METADATA_FILE}")) is None:
+            gone = f"layers/{name}/ (layer {name!r}) or its {METADATA_FILE}"
+            _corrupt(root, f"the folder {gone} is missing")
 
 
 def _check_folders(root: StorePath) -> None:

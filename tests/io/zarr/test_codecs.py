@@ -472,6 +472,23 @@ def test_missing_zstd_says_how_to_get_it() -> None:
         list(ZstdCodec(3).decode_stream([b"x"], 1, "c/0"))
 
 
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_reading_zstd_without_its_module_is_refused_with_or_without_fast_decoders(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, fast: str
+) -> None:
+    """Without compression.zstd or backports.zstd, a zstd array read through zstandard (the
+    fast decoder, installed) gave its values where the standard library's path refused: the
+    result now does not depend on the fast decoders, as reading and writing document."""
+    from cytepool.io.zarr import open_array, write_array
+
+    write_array(tmp_path / "a", np.arange(1000, dtype=np.int32), chunks=(600,), compression="zstd")
+    for name in codecs._ZSTD_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setenv("CYTEPOOL_ZARR_FAST", fast)
+    with pytest.raises(ValueError, match=r"pip install backports\.zstd"):
+        open_array(tmp_path / "a")[...]
+
+
 def test_zstd_module_choice() -> None:
     expected = "compression.zstd" if sys.version_info >= (3, 14) else "backports.zstd"
     assert import_zstd().__name__ == expected

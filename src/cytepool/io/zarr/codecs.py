@@ -521,6 +521,7 @@ class CodecChain:
         if isinstance(self.compressors[0], GzipCodec):
             return _fast.gunzip_stated(data, most)
         if isinstance(self.compressors[0], ZstdCodec):
+            import_zstd()  # zstd is read where the standard library's decoder is (else ValueError)
             return _fast.unzstd_stated(data, most, 2 ** _window_log(limit), buffer)
         return None
 
@@ -528,6 +529,7 @@ class CodecChain:
         """Whether ``data`` was decoded into all of ``out`` (bytes) in one step by the optional
         fast zstd decoder; if not, decode with :meth:`decode_stream`."""
         if len(self.compressors) == 1 and isinstance(self.compressors[0], ZstdCodec):
+            import_zstd()  # as decode_stated: the fast decoder never reads what the other cannot
             return _fast.unzstd_into(data, out, 2 ** _window_log(len(out)))
         return False
 
