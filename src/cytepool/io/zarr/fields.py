@@ -264,8 +264,11 @@ def json_copy(value: Any) -> Any:
     >>> for _ in range(5000):
     ...     deep = [deep]
     >>> copied = json_copy({"x": deep})
-    >>> copied["x"] is not deep and copied == {"x": deep}
-    True
+    >>> inner, depth = copied["x"], 0
+    >>> while inner:  # (comparing with ``==`` would recurse)
+    ...     inner, depth = inner[0], depth + 1
+    >>> depth, copied["x"] is not deep
+    (5000, True)
     """
     try:
         return _copied(value)
