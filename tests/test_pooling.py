@@ -324,27 +324,6 @@ def test_a_cell_stored_in_pieces_is_checked_as_their_sum(
     assert lines.size == x.nnz
 
 
-@pytest.mark.parametrize("layers", [("counts",), ALL_LAYERS])
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
-def test_a_cell_of_many_small_pieces_past_2_31_is_no_count(
-    fmt: str, layers: tuple[str, ...], pooling_path: str
-) -> None:
-    """70,000 pieces of 2**15 - 1 at one place: each a count, their sum (2.29e9) no whole
-    number below 2**31: float64 and a warning, as after ``sum_duplicates()``, though every
-    piece passes the quick check of a line's values (a line that long is looked at again)."""
-    kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
-    n = 70_000
-    values = np.full(n + 1, 2.0**15 - 1)
-    positions = np.r_[np.zeros(n, dtype=np.int64), 1]
-    shape = (2, 2)
-    x = kind((values, positions, np.array([0, n + 1, n + 1])), shape=shape)  # line 0
-    canonical = x.copy()
-    canonical.sum_duplicates()
-    found = outcome(x, layers)
-    assert found == outcome(canonical, layers)
-    assert found[0][0][1] == np.float64
-
-
 @pytest.mark.parametrize("past", [False, True], ids=["whole", "past-2**31"])
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 def test_cells_in_pieces_on_a_large_matrix_pool_as_their_sums(

@@ -87,11 +87,6 @@ def sort_rows(profiles: Any, n_profiles: int) -> Any:  # pragma: no cover - comp
     return rows, starts
 
 
-# A row of at most _MOST_PIECES whole numbers below _SMALL_PIECE cannot hold a cell whose
-# pieces sum to INTEGER_BOUND (2**15 * 2**16 = 2**31): the checks of its values are its cells'.
-_SMALL_PIECE, _MOST_PIECES = 2**15, 2**16
-
-
 @numba.njit(cache=True, nogil=True)
 def check_row(
     values: Any, columns: Any, n_columns: int, order: bool, integers: bool
@@ -99,28 +94,27 @@ def check_row(
     """Flags of one row: non-integer values, invalid values or columns; unsorted columns
     (repeats possible) if ``order`` is asked for or the row is not fine.
 
-    A first loop asks only whether every value and column is fine (with ``integers``, a
-    whole number below _SMALL_PIECE, so that the pieces of one cell of a row of at most
-    _MOST_PIECES values sum below INTEGER_BOUND; else finite and not negative): it has no
-    branches and compares with constants, so it runs on vector registers (a bound made per
-    row costs a third more), and the row then stays in cache for the scatter that follows.
-    Only a row that is not fine, or longer, is looked at again: by :func:`_flags`, and for
-    repeated columns, whose cells the caller then checks (:func:`merge_cells`), not their
-    pieces.
+    A first loop asks only whether every value and column is fine (a whole number below
+    INTEGER_BOUND over the row's length with ``integers``, so that pieces of one cell sum
+    below INTEGER_BOUND, else finite and not negative): it has no branches, so it runs on
+    vector registers, and the row then stays in cache for the scatter that follows. Only a
+    row that is not fine is looked at again, by :func:`_flags`, and for repeated columns:
+    the caller then checks its cells (:func:`merge_cells`), not their pieces.
     """
     bound = np.uint64(n_columns)
     fine: Any = True  # numpy booleans once and-ed: Any for mypy
     if integers:
+        limit = INTEGER_BOUND / max(values.shape[0], 1)
         for k in range(values.shape[0]):
             v = values[k]
-            fine &= (v >= 0) & (v < _SMALL_PIECE) & (np.floor(v) == v)
+            fine &= (v >= 0) & (v < limit) & (np.floor(v) == v)
             fine &= np.uint64(columns[k]) < bound  # negative ones wrap around: too
     else:
         for k in range(values.shape[0]):
             v = values[k]
             fine &= (v >= 0) & (v < np.inf) & (np.uint64(columns[k]) < bound)
     flags = 0 if fine else _flags(values, columns, bound)
-    if order or not fine or (integers and values.shape[0] > _MOST_PIECES):
+    if order or not fine:
         unsorted: Any = False
         for k in range(1, columns.shape[0]):
             unsorted |= columns[k] <= columns[k - 1]
