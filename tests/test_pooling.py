@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import cytepool
 from cytepool import from_cells
-from cytepool.errors import InputTypeError, NotCountsWarning
+from cytepool.errors import InputTypeError, NotCountsWarning, SumOverflowError
 
 pytestmark = pytest.mark.usefixtures("pooling_path")
 
@@ -266,110 +266,13 @@ def test_a_cell_stored_twice_is_one_cell_in_every_layer(fmt: str, dtype: Any) ->
     assert found.fingerprint == expected.fingerprint
 
 
-ALL_LAYERS = ("counts", "detected", "squares")
-# A cell stored in pieces (scipy's duplicate entries), checked as their sum: whole (int64, no
-# warning), no whole number below 2**31 (float64, a warning naming the sum), >= 0 though a
-# piece is not (pooled), negative (an error naming the sum)
-PIECES = {
-    "halves": (0.5, 0.5),
-    "past-2**31": (2.0**31 - 1, 1.0),
-    "negative-piece": (3.0, -1.0),
-    "negative-sum": (-1.0, -2.0),
-}
-
-
-def outcome(x: Any, layers: tuple[str, ...] = ALL_LAYERS) -> tuple[Any, ...]:
-    """What from_cells gives for ``x`` (a cell per row, two samples, one group): each layer's
-    values and data type, the fingerprint and the warnings, or the error's type and message."""
-    n_cells = x.shape[0]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            cube = from_cells(
-                x, sample_labels=np.arange(n_cells) % 2, group_labels=["g"] * n_cells, layers=layers
-            )
-        except ValueError as error:
-            return type(error), str(error)
-    found = [(cube.to_numpy(name).tolist(), cube.to_numpy(name).dtype) for name in layers]
-    return found, cube.fingerprint, [(w.category, str(w.message)) for w in caught]
-
-
-def shuffled_lines(kind: Any, values: Any, positions: Any, lines: Any, shape: Any) -> Any:
-    """A CSR or CSC matrix (``kind``) of these entries, in a random order within each line."""
-    order = np.lexsort((np.random.default_rng(0).random(len(lines)), lines))
-    n_lines = shape[0] if kind is sp.csr_matrix else shape[1]
-    indptr = np.r_[0, np.cumsum(np.bincount(lines, minlength=n_lines))]
-    return kind((values[order], positions[order], indptr), shape=shape)
-
-
-@pytest.mark.parametrize("layers", [("counts",), ALL_LAYERS])
-@pytest.mark.parametrize("pieces", list(PIECES.values()), ids=list(PIECES))
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
-def test_a_cell_stored_in_pieces_is_checked_as_their_sum(
-    fmt: str, pieces: tuple[float, float], layers: tuple[str, ...], pooling_path: str
-) -> None:
-    """The checks see the cell, the sum of its pieces, as scipy reads it: the layers' data
-    type, the fingerprint, the warning or error (and the value, row and column it names) are
-    those of the matrix after ``sum_duplicates()``."""
-    kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
-    lines = np.array([0, 0, 1, 1, 1, 2])  # line 1: the cell at position 2 in pieces
-    positions = np.array([0, 3, 2, 0, 2, 1])
-    values = np.array([2.0, 1.0, pieces[0], 1.0, pieces[1], 4.0])
-    shape = (3, 4) if fmt == "csr" else (4, 3)
-    x = kind((values, positions, np.array([0, 2, 5, 6])), shape=shape)
-    canonical = x.copy()
-    canonical.sum_duplicates()
-    assert outcome(x, layers) == outcome(canonical, layers)
-    assert not x.has_canonical_format
-    assert lines.size == x.nnz
-
-
-@pytest.mark.parametrize("past", [False, True], ids=["whole", "past-2**31"])
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
-def test_cells_in_pieces_on_a_large_matrix_pool_as_their_sums(
-    fmt: str, past: bool, pooling_path: str
-) -> None:
-    """Many cells in pieces (halves, a piece -1 and its cell + 1, a piece 0), in blocks of
-    many lines (numba's kernels on several tasks, numpy in many pieces): the cube of the
-    matrix after ``sum_duplicates()``; with one cell of 2**31, float64 and its warning."""
-    rng = np.random.default_rng(5)
-    kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
-    dense = np.where(rng.random((3000, 40)) < 0.3, rng.integers(1, 30, (3000, 40)), 0)
-    if past:
-        dense[1234, 17] = 2**31
-    cells = kind(dense.astype(np.float64))
-    lines = np.repeat(np.arange(len(cells.indptr) - 1), np.diff(cells.indptr))
-    split = rng.integers(0, 3, cells.nnz)
-    second = np.choose(split, [0.0, 0.5, -1.0])
-    first = cells.data - second
-    first[cells.data == 2**31], second[cells.data == 2**31] = 2**31 - 1, 1.0
-    x = shuffled_lines(
-        kind,
-        np.r_[first, second],
-        np.r_[cells.indices, cells.indices],
-        np.r_[lines, lines],
-        dense.shape,
-    )
-    found = outcome(x)
-    assert found == outcome(cells)
-    dtype, warned = found[0][0][1], found[2]
-    assert (dtype, len(warned)) == ((np.float64, 1) if past else (np.int64, 0))
-    if past:
-        assert "2.14748e+09 at row 1234, column 17" in warned[0][1]
-
-
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
-def test_a_cell_stored_twice_past_2_31_is_no_count_and_squared_in_float64(fmt: str) -> None:
-    """Two pieces of 2**31 - 1 are one cell of 2**32 - 2, no count: float64 layers (its
-    square exact) and a warning naming it, as the matrix made canonical gives; not an int64
-    sum of squares that overflows (it was)."""
+def test_a_cell_stored_twice_whose_square_does_not_fit_int64_is_an_overflow(fmt: str) -> None:
     big = np.array([2**31 - 1, 2**31 - 1], dtype=np.int64)  # one cell: 2**32 - 2
     kind = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
     x = kind((big, np.array([0, 0]), np.array([0, 2])), shape=(1, 1))
-    with pytest.warns(NotCountsWarning, match=r"e\.g\. 4\.29497e\+09 at row 0, column 0"):
-        cube = from_cells(x, sample_labels=["s"], group_labels=["g"], layers=["counts", "squares"])
-    assert cube.to_numpy("squares").dtype == np.float64
-    assert cube.to_numpy("squares").item() == float(2**32 - 2) ** 2
+    with pytest.raises(SumOverflowError, match="layer 'squares': a sum of squares of group 'g'"):
+        from_cells(x, sample_labels=["s"], group_labels=["g"], layers=["counts", "squares"])
 
 
 def test_empty_profiles_have_no_cells_and_zero_values() -> None:

@@ -181,28 +181,3 @@ def test_local_cluster_equals_in_memory(client: Any, whole: bool) -> None:
     cube = pooled(counts, x, sample_labels=s, group_labels=g, layers=BOTH)
     expected = pooled(x, x, sample_labels=s, group_labels=g, layers=BOTH)
     assert cube.fingerprint == expected.fingerprint
-
-
-@pytest.mark.parametrize("kind", [sp.csr_matrix, sp.csc_matrix])
-def test_chunks_that_store_cells_in_pieces_pool_as_their_sums(kind: Any) -> None:
-    """Sparse chunks whose every cell is stored in two pieces (``v - 0.5``, then ``0.5``
-    further on in its line): whole cells, so the int64 cube of the cells, no warning."""
-    rng = np.random.default_rng(8)
-    dense = np.where(rng.random((400, 30)) < 0.3, rng.integers(1, 9, (400, 30)), 0) * 1.0
-    chunks = []
-    for start in range(0, 400, 100):
-        cells = kind(dense[start : start + 100])
-        lines = np.repeat(np.arange(len(cells.indptr) - 1), np.diff(cells.indptr))
-        order = np.argsort(np.r_[lines, lines], kind="stable")
-        values = np.r_[cells.data - 0.5, np.full_like(cells.data, 0.5)][order]
-        indices = np.r_[cells.indices, cells.indices][order]
-        halves = kind((values, indices, cells.indptr * 2), shape=cells.shape)
-        chunks.append(da.from_array(halves, chunks=halves.shape, asarray=False))
-    labels = {"sample_labels": rng.integers(0, 3, 400), "group_labels": rng.integers(0, 2, 400)}
-    layers = ("counts", "detected", "squares")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no NotCountsWarning
-        found = from_cells(da.concatenate(chunks), **labels, layers=layers)
-    expected = from_cells(dense, **labels, layers=layers)
-    assert found.to_numpy().dtype == np.int64
-    assert found.fingerprint == expected.fingerprint

@@ -5,9 +5,7 @@ inside the functions that pool. :func:`scatter` adds a block of rows in CSR form
 ``indices``, ``indptr``), its rows sorted by profile (:func:`sort_rows`), one group at a time;
 dense inputs reach it as CSR blocks. :func:`scatter_columns` reads a CSC matrix in place.
 Both check each row (or column) first with :func:`check_row` and stop where a value is not a
-whole number, so the caller can switch the sums to float64 and go on from there. A line that
-may repeat a position (scipy's duplicate entries: one cell, the sum of its pieces) is first
-made into its cells by :func:`merge_cells`, which are checked and added instead. Besides the
+whole number, so the caller can switch the sums to float64 and go on from there. Besides the
 sums of the values they add, in the same pass, the number of cells with a nonzero value
 (``detected``) and the sums of the squared values (``squares``), where wanted.
 """
@@ -92,29 +90,26 @@ def check_row(
     values: Any, columns: Any, n_columns: int, order: bool, integers: bool
 ) -> int:  # pragma: no cover - compiled
     """Flags of one row: non-integer values, invalid values or columns; unsorted columns
-    (repeats possible) if ``order`` is asked for or the row is not fine.
+    (repeats possible) if ``order`` is asked for.
 
     A first loop asks only whether every value and column is fine (a whole number below
-    INTEGER_BOUND over the row's length with ``integers``, so that pieces of one cell sum
-    below INTEGER_BOUND, else finite and not negative): it has no branches, so it runs on
-    vector registers, and the row then stays in cache for the scatter that follows. Only a
-    row that is not fine is looked at again, by :func:`_flags`, and for repeated columns:
-    the caller then checks its cells (:func:`merge_cells`), not their pieces.
+    INTEGER_BOUND with ``integers``, else finite and not negative): it has no branches, so it
+    runs on vector registers, and the row then stays in cache for the scatter that follows.
+    Only a row that is not fine is looked at again, by :func:`_flags`.
     """
     bound = np.uint64(n_columns)
     fine: Any = True  # numpy booleans once and-ed: Any for mypy
     if integers:
-        limit = INTEGER_BOUND / max(values.shape[0], 1)
         for k in range(values.shape[0]):
             v = values[k]
-            fine &= (v >= 0) & (v < limit) & (np.floor(v) == v)
+            fine &= (v >= 0) & (v < INTEGER_BOUND) & (np.floor(v) == v)
             fine &= np.uint64(columns[k]) < bound  # negative ones wrap around: too
     else:
         for k in range(values.shape[0]):
             v = values[k]
             fine &= (v >= 0) & (v < np.inf) & (np.uint64(columns[k]) < bound)
     flags = 0 if fine else _flags(values, columns, bound)
-    if order or not fine:
+    if order:
         unsorted: Any = False
         for k in range(1, columns.shape[0]):
             unsorted |= columns[k] <= columns[k - 1]
@@ -139,23 +134,31 @@ def _flags(values: Any, columns: Any, bound: Any) -> int:  # pragma: no cover - 
 
 @numba.njit(cache=True, nogil=True)
 def add_row(
-    sums: Any, values: Any, columns: Any, integers: bool
+    sums: Any, values: Any, columns: Any, integers: bool, stamp: Any, row: int
 ) -> bool:  # pragma: no cover - compiled
-    """Add one checked row, whose columns are distinct, into a profile's rows ``sums =
-    (total, detected, squares)``.
+    """Add one checked row into a profile's rows ``sums = (total, detected, squares)``.
 
     ``detected`` and ``squares`` have no columns when they are not wanted. Each value is
     read once and added into every wanted row in the same loop. Columns are cast to
     unsigned: check_row has proved them in range, and numba then leaves out its
-    negative-index wraparound. Returns False if a sum of squares of whole numbers
-    overflowed int64 (each square is below 2**62, so a sum of them wrapped if and only if it
-    turned negative).
+    negative-index wraparound. A row whose columns are not strictly increasing may repeat a
+    column; ``stamp`` (the last row counted per column) then counts such a cell once.
+    Returns False if a sum of squares of whole numbers overflowed int64 (each square is
+    below 2**62, so a sum of them wrapped if and only if it turned negative).
     """
     total, detected, squares = sums
-    count = detected.shape[0] > 0
+    count = detected.shape[0] > 0 and stamp.shape[0] == 0
     if integers:
-        return _add_integers(total, detected, squares, values, columns, count)
-    return _add_floats(total, detected, squares, values, columns, count)
+        fits = _add_integers(total, detected, squares, values, columns, count)
+    else:
+        fits = _add_floats(total, detected, squares, values, columns, count)
+    if detected.shape[0] > 0 and not count:
+        for k in range(values.shape[0]):
+            c = np.uint64(columns[k])
+            if values[k] > 0 and stamp[c] != row:
+                stamp[c] = row
+                detected[c] += 1
+    return fits
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -229,55 +232,57 @@ def _add_floats(
     return True
 
 
-@numba.njit(cache=True, nogil=True)
-def cell_scratch(n: int) -> Any:  # pragma: no cover - compiled
-    """The scratch of :func:`merge_cells` for lines of ``n`` positions."""
-    return np.full(n, -1, np.int64), np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
+# Beyond this, a whole number's square does not fit int64 (3037000499**2 < 2**63 - 1).
+_ROOT_INT64 = 3037000499
 
 
 @numba.njit(cache=True, nogil=True)
-def merge_cells(values: Any, positions: Any, scratch: Any, line: int) -> Any:  # pragma: no cover
-    """The cells of a line (a CSR row, a CSC column) that may repeat a position, its
-    positions in range: ``(values, positions)``, the positions sorted and distinct.
+def cell_scratch(n: int, squares: Any) -> Any:  # pragma: no cover - compiled
+    """The scratch of :func:`add_cell_squares` for lines of ``n`` positions: (mark, cell)."""
+    return np.full(n, -1, np.int64), np.zeros(n, squares.dtype)
 
-    The values at a repeated position are one cell, whose value is their sum in float64,
-    added in the order stored (as scipy reads the matrix; :func:`cytepool._pool_sums.cells`
-    gives the same), so each cell is checked, counted and squared once, as in the matrix
-    made canonical. ``scratch = (mark, cell, values, positions)`` (:func:`cell_scratch`):
-    the last line seen at each position (never a negative one), a value per position, and
-    the cells made (views of the last two are returned).
-    """
-    mark, cell, merged, where = scratch
-    n = 0
+
+@numba.njit(cache=True, nogil=True)
+def add_cell_squares(
+    squares: Any,
+    values: Any,
+    positions: Any,
+    targets: Any,
+    scratch: Any,
+    line: int,
+    integers: bool,
+) -> bool:  # pragma: no cover - compiled
+    """Add the square of each cell of a line (a CSR row, a CSC column) that may repeat a
+    position into ``squares[targets[position]]``: the values at a repeated position are one
+    cell, whose value is their sum (as scipy reads it), so its square is added once.
+
+    ``targets`` maps a position to its place in ``squares``: a CSR row's columns to
+    themselves (``squares``: the profile's row), a CSC column's rows to their profiles
+    (``squares``: the column of every profile). ``scratch = (mark, cell)``: the last line seen
+    at each position (never a negative one) and a value per position. False if a sum of
+    squares of whole numbers (``integers``) no longer fits int64 (a cell's square alone may
+    not)."""
+    mark, cell = scratch
     for k in range(values.shape[0]):
         c = np.uint64(positions[k])
         if mark[c] != line:
             mark[c] = line
             cell[c] = values[k]
-            where[n] = positions[k]
-            n += 1
         else:
             cell[c] += values[k]
-    where[:n].sort()
-    for k in range(n):
-        merged[k] = cell[np.uint64(where[k])]
-    return merged[:n], where[:n]
-
-
-@numba.njit(cache=True, nogil=True)
-def add_cells(
-    sums: Any, values: Any, columns: Any, narrow: Any, scratch: Any, row: int, integers: bool
-) -> int:  # pragma: no cover - compiled
-    """Check and add the cells of a row that may repeat a column (:func:`merge_cells`) into
-    a profile's rows ``sums``; the status. ``narrow = (bound, p)`` for narrow sums (see
-    :func:`add_narrow`: ``bound`` is then not empty)."""
-    cells, where = merge_cells(values, columns, scratch, row)
-    status = problem(check_row(cells, where, sums[0].shape[0], False, integers), integers)
-    if status != DONE:
-        return status
-    if narrow[0].shape[0]:
-        return DONE if add_narrow(sums[0], cells, where, narrow[0], narrow[1]) else FULL
-    return DONE if add_row(sums, cells, where, integers) else OVERFLOW
+    fits = True
+    for k in range(values.shape[0]):
+        c = np.uint64(positions[k])
+        if mark[c] == line:
+            mark[c] = -1  # squared: once
+            x, t = cell[c], targets[c]
+            if integers and x > _ROOT_INT64:
+                fits = False
+                continue
+            total = squares[t] + x * x
+            squares[t] = total
+            fits &= total >= 0
+    return fits
 
 
 @numba.njit(cache=True, nogil=True)
@@ -324,7 +329,9 @@ def scatter(
     count = detected.shape[1] > 0
     square = squares.shape[1] > 0
     plain = integers and not count and not square
-    scratch = cell_scratch(0)  # made when a row repeats a column
+    stamp = np.full(0, -1, np.int64)
+    mark, cell = cell_scratch(0, squares)  # made when a row repeats a column
+    itself = np.arange(0)
     first = resume[group]
     resume[group] = starts[(group + 1) * n_samples]
     for p in range(group * n_samples, (group + 1) * n_samples):
@@ -338,17 +345,21 @@ def scatter(
             cols = indices[indptr[r] : indptr[r + 1]]
             flags = check_row(values, cols, n_columns, count or square, integers)
             status = problem(flags, integers)
-            if flags & _UNSORTED and status != INVALID_INDEX:  # a column may repeat: its cells
-                if scratch[0].shape[0] == 0:
-                    scratch = cell_scratch(n_columns)
-                status = add_cells(row_sums, values, cols, (bound, p), scratch, r, integers)
-                if status != DONE:
-                    resume[group] = i
-                    return status
-                continue
             if status != DONE:
                 resume[group] = i
                 return status
+            if square and flags & _UNSORTED:  # a column may repeat: its cell squared once
+                if mark.shape[0] == 0:
+                    mark, cell = cell_scratch(n_columns, squares)
+                    itself = np.arange(n_columns)
+                if count and stamp.shape[0] == 0:
+                    stamp = np.full(n_columns, -1, np.int64)
+                add_row((out[p], detected[p], squares[p, :0]), values, cols, integers, stamp, r)
+                scratch = (mark, cell)
+                if not add_cell_squares(squares[p], values, cols, itself, scratch, r, integers):
+                    resume[group] = i
+                    return OVERFLOW
+                continue
             if plain:  # counts alone, whole numbers: the loop here saves a call per row
                 if bound.shape[0]:  # narrow sums
                     if not add_narrow(out[p], values, cols, bound, p):
@@ -358,7 +369,9 @@ def scatter(
                 for k in range(values.shape[0]):
                     out[p, np.uint64(cols[k])] += np.int64(values[k])
                 continue
-            if not add_row(row_sums, values, cols, integers):
+            if count and flags & _UNSORTED and stamp.shape[0] == 0:
+                stamp = np.full(n_columns, -1, np.int64)
+            if not add_row(row_sums, values, cols, integers, stamp, r):
                 resume[group] = i
                 return OVERFLOW
     return DONE
@@ -386,57 +399,56 @@ def scatter_columns(
     where the task stopped; the status is as for :func:`scatter`, the column at
     ``resume[task]`` then not added. The sums are never narrow (``bound`` is empty).
     """
+    out, detected, squares, _ = sums
     n_rows = profiles.shape[0]
-    order = sums[1].shape[1] > 0 or sums[2].shape[1] > 0
-    scratch = cell_scratch(0)  # made when a column repeats a row
+    count = detected.shape[1] > 0
+    square = squares.shape[1] > 0
+    stamp = np.full(0, -1, np.int64)
+    mark, cell = cell_scratch(0, squares)  # made when a column repeats a row
     first = resume[task]
     resume[task] = bounds[task + 1]
     for j in range(first, bounds[task + 1]):
         values = data[indptr[j] : indptr[j + 1]]
         rows = indices[indptr[j] : indptr[j + 1]]
-        flags = check_row(values, rows, n_rows, order, integers)
+        flags = check_row(values, rows, n_rows, count or square, integers)
         status = problem(flags, integers)
-        if flags & _UNSORTED and status != INVALID_INDEX:  # a row may repeat: its cells
-            if scratch[0].shape[0] == 0:
-                scratch = cell_scratch(n_rows)
-            cells, where = merge_cells(values, rows, scratch, j)
-            status = problem(check_row(cells, where, n_rows, False, integers), integers)
-            if status == DONE:
-                status = add_column(sums, cells, where, profiles, column0 + j, integers)
-        elif status == DONE:
-            status = add_column(sums, values, rows, profiles, column0 + j, integers)
         if status != DONE:
             resume[task] = j
             return status
+        fits = True
+        c = column0 + j
+        repeats = square and (flags & _UNSORTED) != 0  # a row may repeat: its cell squared once
+        each = square and not repeats  # each value squared as it is added
+        if integers:
+            for k in range(values.shape[0]):
+                p, v = profiles[np.uint64(rows[k])], np.int64(values[k])
+                out[p, c] += v
+                if each:
+                    total = squares[p, c] + v * v
+                    squares[p, c] = total
+                    fits &= total >= 0
+        else:
+            for k in range(values.shape[0]):
+                p, x = profiles[np.uint64(rows[k])], np.float64(values[k])
+                out[p, c] += x
+                if each:
+                    squares[p, c] += x * x
+        if repeats:
+            if mark.shape[0] == 0:
+                mark, cell = cell_scratch(n_rows, squares)
+            scratch = (mark, cell)
+            fits = add_cell_squares(squares[:, c], values, rows, profiles, scratch, j, integers)
+        if not fits:
+            resume[task] = j
+            return OVERFLOW
+        if not count:
+            continue
+        if flags & _UNSORTED and stamp.shape[0] == 0:
+            stamp = np.full(n_rows, -1, np.int64)
+        for k in range(values.shape[0]):
+            r = np.uint64(rows[k])
+            if values[k] > 0 and (stamp.shape[0] == 0 or stamp[r] != j):
+                if stamp.shape[0]:
+                    stamp[r] = j
+                detected[profiles[r], c] += 1
     return DONE
-
-
-@numba.njit(cache=True, nogil=True)
-def add_column(
-    sums: Any, values: Any, rows: Any, profiles: Any, c: int, integers: bool
-) -> int:  # pragma: no cover - compiled
-    """Add one checked column ``c`` of the sums, whose rows are distinct, into ``sums`` (as
-    :func:`scatter_columns` takes them); DONE, or OVERFLOW if a sum of squares of whole
-    numbers no longer fits int64."""
-    out, detected, squares, _ = sums
-    square = squares.shape[1] > 0
-    fits = True
-    if integers:
-        for k in range(values.shape[0]):
-            p, v = profiles[np.uint64(rows[k])], np.int64(values[k])
-            out[p, c] += v
-            if square:
-                total = squares[p, c] + v * v
-                squares[p, c] = total
-                fits &= total >= 0
-    else:
-        for k in range(values.shape[0]):
-            p, x = profiles[np.uint64(rows[k])], np.float64(values[k])
-            out[p, c] += x
-            if square:
-                squares[p, c] += x * x
-    if detected.shape[1] > 0:
-        for k in range(values.shape[0]):
-            if values[k] > 0:
-                detected[profiles[np.uint64(rows[k])], c] += 1
-    return DONE if fits else OVERFLOW

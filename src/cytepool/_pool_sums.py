@@ -14,10 +14,8 @@ small whatever the block.
 
 :func:`scatter` adds a CSR or CSC block into the running sums as the numba kernels of
 :mod:`cytepool._pool_kernels` do, with the same results: int64 sums of whole numbers, float64
-sums of other values added in the same order (so bit for bit the same), and the same
-statuses. A line that repeats a position holds one cell there, the sum of its pieces: as in
-the kernels, such a block is checked, and with ``detected`` added, as its cells
-(:func:`canonical`), and each cell is counted once. It checks the
+sums of other values added in the same order (so bit for bit the same), each cell counted
+once in ``detected`` even where a row repeats a column, and the same statuses. It checks the
 whole block (a piece) before adding anything, so a piece either is added or is not: a caller
 that meets a fraction switches the sums to float64 and adds that piece again.
 """
@@ -47,8 +45,6 @@ __all__ = [
     "SQUARES_LIMIT",
     "Inexact",
     "Overflow",
-    "canonical",
-    "cells",
     "check_finite",
     "check_indptr",
     "check_wrap",
@@ -172,17 +168,9 @@ def scatter(
     values, positions = data[:n_values], indices[:n_values]
     sizes = np.diff(indptr)
     own = np.arange(first_line, first_line + len(sizes))  # the block's lines
+    if not _fine(values, positions, n_positions, integers):  # then find the first problem
+        return _problem(values, positions, n_positions, integers, np.repeat(own, sizes))
     total, detected, squares = sums
-    distinct = None  # whether no line repeats a position, once known
-    limit = INTEGER_BOUND / max(int(sizes.max(initial=1)), 1)  # pieces of a cell sum below
-    if not _fine(values, positions, n_positions, integers, limit):
-        distinct = _sorted(positions, indptr)
-        if distinct and not _fine(values, positions, n_positions, integers):
-            return _problem(values, positions, n_positions, integers, np.repeat(own, sizes))
-    elif detected.shape[1]:
-        distinct = _sorted(positions, indptr)
-    if distinct is False:  # check and add the cells, the sums of their pieces
-        return scatter(canonical(block), by_row, n_positions, profiles, sums, integers, first_line)
     n_features = total.shape[1]
     if by_row:  # a row's profile times n_features, repeated over its values
         keys = np.repeat(profiles[own] * n_features, sizes) + positions
@@ -194,20 +182,19 @@ def scatter(
         if squares.shape[1]:
             np.add.at(squares.reshape(-1), keys, added * added)
     if detected.shape[1]:
-        nonzero = values > 0
-        np.add.at(detected.reshape(-1), keys[nonzero], 1)
+        lines = np.repeat(own, sizes)
+        cells = (lines, positions) if by_row else (positions, lines)
+        _count(detected, cells, values > 0, profiles, _sorted(positions, indptr))
     return 0, -1
 
 
-def _fine(
-    values: Any, positions: Any, n_positions: int, integers: bool, limit: float = INTEGER_BOUND
-) -> bool:
+def _fine(values: Any, positions: Any, n_positions: int, integers: bool) -> bool:
     """Whether every index is in range and every value finite and >= 0 (with ``integers``:
-    a whole number below ``limit``): one question per value, with few temporaries."""
+    a whole number below INTEGER_BOUND): one question per value, with few temporaries."""
     if not (_unsigned(positions) < n_positions).all():
         return False
     if integers:
-        return bool(((values >= 0) & (values < limit) & (np.floor(values) == values)).all())
+        return bool(((values >= 0) & (values < INTEGER_BOUND) & (np.floor(values) == values)).all())
     return bool(((values >= 0) & (values < np.inf)).all())
 
 
@@ -230,13 +217,11 @@ def first_fraction(
 ) -> tuple[int, int, float]:
     """The first value of a line (a row of CSR, a column of CSC) of ``block`` that is no
     whole number below INTEGER_BOUND, with its row and column in the input (the line's first
-    cell is at ``at``); a cell stored in pieces is their sum (:func:`cells`)."""
+    cell is at ``at``)."""
     data, indices, indptr = block
-    values, positions = cells(
-        data[indptr[line] : indptr[line + 1]], indices[indptr[line] : indptr[line + 1]]
-    )
+    values = np.asarray(data[indptr[line] : indptr[line + 1]], dtype=np.float64)
     k = int(np.argmax(_not_whole(values)))
-    i = int(positions[k])
+    i = int(indices[indptr[line] + k])
     row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])
     return row, column, float(values[k])
 
@@ -246,10 +231,7 @@ def fraction_in(
 ) -> tuple[int, int, float] | None:
     """The first value of a CSR (``by_row``) or CSC block, in the order stored, that is no
     whole number below INTEGER_BOUND, with its row and column in the input (the block's first
-    cell is at ``at``); None if every value is one. A block whose lines repeat positions is
-    searched as its cells (:func:`canonical`)."""
-    if not distinct_lines(block):
-        block = canonical(block)
+    cell is at ``at``); None if every value is one."""
     data, indices, indptr = block
     found = np.flatnonzero(_not_whole(data[: int(indptr[-1])]))
     if not found.size:
@@ -289,31 +271,16 @@ def _sorted(positions: Any, indptr: Any) -> bool:
     return bool(steps.all())
 
 
-def cells(values: Any, positions: Any) -> tuple[Any, Any]:
-    """The cells of a line (a row of CSR, a column of CSC): ``(values, positions)``, the line
-    itself if its positions increase strictly, else the values at each position summed in
-    float64 in the order stored (one cell, as scipy reads it), its positions sorted."""
-    if _sorted(positions, np.array([0, positions.size])):
-        return values, positions
-    block = canonical((values, positions, np.array([0, positions.size])))
-    return block[0], block[1]
-
-
-def canonical(block: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-    """A CSR or CSC block as its cells: in each line, the values at one position summed in
-    float64 in the order stored (as :func:`cytepool._pool_kernels.merge_cells` sums them),
-    the positions sorted (as scipy's ``sum_duplicates`` gives, but for the data type)."""
-    data, indices, indptr = block
-    n_values = int(indptr[-1])
-    lines = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    positions = indices[:n_values].astype(np.int64)
-    order = np.lexsort((positions, lines))  # stable: a cell's pieces in the order stored
-    lines, positions = lines[order], positions[order]
-    new = np.r_[True, (lines[1:] != lines[:-1]) | (positions[1:] != positions[:-1])]
-    values = np.zeros(int(new.sum()))
-    np.add.at(values, np.cumsum(new) - 1, data[:n_values][order])
-    starts = np.r_[0, np.cumsum(np.bincount(lines[new], minlength=len(indptr) - 1))]
-    return values, positions[new], starts
+def _count(
+    detected: Any, cells: tuple[Any, Any], nonzero: Any, profiles: Any, distinct: bool
+) -> None:
+    """Count each (row, column) with a value > 0 once into ``detected``."""
+    rows, columns = cells[0][nonzero], cells[1][nonzero]
+    if not distinct:
+        width = int(columns.max(initial=0)) + 1
+        pairs = np.unique(rows.astype(np.int64) * width + columns)
+        rows, columns = pairs // width, pairs % width
+    np.add.at(detected.reshape(-1), profiles[rows] * detected.shape[1] + columns, 1)
 
 
 class Overflow(Exception):

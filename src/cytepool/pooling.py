@@ -81,10 +81,11 @@ def from_cells(
     is pooled again in float64 from its first cell. So an int64 overflow is an error only if
     the layer ends int64 (every value a whole number below 2**31): whether the same cells give
     a cube or an error does not depend on their order or storage (the float64 sums
-    themselves are added in the order of the cells). (An iterator of row blocks cannot be
-    read again: such an overflow raises as it comes, and such sums carry over rounded once;
-    a dask array's float64 sums are added in a tree, see "Pooling an atlas on dask".) The
-    layer is
+    themselves are added in the order of the cells; a sparse matrix whose duplicate entries
+    store a cell in pieces is checked piece by piece, see ``counts``). (An iterator of row
+    blocks cannot be read again: such an overflow raises as it comes, and such sums carry
+    over rounded once; a dask array's float64 sums are added in a tree, see "Pooling an
+    atlas on dask".) The layer is
     int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
     it must not depend on the values, and cubes pooled from parts of the data must add up
     (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is
@@ -102,8 +103,11 @@ def from_cells(
         in use (see "Pooling an atlas on dask"). Values must be finite and >= 0; data types
         bool, integers, float32 and float64. A sparse matrix that stores a cell's value in
         pieces (scipy's duplicate entries) holds their sum, as scipy reads it: that cell is
-        checked, detected and squared once, as in the matrix after ``sum_duplicates()`` (but
-        for float64 sums of ``"counts"`` alone, which add its pieces: the last bit may differ).
+        detected once and squared once. Its pieces are checked one by one, though: each must
+        be >= 0, and a piece that is no whole number below 2**31 makes the layers float64
+        (it is the value a NotCountsWarning names) even where their sum is one, and pieces
+        that are, summing to 2**31 or more, do not; call the matrix's ``sum_duplicates()``
+        first to have the sums checked.
     sample_labels, group_labels
         One label per cell (any 1-D array-like: a pandas Categorical or Series, numpy array,
         pyarrow array, polars Series, list of strings or integers, ...). The ids are the
@@ -606,13 +610,14 @@ each block took 0.5 ms, handing a kept pool its tasks 0.15 ms."""
 
 
 def _raise_invalid(block: Block, line: int, at: tuple[int, int], by_row: bool) -> None:
-    """Raise the ValueError for the first invalid value (a cell stored in pieces: their sum)
-    or index of a row (or column).
+    """Raise the ValueError for the first invalid value or index of a row (or column).
 
     ``line`` is a row of a CSR block (``by_row``) or a column of a CSC matrix; ``at`` is the
     (row, column) in counts where it starts.
     """
-    values, positions = _pool_sums.cells(*_pool_sums.piece(block, line, line + 1)[:2])
+    data, indices, indptr = block
+    values = data[indptr[line] : indptr[line + 1]]
+    positions = indices[indptr[line] : indptr[line + 1]]
     for value, i in zip(values.tolist(), positions.tolist(), strict=True):
         if not (value >= 0 and value != float("inf")):
             row, column = (at[0], at[1] + i) if by_row else (at[0] + i, at[1])

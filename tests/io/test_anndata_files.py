@@ -238,31 +238,6 @@ def test_fractions_pool_as_in_memory_from_a_file(tmp_path: Path) -> None:
     assert_identical(found, expected)
 
 
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
-def test_cells_stored_in_pieces_in_a_file_are_checked_as_their_sums(
-    tmp_path: Path, fmt: str, pooling_path: str
-) -> None:
-    """An X whose every cell is stored in two pieces, ``v - 0.5`` then ``0.5`` further on
-    in its line (duplicate entries), read from the file in blocks: whole cells, so int64
-    without a warning, the cube of the matrix after ``sum_duplicates()``."""
-    adata = as_layout(cells(), fmt)
-    whole = adata.X
-    lines = np.repeat(np.arange(len(whole.indptr) - 1), np.diff(whole.indptr))
-    order = np.argsort(np.r_[lines, lines], kind="stable")  # each line: v - 0.5s, then 0.5s
-    values = np.r_[whole.data - 0.5, np.full_like(whole.data, 0.5)][order]
-    halves = type(whole)(
-        (values, np.r_[whole.indices, whole.indices][order], whole.indptr * 2), shape=whole.shape
-    )
-    path = write(ad.AnnData(halves, obs=adata.obs, var=adata.var), tmp_path / "c.h5ad", "h5ad")
-    assert isinstance(reader_of(path), direct.SparseMatrix)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no NotCountsWarning
-        found, expected = (from_anndata(x, **KEYS, layers=LAYERS) for x in (path, adata))
-    assert_identical(*({name: c.to_numpy(name) for name in LAYERS} for c in (found, expected)))
-    assert found.fingerprint == expected.fingerprint
-    assert found.to_numpy().dtype == np.int64
-
-
 def csc_cells(kind: str) -> Any:
     """An AnnData of :func:`cells` with X as CSC of ``kind``: empty columns (the first, the
     last, a run), every column empty, one column, int32 counts, or float32 fractions."""
