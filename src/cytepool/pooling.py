@@ -85,12 +85,12 @@ def from_cells(
     store a cell in pieces is checked piece by piece, see ``counts``). (An iterator of row
     blocks cannot be read again: such an overflow raises as it comes, and such sums carry
     over rounded once; a dask array's float64 sums are added in a tree, see "Pooling an
-    atlas on dask".) The layer is
-    int64 even when int32 would hold the sums: the data type is part of the fingerprint, so
-    it must not depend on the values, and cubes pooled from parts of the data must add up
-    (:func:`cytepool.add`, :func:`cytepool.concat`, ``merge_groups``) without overflowing. Nothing is
-    accumulated in float32 and X is never copied: the extra memory is the output, plus, for
-    dense input, blocks of at most a 64th of X.
+    atlas on dask".) The layer is int64 even when int32 would hold the sums: the data type is
+    part of the fingerprint, so it must not depend on the values, and cubes pooled from parts
+    of the data must add up (:func:`cytepool.add`, :func:`cytepool.concat`,
+    ``merge_groups``) without overflowing. Nothing is accumulated in float32 and X is never
+    copied: the extra memory is the output, plus, for dense input, blocks of at most a 64th
+    of X.
 
     Parameters
     ----------
