@@ -21,6 +21,14 @@ pytestmark = pytest.mark.usefixtures("pooling_path")
 ALL = ("counts", "detected", "squares")
 
 
+def counts_of(kind: str, x: np.ndarray, chunks: tuple[int, int] = (1, 2)) -> Any:
+    """``x`` as the input ``kind``: one of INPUTS, or a dask array of ``chunks``."""
+    if kind == "dask":
+        da = pytest.importorskip("dask.array")
+        return da.from_array(x, chunks=chunks)
+    return INPUTS[kind](x)
+
+
 def reference(x: np.ndarray, s: Any, g: Any) -> np.ndarray:
     """Sums of squares per (group, sample, feature) over the cells, by numpy (float64)."""
     s_ids, g_ids = sorted(set(map(str, s))), sorted(set(map(str, g)))
@@ -46,11 +54,7 @@ def cells(seed: int = 3, n: int = 90, whole: bool = True) -> tuple[np.ndarray, A
 @pytest.mark.parametrize("layers", [ALL, ("squares",), ("squares", "counts")])
 def test_squares_are_exact_integer_sums(kind: str, layers: tuple[str, ...]) -> None:
     x, s, g = cells()
-    if kind == "dask":
-        da = pytest.importorskip("dask.array")
-        counts: Any = da.from_array(x, chunks=(25, 4))
-    else:
-        counts = INPUTS[kind](x)
+    counts = counts_of(kind, x, (25, 4))
     cube = from_cells(counts, sample_labels=s, group_labels=g, layers=layers)
     assert list(cube.layers) == list(layers)
     assert cube.layers["squares"].dtype == np.int64
@@ -89,11 +93,7 @@ def test_squares_overflow_names_the_layer_and_group(kind: str) -> None:
     x[[0, 2, 4], 1] = BIG
     s = ["s1", "s2", "s1", "s2", "s1"]
     g = ["T", "B", "T", "B", "T"]
-    if kind == "dask":
-        da = pytest.importorskip("dask.array")
-        counts: Any = da.from_array(x, chunks=(1, 2))
-    else:
-        counts = INPUTS[kind](x)
+    counts = counts_of(kind, x)
     message = r"layer 'squares': a sum of squares of group 'T' in sample 's1' does not fit"
     with pytest.raises(SumOverflowError, match=message) as caught:
         from_cells(counts, sample_labels=s, group_labels=g, layers=ALL)
@@ -212,11 +212,7 @@ def test_an_int64_overflow_before_the_float64_switch_is_no_error(
     """The layers end float64 (a value of 2**31), so their sums are those of a float64 pass
     over the cells, finite: whatever the cells' order or the storage, the same cube."""
     x, labels = _big_cells(order, 2.0**31), {"sample_labels": ["a"] * 4, "group_labels": ["g"] * 4}
-    if kind == "dask":
-        da = pytest.importorskip("dask.array")
-        counts: Any = da.from_array(x, chunks=(1, 2))
-    else:
-        counts = INPUTS[kind](x)
+    counts = counts_of(kind, x)
     cube = from_cells(counts, **labels, layers=ALL, allow_float=True)
     assert cube.layers["counts"].dtype == cube.layers["squares"].dtype == np.float64
     np.testing.assert_array_equal(cube.to_numpy("squares"), [[[2.0**62, 3 * float(BIG) ** 2]]])
@@ -230,11 +226,7 @@ def test_an_int64_overflow_of_whole_numbers_raises_whatever_the_order(
     kind: str, order: list[int]
 ) -> None:
     x, labels = _big_cells(order, BIG), {"sample_labels": ["a"] * 4, "group_labels": ["g"] * 4}
-    if kind == "dask":
-        da = pytest.importorskip("dask.array")
-        counts: Any = da.from_array(x, chunks=(1, 2))
-    else:
-        counts = INPUTS[kind](x)
+    counts = counts_of(kind, x)
     message = r"layer 'squares': a sum of squares of group 'g' in sample 'a' does not fit"
     with pytest.raises(SumOverflowError, match=message):
         from_cells(counts, **labels, layers=ALL)

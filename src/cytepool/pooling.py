@@ -294,9 +294,9 @@ def _pool_exactly(
     would not be what a float64 pass gives). Then whole numbers alone raise Overflow: the
     layers are int64, and a sum of squares does not fit; with ``keep``, that Overflow comes
     back with the float64 sums, last of the four results (see
-    :func:`cytepool._pool_sums.overflows_kept`).
-    Counts that cannot be read again (an iterator of row blocks) are pooled once: such an
-    Overflow is raised as it comes, and such sums are carried over.
+    :func:`cytepool._pool_sums.overflows_kept`). Counts that cannot be read again (an iterator
+    of row blocks) are pooled once: such an Overflow is raised as it comes, and such sums are
+    carried over.
     """
     again = _reader(counts)
     try:
@@ -309,9 +309,11 @@ def _pool_exactly(
     kind, sums, fraction = _pool(again(), profiles, axes, extra, "float")
     if fraction is not None:  # the layers are float64
         return kind, sums, fraction, None
-    if not keep or not isinstance(first, _pool_sums.Overflow):  # whole numbers: int64 layers,
-        raise first  # and the sum the first pass found did not fit (a float64 sum near 2**63
-    return kind, sums, fraction, first  # could not tell which one)
+    # Whole numbers: int64 layers, and the sum the first pass found did not fit (a float64 sum
+    # near 2**63 could not tell which one).
+    if not keep or not isinstance(first, _pool_sums.Overflow):
+        raise first
+    return kind, sums, fraction, first
 
 
 def _close_blocks(counts: Any) -> None:

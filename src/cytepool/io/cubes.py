@@ -857,13 +857,10 @@ def _check_layer_folders(root: StorePath, names: list[str]) -> None:
     still describes the layer, whose chunks, all absent, would read as zeros; a read of a
     whole group would find its digest differ, a selection would not. One ``stat`` a layer; a
     remote store (a request a layer) is not asked."""
-    inner = getattr(root.handle, "inner", None)
-    if not isinstance(inner, LocalHandle):
-        return
-    for name in names:
-        if inner.version(join(root.key, f"layers/{name}/{METADATA_FILE}")) is None:
-            gone = f"layers/{name}/ (layer {name!r}) or its {METADATA_FILE}"
-            _corrupt(root, f"the folder {gone} is missing")
+    gone = _gone_folder(root, [f"layers/{name}" for name in names], remote=False)
+    if gone is not None:
+        layer = gone.removeprefix("layers/")
+        _corrupt(root, f"the folder {gone}/ (layer {layer!r}) or its {METADATA_FILE} is missing")
 
 
 def _check_folders(root: StorePath) -> None:
@@ -874,16 +871,26 @@ def _check_folders(root: StorePath) -> None:
     repeat, a digest that differs) would not say what happened. Asked only after an error,
     so an intact file costs no request.
     """
+    gone = _gone_folder(root, list(_FOLDERS), remote=True)
+    if gone is not None:
+        _corrupt(root, f"the folder {gone}/ ({_FOLDERS[gone]}) is missing")
+
+
+def _gone_folder(root: StorePath, folders: list[str], *, remote: bool) -> str | None:
+    """The first of ``folders`` whose zarr.json the store lacks, though the root document's
+    copy of the metadata (read through, when the handle has an ``inner`` store) lists it; None
+    if each is there, if the store cannot be asked, if the file is not read through such a
+    copy (a missing part is missing then), or if the store is remote and not ``remote``."""
     inner = getattr(root.handle, "inner", None)
-    if inner is None:  # not read through consolidated metadata: a missing part is missing
-        return
-    for name, what in _FOLDERS.items():
+    if inner is None or not (remote or isinstance(inner, LocalHandle)):
+        return None
+    for folder in folders:
         try:
-            gone = inner.version(join(root.key, f"{name}/{METADATA_FILE}")) is None
+            if inner.version(join(root.key, f"{folder}/{METADATA_FILE}")) is None:
+                return folder
         except OSError:  # the store cannot be asked: the error found stands
-            return
-        if gone:
-            _corrupt(root, f"the folder {name}/ ({what}) is missing")
+            return None
+    return None
 
 
 def _assemble(
